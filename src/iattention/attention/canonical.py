@@ -1,0 +1,153 @@
+"""I-Attention: each head's key and output maps carry an r x r identity block.
+
+Head h stores W_Q[h], W_V[h] (d x r) in full. Of W_K[h] (d x r) the r rows `k_perm[h, :r]`
+form the identity and only the other d - r rows are learned (`W_K_free`). Of W_O[h] (r x d)
+the r columns `o_perm[h, :r]` form the identity and only the other d - r columns are learned
+(`W_O_free`, stored transposed). Same function class as standard attention wherever the
+corresponding blocks of a standard head are invertible, with 2 r^2 fewer parameters per head.
+
+At one head (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
+permutation: both are index copies, no GEMM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from iattention.attention.base import CausalSelfAttention
+from iattention.attention.heads import HeadWeights, merge_heads_in, merge_heads_out
+from iattention.attention.registry import register
+
+
+def aligned_blocks(n_head: int, d_head: int) -> torch.Tensor:
+    """Default block: head h uses coordinates [h r, (h+1) r). Returns (H, r) indices."""
+    return torch.arange(n_head * d_head).reshape(n_head, d_head)
+
+
+def block_permutation(blocks: torch.Tensor, d: int) -> torch.Tensor:
+    """(H, r) chosen indices -> (H, d) permutation: the block first, then the rest in order."""
+    rows = []
+    for sel in blocks.tolist():
+        chosen = set(sel)
+        if len(chosen) != len(sel) or not all(0 <= i < d for i in sel):
+            raise ValueError(f"block indices must be {len(sel)} distinct values in [0, {d}), got {sel}")
+        rows.append(sel + [i for i in range(d) if i not in chosen])
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def assemble(free: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """(H, d-r, r) learned rows + identity block -> full (H, d, r); row perm[h, j] gets source row j."""
+    H, d = perm.shape
+    r = free.shape[-1]
+    eye = torch.eye(r, dtype=free.dtype, device=free.device).expand(H, r, r)
+    src = torch.cat([eye, free], dim=1)
+    return torch.zeros_like(src).scatter(1, perm.unsqueeze(-1).expand(H, d, r), src)
+
+
+def take_free(full: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """Inverse of `assemble` on the learned rows: (H, d, r) -> (H, d-r, r)."""
+    r = full.shape[-1]
+    idx = perm[:, r:]
+    return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, r))
+
+
+@register("canonical")
+class CanonicalAttention(CausalSelfAttention):
+    def __init__(self, config):
+        super().__init__(config)
+        H, d, r = config.n_head, config.n_embd, config.d_head
+        self.canonical_qk = config.canonical in ("both", "qk")
+        self.canonical_vo = config.canonical in ("both", "vo")
+        self.W_Q = nn.Parameter(torch.empty(H, d, r))
+        self.W_V = nn.Parameter(torch.empty(H, d, r))
+        perm = block_permutation(aligned_blocks(H, r), d)
+        if self.canonical_qk:
+            self.W_K_free = nn.Parameter(torch.empty(H, d - r, r))
+            self.register_buffer("k_perm", perm.clone())
+        else:
+            self.W_K = nn.Parameter(torch.empty(H, d, r))
+        if self.canonical_vo:
+            self.W_O_free = nn.Parameter(torch.empty(H, d - r, r))
+            self.register_buffer("o_perm", perm.clone())
+        else:
+            self.W_O = nn.Parameter(torch.empty(H, r, d))
+        if config.bias:
+            self.b_Q = nn.Parameter(torch.zeros(H, r))
+            self.b_K = nn.Parameter(torch.zeros(H, r))
+            self.b_V = nn.Parameter(torch.zeros(H, r))
+            self.b_O = nn.Parameter(torch.zeros(d))
+        else:
+            self.b_Q = self.b_K = self.b_V = self.b_O = None
+        self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """GPT-2 style: N(0, 0.02) for learned entries, residual-scaled std for the output map."""
+        for name, p in self.named_parameters():
+            if name.startswith("b_"):
+                p.zero_()
+            else:
+                p.normal_(0.0, self.residual_std if name.startswith("W_O") else 0.02)
+
+    def set_blocks(self, k_rows: torch.Tensor | None, o_cols: torch.Tensor | None) -> None:
+        """Choose which r rows of W_K[h] / columns of W_O[h] are the identity, (H, r) each."""
+        d = self.n_embd
+        if k_rows is not None and self.canonical_qk:
+            self.k_perm.copy_(block_permutation(k_rows, d))
+        if o_cols is not None and self.canonical_vo:
+            self.o_perm.copy_(block_permutation(o_cols, d))
+
+    def key_weight(self) -> torch.Tensor:
+        return assemble(self.W_K_free, self.k_perm) if self.canonical_qk else self.W_K
+
+    def out_weight(self) -> torch.Tensor:
+        return assemble(self.W_O_free, self.o_perm).transpose(1, 2) if self.canonical_vo else self.W_O
+
+    def _bias(self, *parts):
+        return None if self.b_Q is None else torch.cat([p.reshape(-1) for p in parts])
+
+    def qkv(self, x):
+        d = self.n_embd
+        if self.canonical_qk and self.n_head == 1:
+            # r = d: the key map is a permutation of the input, so no key GEMM.
+            W = merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0))
+            q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
+            k = x.index_select(-1, self.k_perm[0])
+            if self.b_K is not None:
+                k = k + self.b_K.reshape(-1)
+            return q, k, v
+        W = merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0))
+        return F.linear(x, W, self._bias(self.b_Q, self.b_K, self.b_V)).split(d, dim=2)
+
+    def project_out(self, y):
+        if self.canonical_vo and self.n_head == 1:
+            # r = d: the output map is a permutation, so no output GEMM.
+            out = torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
+            return out if self.b_O is None else out + self.b_O
+        return F.linear(y, merge_heads_out(self.out_weight()), self.b_O)
+
+    def to_heads(self) -> HeadWeights:
+        return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(),
+                           b_Q=self.b_Q, b_K=self.b_K, b_V=self.b_V, b_O=self.b_O)
+
+    @torch.no_grad()
+    def load_heads(self, hw: HeadWeights) -> None:
+        """Load math-form weights whose chosen blocks are already the identity."""
+        self.W_Q.copy_(hw.W_Q)
+        self.W_V.copy_(hw.W_V)
+        if self.canonical_qk:
+            self.W_K_free.copy_(take_free(hw.W_K, self.k_perm))
+        else:
+            self.W_K.copy_(hw.W_K)
+        if self.canonical_vo:
+            self.W_O_free.copy_(take_free(hw.W_O.transpose(1, 2), self.o_perm))
+        else:
+            self.W_O.copy_(hw.W_O)
+        if self.b_Q is not None:
+            for name in ("b_Q", "b_K", "b_V", "b_O"):
+                getattr(self, name).copy_(getattr(hw, name))

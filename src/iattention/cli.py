@@ -1,0 +1,110 @@
+"""`iattn` command line. User mistakes print one line `iattn: error: ...` and exit with code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from iattention.errors import UserError
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _str_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def cmd_params(args) -> None:
+    from iattention.model.config import ATTENTION_VARIANTS, model_preset
+    from iattention.symmetry.counts import param_count
+
+    rows = []
+    for heads in args.heads:
+        base = model_preset(args.preset, n_head=heads)
+        std = param_count(base)
+        for attention in ATTENTION_VARIANTS:
+            n = param_count(base.replace(attention=attention))
+            rows.append(dict(attention=attention, n_head=heads, d_head=base.d_head, params=n, removed=std - n))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"preset {args.preset}: learned parameters (true vocabulary, tied embeddings)")
+    print(f"{'attention':<11} {'heads':>5} {'d_head':>6} {'params':>13} {'removed':>12}")
+    for r in rows:
+        print(f"{r['attention']:<11} {r['n_head']:>5} {r['d_head']:>6} {r['params']:>13,} {r['removed']:>12,}")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (not the usage block) and exit code 2."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from iattention.model.config import MODEL_PRESETS
+
+    p = Parser(prog="iattn", description=(
+        "iattention: symmetry-reduced attention. Train and compare standard vs canonical "
+        "(I-Attention) GPT models, convert checkpoints, benchmark, and run attention experiments."))
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
+                        description="Print the exact learned parameter count of each attention variant "
+                                    "for each head count, and how many parameters it removes vs standard.")
+    sp.add_argument("--preset", default="gpt2-small", choices=sorted(MODEL_PRESETS), help="model shape")
+    sp.add_argument("--heads", type=_int_list, default=[1, 4, 8, 12], help="comma-separated head counts")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.set_defaults(func=cmd_params)
+
+    for register in _subcommand_registrars():
+        register(sub)
+    return p
+
+
+def _subcommand_registrars():
+    """Each heavier subcommand lives with its own code and adds its parser here."""
+    import importlib
+
+    for module in ("iattention.train.cli", "iattention.experiments.cli", "iattention.interop.cli",
+                   "iattention.bench.cli", "iattention.lab.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name == module:  # not built yet
+                continue
+            raise
+        yield mod.register
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"iattn: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("iattn: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

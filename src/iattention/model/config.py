@@ -1,0 +1,92 @@
+"""Model configuration (a small dataclass) and named model presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from iattention.errors import UserError
+
+ATTENTION_VARIANTS = ("standard", "canonical", "identity_q")
+CANONICAL_HALVES = ("both", "qk", "vo")
+
+
+@dataclass
+class GPTConfig:
+    """GPT-2 architecture: learned positions, pre-LayerNorm, GELU MLP, tied embeddings.
+
+    attention: "standard" | "canonical" (I-Attention) | "identity_q" (W_Q = I).
+    canonical: which halves of a canonical head have their r x r block fixed to I.
+    vocab_pad_multiple: the embedding table is padded to a multiple of this for speed;
+        padded rows are never predicted (logits are cut to vocab_size) nor counted.
+    """
+
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    vocab_size: int = 50257
+    block_size: int = 1024
+    dropout: float = 0.0
+    bias: bool = True
+    attention: str = "standard"
+    canonical: str = "both"
+    vocab_pad_multiple: int = 64
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "vocab_pad_multiple"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise UserError(
+                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                f"pick a head count that divides {self.n_embd}"
+            )
+        if self.attention not in ATTENTION_VARIANTS:
+            raise UserError(
+                f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTION_VARIANTS)}"
+            )
+        if self.canonical not in CANONICAL_HALVES:
+            raise UserError(f"unknown canonical {self.canonical!r}; choose one of {', '.join(CANONICAL_HALVES)}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def d_head(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.vocab_pad_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    def replace(self, **changes) -> GPTConfig:
+        return GPTConfig(**{**asdict(self), **changes})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise UserError(f"unknown model key(s) {unknown}; allowed: {sorted(names)}")
+        return cls(**d)
+
+
+MODEL_PRESETS: dict[str, dict] = {
+    # GPT-2 small (124M with standard attention).
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024),
+    # CPU-sized models; vocab_size is set from the tokenizer by the trainer.
+    "cpu-tiny": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=512, block_size=64),
+    "cpu-small": dict(n_layer=4, n_head=4, n_embd=128, vocab_size=4096, block_size=128),
+}
+
+
+def model_preset(name: str, **overrides) -> GPTConfig:
+    if name not in MODEL_PRESETS:
+        raise UserError(f"unknown model preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}")
+    return GPTConfig(**{**MODEL_PRESETS[name], **overrides})

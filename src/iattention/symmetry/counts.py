@@ -1,0 +1,27 @@
+"""Closed-form parameter counts and the redundancy removed by canonical attention."""
+
+from __future__ import annotations
+
+from iattention.model.config import GPTConfig
+
+
+def redundancy(config: GPTConfig) -> int:
+    """Parameters removed relative to standard: r^2 per head per canonical half, per layer."""
+    if config.attention == "identity_q":
+        return config.n_layer * (config.n_embd**2 + (config.n_embd if config.bias else 0))
+    if config.attention != "canonical":
+        return 0
+    halves = 2 if config.canonical == "both" else 1
+    return halves * config.d_head**2 * config.n_head * config.n_layer
+
+
+def standard_param_count(config: GPTConfig) -> int:
+    """GPT-2 parameter count in closed form (tied embeddings, true vocabulary)."""
+    d, L, b = config.n_embd, config.n_layer, int(config.bias)
+    ln = d * (1 + b)
+    per_layer = 2 * ln + (3 * d * d + 3 * d * b) + (d * d + d * b) + (4 * d * d + 4 * d * b) + (4 * d * d + d * b)
+    return config.vocab_size * d + config.block_size * d + L * per_layer + ln
+
+
+def param_count(config: GPTConfig) -> int:
+    return standard_param_count(config) - redundancy(config)

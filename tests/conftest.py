@@ -1,0 +1,33 @@
+import os
+
+import pytest
+import torch
+
+from iattention import GPT, GPTConfig
+
+SHARED_DATA = os.environ.get("IATTN_DATA_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def make_model(dtype=torch.float64, scale=0.3, **kw) -> GPT:
+    """A small model with weights large enough that attention visibly shapes the logits."""
+    cfg = GPTConfig(**{**dict(n_layer=2, n_head=3, n_embd=48, vocab_size=97, block_size=16), **kw})
+    model = GPT(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and "wte" not in name:
+                p.normal_(0.0, scale / p.shape[-1] ** 0.5 * 4)
+    return model
+
+
+def max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def shared_data_dir() -> str | None:
+    path = os.path.abspath(SHARED_DATA)
+    return path if os.path.isdir(os.path.join(path, "wikitext-2-v1")) else None

@@ -1,0 +1,93 @@
+"""Exactness of gauge moves, canonicalization and expansion."""
+
+import pytest
+import torch
+
+from conftest import make_model, max_rel
+from iattention.errors import SingularBlockError
+from iattention.symmetry import balancedness, canonicalize, condition_numbers, expand, random_gauge
+
+SHAPES = [dict(n_head=3, n_embd=48), dict(n_head=1, n_embd=32), dict(n_head=4, n_embd=40, bias=False)]
+
+
+def _x():
+    return torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_random_gauge_keeps_function_float64(shape):
+    model = make_model(**shape)
+    before = model(_x())[0]
+    w_before = model.attention_layers[0].to_heads().W_Q.clone()
+    random_gauge(model, seed=3)
+    assert not torch.allclose(model.attention_layers[0].to_heads().W_Q, w_before)  # weights did move
+    assert (model(_x())[0] - before).abs().max().item() <= 1e-10
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("block", ["aligned", "pivoted"])
+@pytest.mark.parametrize("halves", ["both", "qk", "vo"])
+def test_canonicalize_expand_round_trip_float64(shape, block, halves):
+    model = make_model(**shape)
+    random_gauge(model, seed=1)
+    ref = model(_x())[0]
+    canon = canonicalize(model, block=block, halves=halves)
+    assert canon.config.attention == "canonical"
+    assert (canon(_x())[0] - ref).abs().max().item() <= 1e-10
+    back = expand(canon)
+    assert back.config.attention == "standard"
+    assert (back(_x())[0] - ref).abs().max().item() <= 1e-10
+    assert canon.num_params() < model.num_params()
+
+
+@pytest.mark.parametrize("block", ["aligned", "pivoted"])
+def test_round_trip_float32(block):
+    model = make_model(dtype=torch.float32)
+    random_gauge(model, seed=2)
+    ref = model(_x())[0]
+    canon = canonicalize(model, block=block)
+    assert canon.transformer.wte.weight.dtype == torch.float32
+    assert max_rel(canon(_x())[0], ref) <= 1e-4
+    assert max_rel(expand(canon)(_x())[0], ref) <= 1e-4
+
+
+def test_identity_q_expands_exactly():
+    model = make_model(attention="identity_q")
+    ref = model(_x())[0]
+    std = expand(model)
+    assert (std(_x())[0] - ref).abs().max().item() <= 1e-12
+    assert (canonicalize(std)(_x())[0] - ref).abs().max().item() <= 1e-10
+
+
+def test_perturbed_canonical_model_differs():
+    """The round-trip test can fail: a wrong block choice changes the function."""
+    model = make_model()
+    canon = canonicalize(model)
+    attn = canon.attention_layers[0]
+    attn.set_blocks(torch.roll(attn.k_perm[:, :16], 1, dims=0), None)  # swap blocks between heads
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() > 1e-3
+
+
+def test_singular_block_is_reported_and_pivoted_handles_it():
+    model = make_model()
+    with torch.no_grad():
+        attn = model.attention_layers[1]
+        W = attn.c_attn.weight  # rows [d, 2d) are W_K^T; head 0's aligned block = input coords 0..15
+        W[48:64, 0:16] = 0.0
+    with pytest.raises(SingularBlockError, match=r"layer 1 head 0: the key block .* pivoted"):
+        canonicalize(model, block="aligned")
+    canon = canonicalize(model, block="pivoted")
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+    hw = model.attention_layers[1].to_heads()
+    k_rows = canon.attention_layers[1].k_perm[:, :16]
+    assert condition_numbers(hw.W_K, k_rows)[0] < 1e6
+
+
+def test_balancedness_is_invariant_under_orthogonal_gauge_and_changes_otherwise():
+    model = make_model(bias=False)
+    b0 = balancedness(model)
+    random_gauge(model, seed=0, spread=1.0)  # orthogonal R: conserved quantity transforms by R^T . R
+    b1 = balancedness(model)
+    assert torch.allclose(b0["qk"], b1["qk"], atol=1e-10)
+    random_gauge(model, seed=0, spread=3.0)
+    assert not torch.allclose(b1["qk"], balancedness(model)["qk"], atol=1e-3)
