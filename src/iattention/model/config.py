@@ -32,12 +32,14 @@ class GPTConfig:
     vocab_pad_multiple: int = 64
 
     def __post_init__(self) -> None:
-        self.validate()
+        self.validate(allow_auto_vocab=True)
 
-    def validate(self) -> None:
+    def validate(self, allow_auto_vocab: bool = False) -> None:
+        """allow_auto_vocab: vocab_size = 0 means "take it from the tokenizer" (training configs)."""
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "vocab_pad_multiple"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            low = 0 if (name == "vocab_size" and allow_auto_vocab) else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(f"model.{name} must be a positive integer, got {value!r}")
         if self.n_embd % self.n_head:
             raise UserError(

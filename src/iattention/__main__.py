@@ -1,0 +1,5 @@
+import sys
+
+from iattention.cli import main
+
+sys.exit(main())

@@ -1,0 +1,65 @@
+"""Token splits and the epoch / evaluation window semantics.
+
+Training: the train split is cut into non-overlapping windows of block_size + 1 tokens
+(inputs and shifted targets share block_size tokens), visited in a fresh random order every
+epoch (numpy Generator seeded with seed + epoch); the last incomplete batch is dropped.
+Evaluation: every token of a split after the first is predicted exactly once, in
+non-overlapping windows of up to block_size predictions; perplexity = exp(total NLL / count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from iattention.data.cache import cached_tokens
+from iattention.data.config import SPLITS, DataConfig
+from iattention.data.sources import read_split
+from iattention.data.tokenizers import Tokenizer, load_tokenizer
+from iattention.errors import UserError
+
+
+@dataclass
+class TokenData:
+    tokenizer: Tokenizer
+    splits: dict[str, np.ndarray]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+
+def load_data(cfg: DataConfig, splits=SPLITS) -> TokenData:
+    texts = {s: read_split(cfg, s) for s in splits}
+    train_text = texts.get("train") if "train" in texts else None
+    if cfg.tokenizer.startswith("bpe:") and train_text is None:
+        train_text = read_split(cfg, "train")
+    tok = load_tokenizer(cfg, train_text)
+    tokens = {s: cached_tokens(cfg, t, tok) for s, t in texts.items()}
+    if "train" in tokens and cfg.train_tokens:
+        if cfg.train_tokens < 0:
+            raise UserError(f"data.train_tokens must be >= 0, got {cfg.train_tokens}")
+        tokens["train"] = tokens["train"][: cfg.train_tokens]
+    return TokenData(tok, tokens)
+
+
+def n_train_windows(tokens: np.ndarray, block_size: int) -> int:
+    return max(0, (len(tokens) - 1) // block_size)
+
+
+def epoch_order(n_windows: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n_windows)
+
+
+def train_batch(tokens: np.ndarray, window_ids: np.ndarray, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    starts = window_ids * block_size
+    rows = np.stack([np.asarray(tokens[s: s + block_size + 1], dtype=np.int64) for s in starts])
+    t = torch.from_numpy(rows)
+    return t[:, :-1], t[:, 1:]
+
+
+def eval_windows(n_tokens: int, block_size: int) -> list[tuple[int, int]]:
+    """(start, length) of non-overlapping windows: inputs tokens[s:s+L], targets tokens[s+1:s+L+1]."""
+    return [(s, min(block_size, n_tokens - 1 - s)) for s in range(0, n_tokens - 1, block_size)]

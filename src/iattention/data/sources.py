@@ -1,0 +1,79 @@
+"""Where text comes from: a local folder with the official WikiText-2 files, plain text files,
+or (for users online) Hugging Face `datasets`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from iattention.data.config import DATASETS, SPLITS, WIKITEXT_RELEASES, DataConfig
+from iattention.errors import UserError
+
+
+def data_dir(cfg: DataConfig) -> Path | None:
+    d = cfg.data_dir or os.environ.get("IATTN_DATA_DIR", "")
+    return Path(d).expanduser() if d else None
+
+
+def _local_wikitext(cfg: DataConfig, split: str) -> Path | None:
+    root = data_dir(cfg)
+    if root is None:
+        return None
+    if not root.is_dir():
+        raise UserError(f"data folder {root} does not exist; point --data-dir / IATTN_DATA_DIR at the folder "
+                        f"holding {cfg.dataset}/")
+    name = WIKITEXT_RELEASES[cfg.dataset].format(split=split)
+    for candidate in (root / cfg.dataset / name, root / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_text_file(path: Path, what: str) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{what} file {path} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} file {path} is a folder; give a text file") from None
+    if not data.strip():
+        raise UserError(f"{what} file {path} is empty; give a text file with content")
+    if b"\x00" in data:
+        raise UserError(f"{what} file {path} looks binary (contains NUL bytes); give a UTF-8 text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} file {path} is not UTF-8 text ({e.reason} at byte {e.start}); "
+                        "convert it to UTF-8") from None
+
+
+def _hf_wikitext(cfg: DataConfig, split: str) -> str:
+    hf_split = {"valid": "validation"}.get(split, split)
+    try:
+        import datasets  # optional: pip install iattention[data]
+
+        rows = datasets.load_dataset("wikitext", cfg.dataset, split=hf_split)["text"]
+        return "".join(rows)
+    except Exception as e:  # offline, not installed, hub error: all end in the same advice
+        name = WIKITEXT_RELEASES[cfg.dataset].format(split=split)
+        where = data_dir(cfg)
+        place = f"{where}/{cfg.dataset}/{name}" if where else f"<DIR>/{cfg.dataset}/{name} and set --data-dir DIR"
+        raise UserError(f"{cfg.dataset} {split} split not found locally and not downloadable "
+                        f"({type(e).__name__}); put the official file at {place}") from None
+
+
+def read_split(cfg: DataConfig, split: str) -> str:
+    """The raw text of one split."""
+    if split not in SPLITS:
+        raise ValueError(split)
+    if cfg.dataset not in DATASETS:
+        raise UserError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}")
+    if cfg.dataset == "text":
+        path = getattr(cfg, split)
+        if not path:
+            raise UserError(f"dataset=text needs data.{split}=PATH to a UTF-8 text file")
+        return _read_text_file(Path(path).expanduser(), split)
+    local = _local_wikitext(cfg, split)
+    if local is not None:
+        return _read_text_file(local, split)
+    return _hf_wikitext(cfg, split)

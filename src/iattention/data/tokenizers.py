@@ -1,0 +1,111 @@
+"""Tokenizers: GPT-2 BPE (tiktoken), a small byte-level BPE (Hugging Face `tokenizers`), raw bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iattention.data.cache import cache_root
+from iattention.data.config import DataConfig
+from iattention.errors import UserError
+from iattention.utils.atomic import write_text
+
+R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+GPT2_VOCAB = 50257
+
+
+@dataclass
+class Tokenizer:
+    name: str
+    vocab_size: int
+    fingerprint: str  # changes whenever the mapping text -> ids could change
+    _impl: Any = field(repr=False)
+
+    def encode(self, text: str) -> np.ndarray:
+        if self.name == "byte":
+            return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        if self.name == "gpt2":
+            return np.asarray(self._impl.encode_ordinary(text), dtype=np.int64)
+        return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids]
+        if self.name == "byte":
+            return bytes(ids).decode("utf-8", errors="replace")
+        return self._impl.decode(ids)
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _gpt2(cfg: DataConfig) -> Tokenizer:
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    local = cfg.tokenizer_file or os.environ.get("IATTN_TOKENIZER_FILE", "")
+    if not local and (cfg.data_dir or os.environ.get("IATTN_DATA_DIR")):
+        guess = Path(cfg.data_dir or os.environ["IATTN_DATA_DIR"]) / "tokenizers" / "r50k_base.tiktoken"
+        local = str(guess) if guess.is_file() else ""
+    if not local:  # online users: tiktoken's own download and cache
+        try:
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            raise UserError(f"GPT-2 tokenizer not available offline ({type(e).__name__}); set --tokenizer-file "
+                            "or IATTN_TOKENIZER_FILE to a local r50k_base.tiktoken") from None
+        return Tokenizer("gpt2", GPT2_VOCAB, "gpt2:tiktoken", enc)
+    path = Path(local).expanduser()
+    if not path.is_file():
+        raise UserError(f"tokenizer file {path} does not exist; give the path of r50k_base.tiktoken")
+    digest = _sha256_file(path)
+    if digest != R50K_SHA256:
+        raise UserError(f"tokenizer file {path} has sha256 {digest[:12]}..., not the GPT-2 r50k_base ranks "
+                        f"({R50K_SHA256[:12]}...); replace it with the official r50k_base.tiktoken")
+    enc = tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(path)),
+                            special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=GPT2_VOCAB)
+    return Tokenizer("gpt2", GPT2_VOCAB, f"gpt2:{digest[:16]}", enc)
+
+
+def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
+    """Byte-level BPE trained on the train split; cached by (train text hash, size)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
+    path = cache_root(cfg) / "tokenizers" / f"bpe{size}-{key}.json"
+    if path.is_file():
+        tok = HFTokenizer.from_file(str(path))
+    else:
+        tok = HFTokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        tok.train_from_iterator(train_text.splitlines(keepends=True), trainer=trainer)
+        write_text(path, tok.to_str())
+    return Tokenizer(f"bpe:{size}", tok.get_vocab_size(), f"bpe:{size}:{key}", tok)
+
+
+def load_tokenizer(cfg: DataConfig, train_text: str | None = None) -> Tokenizer:
+    spec = cfg.tokenizer
+    if spec == "gpt2":
+        return _gpt2(cfg)
+    if spec == "byte":
+        return Tokenizer("byte", 256, "byte", None)
+    if spec.startswith("bpe:"):
+        try:
+            size = int(spec[4:])
+        except ValueError:
+            size = 0
+        if not 257 <= size <= 65535:
+            raise UserError(f"tokenizer {spec!r}: N must be an integer in [257, 65535], e.g. bpe:4096")
+        if train_text is None:
+            raise ValueError("bpe tokenizer needs the train text")
+        return _bpe(cfg, size, train_text)
+    raise UserError(f"unknown tokenizer {spec!r}; choose gpt2, bpe:N (e.g. bpe:4096) or byte")

@@ -1,0 +1,95 @@
+"""Checkpoints: one safetensors file holding weights, optimizer state and RNG, plus JSON metadata.
+
+Nothing is unpickled on load, so a checkpoint cannot run code. Files are written atomically
+(temp + fsync + rename); a truncated or foreign file is reported, not loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, safe_open, save_file
+
+from iattention.errors import UserError
+from iattention.utils.atomic import write_with
+
+FORMAT = "iattention-checkpoint-1"
+TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
+
+
+def model_tensors(model) -> dict[str, torch.Tensor]:
+    return {f"model/{k}": v.detach().contiguous() for k, v in model.state_dict().items() if k not in TIED}
+
+
+def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer.state_dict()
+    tensors = {}
+    for pid, state in sd["state"].items():
+        for key, value in state.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"optim/{pid}/{key}"] = t.detach().contiguous()
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None:
+    tensors = model_tensors(model)
+    meta = dict(meta, format=FORMAT)
+    if optimizer is not None:
+        opt_tensors, opt_meta = _optimizer_tensors(optimizer)
+        tensors.update(opt_tensors)
+        meta["optimizer"] = opt_meta
+        tensors["rng/torch"] = torch.get_rng_state()
+    tensors = {k: v.cpu() for k, v in tensors.items()}
+    write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)}))
+
+
+def read_meta(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get("iattention")
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {path} does not exist; check the path") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); "
+                        "delete it and resume from another checkpoint or retrain") from None
+    if not raw:
+        raise UserError(f"{path} is a safetensors file but not an iattention checkpoint; "
+                        "convert it with `iattn convert`")
+    meta = json.loads(raw)
+    if meta.get("format") != FORMAT:
+        raise UserError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT}")
+    return meta
+
+
+def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); "
+                        "delete it and resume from another checkpoint or retrain") from None
+
+
+def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
+    state = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+    for k in TIED:
+        state[k] = state["transformer.wte.weight"]
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint {path} does not fit this model ({str(e).splitlines()[1].strip()[:100]}); "
+                        "use the config the checkpoint was trained with") from None
+
+
+def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, pid, key = k.split("/", 2)
+            state.setdefault(int(pid), {})[key] = v
+    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    if "rng/torch" in tensors:
+        torch.set_rng_state(tensors["rng/torch"])

@@ -1,0 +1,162 @@
+"""Run configuration: typed nested dataclasses, loaded from a preset, a YAML file and key=value overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from iattention.data.config import DataConfig
+from iattention.errors import UserError
+from iattention.model.config import GPTConfig
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to min_lr_ratio * lr ("GPT-style")."""
+
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1  # on matrices only (dim >= 2); biases, LayerNorms excluded
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables
+
+
+@dataclass
+class LoopConfig:
+    epochs: int = 1
+    batch_size: int = 32  # global batch, in windows of block_size tokens
+    grad_accum: int = 1
+    seed: int = 0
+    eval_every_steps: int = 0  # extra validation evals between epochs (0: only at epoch ends)
+    ckpt_every_steps: int = 0  # extra resumable checkpoints between epochs
+    eval_batch_size: int = 32
+    patience: int = 0  # early stopping after this many epochs without improvement (0: off)
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    amp: bool = True  # bf16 autocast on CUDA
+    threads: int = 0  # torch CPU threads (0: torch default)
+    tensorboard: bool = True
+    skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
+
+
+@dataclass
+class RunConfig:
+    model: GPTConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESET_DIR = "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("iattention").joinpath(PRESET_DIR).iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def _preset_dict(name: str) -> dict:
+    path = resources.files("iattention").joinpath(PRESET_DIR, f"{name}.yaml")
+    if not path.is_file():
+        raise UserError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _coerce(where: str, value, typ):
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise UserError(f"{where} expects {typ.__name__}, got {value!r}")
+
+
+def _merge(base: dict, update: dict, where: str = "") -> dict:
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v, f"{where}{k}.")
+        else:
+            out[k] = v
+    return out
+
+
+def _build(raw: dict) -> RunConfig:
+    sections = {f.name: f for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(raw) - set(sections))
+    if unknown:
+        raise UserError(f"unknown config section(s) {unknown}; allowed: {sorted(sections)}")
+    built = {}
+    for name, f in sections.items():
+        cls = f.default_factory().__class__
+        values = raw.get(name) or {}
+        if not isinstance(values, dict):
+            raise UserError(f"config section {name!r} must be a mapping of keys, got {values!r}")
+        hints = typing.get_type_hints(cls)
+        allowed = [x.name for x in dataclasses.fields(cls)]
+        for key in values:
+            if key not in hints:
+                raise UserError(f"unknown config key {name}.{key}; allowed keys: {', '.join(allowed)}")
+        kwargs = {k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in values.items()}
+        if cls is GPTConfig:
+            kwargs.setdefault("vocab_size", 0)
+        built[name] = cls(**kwargs)
+    return RunConfig(**built)
+
+
+def parse_override(text: str) -> dict:
+    """'optim.lr=1e-3' -> {'optim': {'lr': 0.001}}."""
+    if "=" not in text:
+        raise UserError(f"override {text!r} is not KEY=VALUE; write e.g. optim.lr=1e-3")
+    key, value = text.split("=", 1)
+    parts = key.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise UserError(f"override key {key!r} must be SECTION.KEY, e.g. model.n_head=4")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return {parts[0]: {parts[1]: parsed}}
+
+
+def load_config(preset: str | None = None, config_file: str | None = None, overrides: list[str] = ()) -> RunConfig:
+    raw: dict = _preset_dict(preset) if preset else {}
+    if config_file:
+        path = Path(config_file)
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"config file {path} does not exist; check the path") from None
+        except yaml.YAMLError as e:
+            raise UserError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"config file {path} must hold a mapping of sections (model:, data:, optim:, train:)")
+        raw = _merge(raw, loaded)
+    for o in overrides:
+        raw = _merge(raw, parse_override(o))
+    return _build(raw)
+
+
+def config_from_dict(d: dict) -> RunConfig:
+    return _build(d)
