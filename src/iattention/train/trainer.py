@@ -57,6 +57,18 @@ def _config_dict(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(cfg.to_dict()))
 
 
+# Keys that say where or how fast a run executes, not what it computes: a run may resume on
+# another machine (other paths, thread count) and still be the same run.
+EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
+
+
+def _identity(d: dict | None) -> dict | None:
+    if not isinstance(d, dict):
+        return d
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
+                  if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
 def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} is a file; choose a folder for --out")
@@ -69,8 +81,8 @@ def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
             old = yaml.safe_load(saved.read_text())
         except yaml.YAMLError:
             raise UserError(f"{saved} is corrupt; delete the folder or choose another --out") from None
-        if old != _config_dict(cfg):
-            diff = _first_difference(old, _config_dict(cfg))
+        if _identity(old) != _identity(_config_dict(cfg)):
+            diff = _first_difference(_identity(old), _identity(_config_dict(cfg)))
             raise UserError(f"output folder {out} holds a run with another config ({diff}); use the same config "
                             "to resume, or choose another --out")
 
@@ -168,9 +180,9 @@ class Trainer:
     def _load_last(self) -> None:
         path = self.out / "last.safetensors"
         meta = ckpt.read_meta(path)
-        if meta.get("config") != _config_dict(self.cfg):
-            raise UserError(f"checkpoint {path} comes from a different config "
-                            f"({_first_difference(meta.get('config'), _config_dict(self.cfg))}); resume with the "
+        if _identity(meta.get("config")) != _identity(_config_dict(self.cfg)):
+            diff = _first_difference(_identity(meta.get("config")), _identity(_config_dict(self.cfg)))
+            raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
                             "run's own config or choose another --out")
         tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(self.model, tensors, path)

@@ -1,0 +1,1 @@
+"""Experiment grids (sweeps) and reports."""

@@ -1,0 +1,112 @@
+"""`iattn compare`, `iattn sweep` and `iattn report`."""
+
+from __future__ import annotations
+
+from iattention.cli import _int_list, _str_list
+from iattention.errors import UserError
+
+
+def _specs(args):
+    from iattention.experiments.sweep import grid
+    from iattention.model.config import ATTENTION_VARIANTS
+
+    bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]
+    if bad:
+        raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
+    return grid(args.attention, args.heads, args.seeds)
+
+
+def _check_heads(args):
+    from iattention.train import load_config
+
+    cfg = load_config(args.preset, None, list(args.overrides))
+    for h in args.heads:
+        if cfg.model.n_embd % h:
+            raise UserError(f"--heads {h}: n_embd={cfg.model.n_embd} of preset {args.preset} is not divisible by "
+                            f"{h}; pick head counts that divide {cfg.model.n_embd}")
+
+
+def cmd_compare(args) -> None:
+    from iattention.experiments.sweep import run_sweep
+    from iattention.train.cli import data_overrides
+
+    _check_heads(args)
+    summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
+                          jobs=args.jobs, quiet=True, threads=args.threads)
+    print()
+    print(f"{'attention':<11} {'heads':>5} {'seed':>4} {'params':>11} {'best val ppl':>12} {'epoch of best':>13} "
+          f"{'test ppl':>9} {'tok/s':>7}")
+    for s in summaries:
+        print(f"{s['attention']:<11} {s['n_head']:>5} {s['seed']:>4} {s['params']:>11,} {s['best_val_ppl']:>12.2f} "
+              f"{s['best_epoch']:>13} {s['test_ppl']:>9.2f} {s['train_tokens_per_s']:>7.0f}")
+    print(f"\nrun folders: {args.out}/<attention>-h<heads>-s<seed>/ (metrics.jsonl, summary.json, tb/)")
+
+
+def cmd_report(args) -> None:
+    from iattention.experiments.report import write_report
+
+    path = write_report(args.dirs, args.out, title=args.title)
+    print(f"wrote {path}")
+
+
+def register(sub) -> None:
+    from iattention.train.cli import add_data_flags
+    from iattention.train.config import preset_names
+
+    def common(p, heads_default, seeds_default):
+        p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
+        p.add_argument("--attention", type=_str_list, default=["standard", "canonical"],
+                       help="comma-separated variants (standard, canonical, identity_q)")
+        p.add_argument("--heads", type=_int_list, default=heads_default, help="comma-separated head counts")
+        p.add_argument("--seeds", type=_seed_list, default=seeds_default,
+                       help="comma-separated seeds")
+        p.add_argument("--out", required=True, help="folder that receives one run folder per combination")
+        p.add_argument("--jobs", type=int, default=1, help="runs in parallel (each then uses 1 CPU thread)")
+        p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: torch's choice)")
+        add_data_flags(p)
+        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
+
+    c = sub.add_parser("compare", help="quick standard vs canonical comparison with a table",
+                       description="Train each attention variant once (same seed, same data) and print a table "
+                                   "of parameters, best validation perplexity and epoch of best.")
+    common(c, [4], [0])
+    c.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("sweep", help="run an experiment grid (resumable)",
+                       description="Run every attention x heads x seeds combination as its own run folder. "
+                                   "Finished runs are skipped, interrupted ones resume; run subsets anywhere and "
+                                   "merge them with `iattn report`.")
+    common(s, [1, 2, 4, 8], [0, 1, 2])
+    s.set_defaults(func=cmd_sweep)
+
+    r = sub.add_parser("report", help="report.md and figures from sweep folders",
+                       description="Write report.md and PNG figures from run folders (metrics.jsonl, "
+                                   "summary.json); several sweep folders are merged.")
+    r.add_argument("dirs", nargs="+", help="sweep folders (or run folders)")
+    r.add_argument("--out", required=True, help="folder for report.md and figures")
+    r.add_argument("--title", default="I-Attention study")
+    r.set_defaults(func=cmd_report)
+
+
+def _seed_list(text: str) -> list[int]:
+    import argparse
+
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
+    return values
+
+
+def cmd_sweep(args) -> None:
+    from iattention.experiments.sweep import run_sweep
+    from iattention.train.cli import data_overrides
+
+    _check_heads(args)
+    specs = _specs(args)
+    print(f"sweep {args.preset}: {len(specs)} runs -> {args.out}")
+    run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=args.jobs,
+              threads=args.threads)
+    print(f"done; make the report with: iattn report {args.out} --out {args.out}/report")
