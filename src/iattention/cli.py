@@ -81,7 +81,7 @@ def _subcommand_registrars():
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name == module:  # not built yet
+            if e.name in (module, module.rsplit(".", 1)[0]):  # not built yet
                 continue
             raise
         yield mod.register
