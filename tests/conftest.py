@@ -58,6 +58,6 @@ def write_corpus(folder, n_train=6000, n_eval=1500, seed=0) -> dict:
 
 
 def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
-    base = [f"data.dataset=text", f"data.train={paths['train']}", f"data.valid={paths['valid']}",
+    base = ["data.dataset=text", f"data.train={paths['train']}", f"data.valid={paths['valid']}",
             f"data.test={paths['test']}", "data.tokenizer=byte", "data.train_tokens=0", f"data.cache_dir={cache_dir}"]
     return base + [f"{k}={v}" for k, v in extra.items()]
