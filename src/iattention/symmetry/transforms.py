@@ -81,6 +81,7 @@ def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GP
     dtype = _model_dtype(model)
     cfg = model.config.replace(attention="canonical", canonical=halves)
     out = GPT(cfg).to(dtype)
+    out.train(model.training)
     _copy_non_attention(model, out)
     H, r = cfg.n_head, cfg.d_head
     eye = torch.eye(r, dtype=torch.float64).expand(H, r, r)
@@ -107,6 +108,7 @@ def expand(model: GPT) -> GPT:
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     dtype = _model_dtype(model)
     out = GPT(model.config.replace(attention="standard", canonical="both")).to(dtype)
+    out.train(model.training)
     _copy_non_attention(model, out)
     for src, dst in zip(model.attention_layers, out.attention_layers):
         dst.load_heads(src.to_heads())

@@ -1,0 +1,47 @@
+"""`iattn convert`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cmd_convert(args) -> None:
+    from iattention.interop.convert import convert, read_any, save_converted
+
+    src = read_any(args.src)
+    model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
+    save_converted(model, args.out, args.to, rep, source=str(args.src))
+    print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
+          f"{args.to} [{args.dtype}] at {args.out}")
+    if rep.conditioning:
+        print(f"condition numbers of the fixed {args.block} blocks (per layer: max over heads; median):")
+        for layer, (k, o) in enumerate(zip(rep.conditioning["key"], rep.conditioning["output"])):
+            print(f"  layer {layer:>2}: key max {max(k):10.3g} median {np.median(k):8.3g} | output max "
+                  f"{max(o):10.3g} median {np.median(o):8.3g}")
+        if args.per_head:
+            for layer, (k, o) in enumerate(zip(rep.conditioning["key"], rep.conditioning["output"])):
+                print(f"  layer {layer:>2} key:    " + " ".join(f"{c:.3g}" for c in k))
+                print(f"  layer {layer:>2} output: " + " ".join(f"{c:.3g}" for c in o))
+    delta = rep.params_before - rep.params_after
+    print(f"learned parameters: {rep.params_before:,} -> {rep.params_after:,} "
+          f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
+    print(f"max abs logit difference on the probe batch: {rep.max_abs_logit_diff:.3e} "
+          f"(relative {rep.max_rel_logit_diff:.3e})")
+
+
+def register(sub) -> None:
+    from iattention.interop.convert import DTYPES, TARGETS
+    from iattention.symmetry.blocks import BLOCKS
+
+    p = sub.add_parser("convert", help="exact conversion: HF GPT-2 / standard <-> canonical",
+                       description="Read an HF GPT-2 folder or an iattention checkpoint and write it as a "
+                                   "canonical (I-Attention) or standard iattention model, or as an HF folder. "
+                                   "Prints block condition numbers, parameter counts and the logit difference "
+                                   "on a fixed probe batch.")
+    p.add_argument("--from", dest="src", required=True, help="HF folder (config.json) or iattention checkpoint")
+    p.add_argument("--to", required=True, choices=TARGETS)
+    p.add_argument("--block", default="aligned", choices=BLOCKS, help="which r rows/columns become the identity")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
+    p.add_argument("--out", required=True, help="output folder (must not exist)")
+    p.set_defaults(func=cmd_convert)

@@ -1,0 +1,121 @@
+"""Conversion between checkpoint formats and attention parameterizations, with diagnostics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from iattention.errors import UserError
+from iattention.model.gpt import GPT
+from iattention.symmetry.blocks import condition_numbers, select_blocks
+from iattention.symmetry.transforms import canonicalize, expand
+from iattention.train import checkpoint as ckpt
+
+TARGETS = ("canonical", "standard", "hf")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def read_any(path: str | Path) -> GPT:
+    """An HF GPT-2 folder (config.json) or an iattention checkpoint / run folder."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
+    hf_config = path / "config.json"
+    if hf_config.is_file() and "model_type" in json.loads(hf_config.read_text()):  # ours has no model_type
+        from iattention.interop.hf import from_hf
+
+        return from_hf(path)
+    from iattention.interop.load import load_model
+
+    return load_model(path)[0]
+
+
+@torch.no_grad()
+def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
+    """Condition numbers of each head's fixed key / output block: {'key': (L, H), 'output': (L, H)}."""
+    if model.config.attention != "standard":
+        model = expand(model)
+    keys, outs = [], []
+    for attn in model.attention_layers:
+        hw = attn.to_heads().to(torch.float64)
+        k_rows, o_cols = select_blocks(hw.W_K, hw.W_O, block)
+        keys.append(condition_numbers(hw.W_K, k_rows))
+        outs.append(condition_numbers(hw.W_O.mT, o_cols))
+    return {"key": np.stack(keys), "output": np.stack(outs)}
+
+
+@dataclass
+class ConversionReport:
+    params_before: int
+    params_after: int
+    max_abs_logit_diff: float
+    max_rel_logit_diff: float
+    conditioning: dict | None
+
+
+def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (2, min(64, model.config.block_size)), generator=g)
+
+
+@torch.no_grad()
+def convert(src: GPT, to: str, block: str = "aligned", dtype: str = "float32"):
+    """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype."""
+    if to not in TARGETS:
+        raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    src64 = src.double().eval()
+    x = probe_batch(src64)
+    ref = src64(x)[0]
+    cond = None
+    if to == "canonical":
+        out = canonicalize(src64, block=block).to(DTYPES[dtype])
+        c = block_conditioning(src64, block)
+        cond = {k: v.tolist() for k, v in c.items()}
+        logits = out(x)[0].double()
+        after = out.num_params()
+    elif to == "standard":
+        out = expand(src64).to(DTYPES[dtype])
+        logits = out(x)[0].double()
+        after = out.num_params()
+    else:
+        from iattention.interop.hf import to_hf
+
+        out = to_hf(src64).to(DTYPES[dtype])
+        logits = out(x).logits.double()
+        after = sum(p.numel() for p in out.parameters())
+    diff = (logits - ref).abs().max().item()
+    return out, ConversionReport(src.num_params(), after, diff, diff / ref.abs().max().item(), cond)
+
+
+def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str) -> None:
+    """Write into a temp folder, then rename it to `out` (never a half-written folder)."""
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except (PermissionError, FileExistsError, NotADirectoryError):
+        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
+    try:
+        if to == "hf":
+            model.save_pretrained(str(tmp), safe_serialization=True)
+        else:
+            meta = {"config": {"model": model.config.to_dict()}, "source": source,
+                    "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}
+            ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
+            (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

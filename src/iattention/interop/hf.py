@@ -1,0 +1,127 @@
+"""Exact conversion between Hugging Face `GPT2LMHeadModel` and `iattention.GPT`.
+
+HF GPT-2 stores projections as Conv1D with weight (in, out); we use nn.Linear (out, in), so every
+projection weight is transposed. The embedding table is padded (zero rows) to our vocab_pad_multiple
+and cut back on export. Canonical / identity_q models are expanded to standard attention first.
+`transformers` is an optional dependency: pip install iattention[hf].
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from iattention.errors import UserError
+from iattention.model.config import GPTConfig
+from iattention.model.gpt import GPT
+
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise UserError("this needs Hugging Face transformers; install it with pip install 'iattention[hf]'") \
+            from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+def _load_hf(model_or_path):
+    tf = _transformers()
+    if isinstance(model_or_path, tf.GPT2LMHeadModel):
+        return model_or_path
+    path = Path(model_or_path)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
+                        "save_pretrained")
+    # use_safetensors: never unpickle a pytorch_model.bin
+    try:
+        return tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True)
+    except OSError as e:
+        raise UserError(f"cannot load {path} as GPT-2 from safetensors ({str(e).splitlines()[0][:100]}); "
+                        "re-save it with save_pretrained(safe_serialization=True)") from None
+
+
+def _check_supported(hc) -> None:
+    problems = []
+    if hc.scale_attn_by_inverse_layer_idx:
+        problems.append("scale_attn_by_inverse_layer_idx=True")
+    if not hc.scale_attn_weights:
+        problems.append("scale_attn_weights=False")
+    if hc.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        problems.append(f"activation_function={hc.activation_function}")
+    if abs(hc.layer_norm_epsilon - 1e-5) > 1e-12:
+        problems.append(f"layer_norm_epsilon={hc.layer_norm_epsilon}")
+    if problems:
+        raise UserError(f"unsupported GPT-2 variant ({', '.join(problems)}); iattention models the standard GPT-2 "
+                        "block only")
+
+
+def from_hf(model_or_path) -> GPT:
+    """A transformers GPT2LMHeadModel (object or local folder) -> standard-attention GPT, same logits."""
+    hf = _load_hf(model_or_path)
+    hc = hf.config
+    _check_supported(hc)
+    cfg = GPTConfig(n_layer=hc.n_layer, n_head=hc.n_head, n_embd=hc.n_embd, vocab_size=hc.vocab_size,
+                    block_size=hc.n_positions, dropout=float(hc.resid_pdrop), bias=True, attention="standard")
+    dtype = next(hf.parameters()).dtype
+    model = GPT(cfg).to(dtype)
+    src = {k: v for k, v in hf.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    state = {}
+    for k, v in src.items():
+        if k.endswith(_CONV1D):
+            v = v.t()
+        if k in ("transformer.wte.weight", "lm_head.weight"):
+            v = torch.cat([v, v.new_zeros(cfg.padded_vocab_size - cfg.vocab_size, cfg.n_embd)])
+        state[k] = v.contiguous()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise UserError(f"HF checkpoint does not map onto GPT-2 (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.eval()
+
+
+def hf_config(cfg: GPTConfig):
+    tf = _transformers()
+    return tf.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd,
+                         n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu_new",
+                         resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
+                         layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+                         bos_token_id=50256 if cfg.vocab_size == 50257 else None,
+                         eos_token_id=50256 if cfg.vocab_size == 50257 else None)
+
+
+@torch.no_grad()
+def to_hf(model: GPT):
+    """Any iattention GPT -> transformers GPT2LMHeadModel with the same logits (canonical is expanded)."""
+    from iattention.symmetry.transforms import expand
+
+    tf = _transformers()
+    if model.config.attention != "standard":
+        model = expand(model)
+    cfg = model.config
+    dtype = model.transformer.wte.weight.dtype
+    hf = tf.GPT2LMHeadModel(hf_config(cfg)).to(dtype)
+    target = hf.state_dict()
+    ours = model.state_dict()
+    state = {}
+    for k, v in target.items():
+        if k.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        if k in ours:
+            w = ours[k]
+            if k.endswith(_CONV1D):
+                w = w.t()
+            if k in ("transformer.wte.weight", "lm_head.weight"):
+                w = w[: cfg.vocab_size]
+        elif not cfg.bias and k.endswith(".bias"):
+            w = torch.zeros_like(v)  # bias-free model: HF GPT-2 always has biases; zero is the same function
+        else:
+            raise RuntimeError(f"no source for {k}")
+        state[k] = w.contiguous()
+    hf.load_state_dict(state, strict=False)
+    hf.tie_weights()
+    return hf.eval()
