@@ -15,6 +15,7 @@ from safetensors.torch import load_file, safe_open, save_file
 
 from iattention.errors import UserError
 from iattention.utils.atomic import write_with
+from iattention.utils.faults import fault_point
 
 FORMAT = "iattention-checkpoint-1"
 TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
@@ -43,7 +44,12 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
         meta["optimizer"] = opt_meta
         tensors["rng/torch"] = torch.get_rng_state()
     tensors = {k: v.cpu() for k, v in tensors.items()}
-    write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)}))
+
+    def write(tmp: Path) -> None:
+        save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)})
+        fault_point("ckpt_write", torn=tmp)
+
+    write_with(path, write)
 
 
 def read_meta(path: str | Path) -> dict:

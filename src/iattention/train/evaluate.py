@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from iattention.data.dataset import eval_windows
 from iattention.train.distributed import DistContext
+from iattention.utils.faults import fault_point
 
 
 @torch.no_grad()
@@ -33,6 +34,7 @@ def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: 
             nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), t[:, 1:].reshape(-1), reduction="sum")
             total[0] += nll.double()
             total[1] += t[:, 1:].numel()
+            fault_point("eval")
     ctx.sum_(total)
     model.train(was_training)
     return total[0].item(), int(total[1].item())

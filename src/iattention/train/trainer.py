@@ -30,6 +30,7 @@ from iattention.train.evaluate import perplexity, split_nll
 from iattention.train.optim import build_optimizer
 from iattention.train.schedule import lr_at
 from iattention.utils.atomic import write_json, write_text
+from iattention.utils.faults import fault_point
 
 
 class NonFiniteLoss(UserError):
@@ -156,6 +157,9 @@ class Trainer:
         self.state = TrainState()
         self.metrics: list[dict] = []
         self.steps: list[dict] = []
+        if self.resume and self.out.is_dir() and ctx.is_main:
+            for stale in self.out.glob(".*.tmp"):  # temp files of a write that a crash cut short
+                stale.unlink()
         if self.resume and (self.out / "last.safetensors").exists():
             self._load_last()
         elif ctx.is_main:
@@ -266,6 +270,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        fault_point("step")
         return loss_val
 
     def run(self) -> dict:
@@ -343,7 +348,8 @@ class Trainer:
     def _finish(self) -> dict:
         s = self.state
         best = self.out / "best.safetensors"
-        ckpt.load_model_state(self.model, ckpt.load_tensors(best), best)
+        if best.exists():  # absent only if no validation loss was ever finite
+            ckpt.load_model_state(self.model, ckpt.load_tensors(best), best)
         test_loss, test_ppl = self._eval_split("test")
         s.wall_time += time.time() - self._t0
         summary = dict(
