@@ -1,0 +1,138 @@
+"""Table-driven bad inputs: each gives one line `iattn: error: ...` naming problem and fix, exit code 2,
+no traceback, and no partial output."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import tiny_overrides, write_corpus
+from iattention.cli import main
+from iattention.train import load_config, train
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    paths = write_corpus(root)
+    ov = tiny_overrides(paths, root / "cache", **{"train.epochs": 1})
+    train(load_config("tiny", None, ov), root / "done", quiet=True)
+    (root / "empty.txt").write_text("")
+    (root / "binary.txt").write_bytes(b"\x00\x01\x02binary\x00" * 50)
+    (root / "bad.tiktoken").write_text("aGVsbG8= 0\n")
+    (root / "a_file").write_text("not a folder")
+    data = open(root / "done" / "best.safetensors", "rb").read()
+    (root / "torn.safetensors").write_bytes(data[: len(data) // 2])
+    (root / "bad.yaml").write_text("model: [unclosed\n")
+    other = root / "other"  # a run folder whose checkpoint comes from a different config
+    shutil.copytree(root / "done", other)
+    shutil.copy(root / "done" / "last.safetensors", other / "last.safetensors")
+    cfg_text = (other / "config.yaml").read_text().replace("n_embd: 32", "n_embd: 16")
+    (other / "config.yaml").write_text(cfg_text)
+    (other / "summary.json").unlink()
+    locked = root / "locked"
+    locked.mkdir()
+    immutable = subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode == 0
+    if not immutable and os.geteuid() != 0:
+        os.chmod(locked, 0o500)
+        immutable = True
+    yield dict(root=root, ov=ov, paths=paths, locked=immutable)
+    subprocess.run(["chattr", "-i", str(locked)], capture_output=True)
+
+
+def _train(env, *extra, out="run", resume=False):
+    return ["train", "--preset", "tiny", "--out", str(env["root"] / out), "--quiet",
+            *(["--resume"] if resume else []), *env["ov"], *extra]
+
+
+CASES = {
+    "unknown config key": (lambda e: _train(e, "model.n_heads=4"), "unknown config key model.n_heads"),
+    "unknown section": (lambda e: _train(e, "optimizer.lr=1"), "unknown config section"),
+    "wrong type": (lambda e: _train(e, "train.epochs=many"), "train.epochs expects int"),
+    "n_embd not divisible by n_head": (lambda e: _train(e, "model.n_head=5"), "not divisible by n_head=5"),
+    "unknown attention": (lambda e: _train(e, "model.attention=linear"), "unknown attention 'linear'"),
+    "unknown preset": (lambda e: ["train", "--preset", "nope", "--out", str(e["root"] / "x")], "unknown preset"),
+    "config file not YAML": (lambda e: ["train", "--config", str(e["root"] / "bad.yaml"), "--out",
+                                        str(e["root"] / "x")], "not valid YAML"),
+    "block size larger than the model's": (
+        lambda e: ["eval", str(e["root"] / "done" / "best.safetensors"), "--block-size", "999"],
+        "larger than the model's block_size"),
+    "missing data folder": (lambda e: ["train", "--preset", "tiny", "--out", str(e["root"] / "x"), "--data-dir",
+                                       str(e["root"] / "nowhere")], "does not exist"),
+    "missing train file": (lambda e: _train(e, f"data.train={e['root'] / 'nope.txt'}"), "does not exist"),
+    "empty training file": (lambda e: _train(e, f"data.train={e['root'] / 'empty.txt'}"), "is empty"),
+    "binary training file": (lambda e: _train(e, f"data.train={e['root'] / 'binary.txt'}"), "looks binary"),
+    "unknown tokenizer": (lambda e: _train(e, "data.tokenizer=wordpiece"), "unknown tokenizer"),
+    "bad bpe size": (lambda e: _train(e, "data.tokenizer=bpe:12"), "N must be an integer in [257, 65535]"),
+    "tokenizer file with the wrong hash": (
+        lambda e: _train(e, "data.tokenizer=gpt2", f"data.tokenizer_file={e['root'] / 'bad.tiktoken'}"),
+        "not the GPT-2 r50k_base ranks"),
+    "vocabulary larger than the model's": (lambda e: _train(e, "model.vocab_size=100"),
+                                           "has 256 tokens but model.vocab_size is 100"),
+    "corrupt checkpoint": (lambda e: ["eval", str(e["root"] / "torn.safetensors")], "corrupt or truncated"),
+    "checkpoint from a different config": (lambda e: _train(e, "model.n_embd=16", out="other", resume=True),
+                                           "comes from a different config"),
+    "resuming into a folder of another run": (lambda e: _train(e, "model.n_layer=2", out="done", resume=True),
+                                              "holds a run with another config"),
+    "existing run without --resume": (lambda e: _train(e, out="done"), "pass --resume"),
+    "output folder that is a file": (lambda e: _train(e, out="a_file"), "is a file"),
+    "a --heads value the model cannot take": (
+        lambda e: ["sweep", "--preset", "tiny", "--heads", "3", "--out", str(e["root"] / "sw"), *e["ov"]],
+        "not divisible by 3"),
+    "bad --heads syntax": (lambda e: ["params", "--heads", "four"], "expected comma-separated integers"),
+    "batch too large for the data": (lambda e: _train(e, "train.batch_size=4096"), "fewer than one batch"),
+    "convert to an existing folder": (
+        lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out", str(e["root"] / "done")],
+        "already exists"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(env, name, capsys):
+    make_args, expected = CASES[name]
+    before = sorted(os.listdir(env["root"]))
+    try:
+        code = main(make_args(env))
+    except SystemExit as e:  # argparse usage errors
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, name
+    assert len(err) == 1, err
+    assert err[0].startswith("iattn") and "error:" in err[0] and expected in err[0], err[0]
+    assert "Traceback" not in err[0]
+    assert sorted(os.listdir(env["root"])) == before  # no partial output
+
+
+def test_unwritable_output_folder(env, capsys):
+    if not env["locked"]:
+        pytest.skip("cannot make a folder unwritable here (no chattr, running as root)")
+    code = main(_train(env, out="locked/run"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not writable" in err[0]
+
+
+def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch, capsys):
+    import errno
+
+    from iattention.train import checkpoint
+
+    real_save, calls = checkpoint.save_file, []
+
+    def fills_the_disk(tensors, filename, metadata=None):
+        calls.append(filename)
+        real_save(tensors, filename, metadata=metadata)
+        if len(calls) == 2:  # the second checkpoint write runs out of space part-way
+            with open(filename, "r+b") as f:
+                f.truncate(100)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_file", fills_the_disk)
+    out = env["root"] / "diskfull"
+    code = main(_train(env, "train.ckpt_every_steps=2", out="diskfull"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "disk full" in err[0], err
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    meta = checkpoint.read_meta(out / "last.safetensors")  # the first checkpoint, intact
+    assert meta["state"]["step"] == 2
+    shutil.rmtree(out)
