@@ -1,0 +1,1 @@
+"""Benchmarks: tokens/s, memory, executed FLOPs and MFU, vs the HF GPT-2 reference."""

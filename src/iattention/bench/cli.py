@@ -1,0 +1,186 @@
+"""`iattn bench`: every variant x head count in one process, as ratios to standard and to HF GPT-2."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from iattention.cli import _int_list, _str_list
+from iattention.errors import UserError
+
+BENCH_PRESETS = {
+    # model shapes; batch is the micro-batch timed per step
+    "cpu-study": dict(model=dict(n_layer=4, n_embd=128, block_size=128, vocab_size=4096), batch=16),
+    "cpu-quick": dict(model=dict(n_layer=2, n_embd=64, block_size=64, vocab_size=4096), batch=32),
+    "tiny": dict(model=dict(n_layer=1, n_embd=32, block_size=32, vocab_size=256), batch=8),
+    "gpt2-small": dict(model=dict(n_layer=12, n_embd=768, block_size=1024, vocab_size=50257), batch=16),
+}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
+              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
+    from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
+    from iattention.bench.runner import Timing, hf_reference, ours, time_model
+    from iattention.model.config import GPTConfig
+
+    if preset not in BENCH_PRESETS:
+        raise UserError(f"unknown bench preset {preset!r}; choose one of {', '.join(BENCH_PRESETS)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
+    dev = torch.device(device)
+    spec = BENCH_PRESETS[preset]
+    amp = dev.type == "cuda"
+    if amp:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    name = device_name(dev)
+    peak = device_peak_tflops(name) if amp else None
+    rows = []
+
+    def record(label, attention, h, cfg, timing, n_params):
+        flops = executed_flops_per_token(cfg)
+        row = dict(model=label, attention=attention, n_head=h, params=n_params,
+                   train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
+                   train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
+                   executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
+                   achieved_tflops=flops * timing.train_tokens_per_s / 1e12)
+        if peak:
+            row["mfu_nanogpt"] = row["nanogpt_flops_per_token"] * timing.train_tokens_per_s / (peak * 1e12)
+            row["mfu_executed"] = flops * timing.train_tokens_per_s / (peak * 1e12)
+        rows.append(row)
+        log(f"{label:<13} {attention:<11} h={h:<3} train {timing.train_tokens_per_s:>10,.0f} tok/s   "
+            f"forward {timing.forward_tokens_per_s:>10,.0f} tok/s")
+
+    entries = []  # (label, attention, heads, cfg, model, loss_fn, params)
+    for h in heads:
+        base = GPTConfig(n_head=h, **spec["model"])
+        for attention in attentions:
+            cfg = base.replace(attention=attention)
+            torch.manual_seed(0)
+            model, loss_fn = ours(cfg, dev, compile=compile)
+            entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params()))
+        if reference:
+            cfg = base.replace(attention="standard")
+            model, loss_fn = hf_reference(cfg, dev, compile=compile)
+            if model is not None:
+                entries.append(("hf-gpt2", "standard", h, cfg, model, loss_fn,
+                                sum(p.numel() for p in model.parameters())))
+    # Rounds interleave the configurations so that drift of the machine hits all of them alike;
+    # each configuration's figure is the median over all its timed windows.
+    timings: dict[int, list] = {i: [] for i in range(len(entries))}
+    for _ in range(rounds):
+        for i, (_, _, _, cfg, model, loss_fn, _) in enumerate(entries):
+            timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
+                                         windows, steps, amp=amp))
+    for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
+        ts = timings[i]
+        train = [r for t in ts for r in t.train_window_tokens_per_s]
+        merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
+                        max((t.peak_memory_mb or 0) for t in ts) or None)
+        record(label, attention, h, cfg, merged, n_params)
+    for row in rows:
+        same = [r for r in rows if r["n_head"] == row["n_head"]]
+        std = next((r for r in same if r["model"] == "iattention" and r["attention"] == "standard"), None)
+        ref = next((r for r in same if r["model"] == "hf-gpt2"), None)
+        for key in ("train_tokens_per_s", "forward_tokens_per_s"):
+            if std:
+                row[f"{key}_vs_standard"] = row[key] / std[key]
+            if ref:
+                row[f"{key}_vs_hf"] = row[key] / ref[key]
+    return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
+                torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
+                peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
+                date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[2:]]) if
+                sys.argv[1:2] == ["bench"] else "iattn bench", rows=rows)
+
+
+def table(result: dict) -> str:
+    mfu = result["peak_bf16_tflops"] is not None
+    head = ("| model | attention | heads | params | train tok/s | × standard | × HF | forward tok/s | × standard | "
+            "executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['model']} | {r['attention']} | {r['n_head']} | {r['params']:,} | {r['train_tokens_per_s']:,.0f} | "
+            f"{r.get('train_tokens_per_s_vs_standard', float('nan')):.3f} | {r.get('train_tokens_per_s_vs_hf', float('nan')):.3f} | "
+            f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', float('nan')):.3f} | "
+            f"{r['executed_flops_per_token'] / 1e9:.4f}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
+    return "\n".join(lines)
+
+
+def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
+    from iattention.utils.atomic import write_text
+
+    marker = f"<!-- bench:{result['device']}:{result['preset']}:{'compiled' if result['compile'] else 'eager'} -->"
+    section = (f"{marker}\n## {result['preset']} on {result['device_name']} ({result['device']}, "
+               f"{'torch.compile' if result['compile'] else 'eager'}, {result['date']})\n\n"
+               f"Command: `{result['command']}` — raw numbers: `{json_path.as_posix()}` "
+               f"(median of {result['rounds']} interleaved rounds × {result['windows']} windows × {result['steps_per_window']} steps, torch "
+               f"{result['torch']}, {result['threads']} threads).\n\n{table(result)}\n")
+    text = path.read_text() if path.exists() else (
+        "# Benchmarks\n\nProduced by `iattn bench`; each section is replaced when its benchmark is rerun. "
+        "Ratios are measured in one process and one run. FLOPs per token count the matmuls actually executed "
+        "(see `iattention/bench/flops.py`).\n\n")
+    pattern = re.compile(re.escape(marker) + r".*?(?=\n<!-- bench:|\Z)", re.S)
+    text = pattern.sub(lambda _: section.rstrip("\n"), text) if marker in text else text.rstrip("\n") + "\n\n" + section
+    write_text(path, text.rstrip("\n") + "\n")
+
+
+def cmd_bench(args) -> None:
+    from iattention.model.config import ATTENTION_VARIANTS
+    from iattention.utils.atomic import write_json
+
+    bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]
+    if bad:
+        raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
+    if "standard" not in args.attention:
+        args.attention = ["standard", *args.attention]
+    d = BENCH_PRESETS.get(args.preset, {}).get("model", {}).get("n_embd", 0)
+    for h in args.heads:
+        if d and d % h:
+            raise UserError(f"--heads {h}: n_embd={d} of bench preset {args.preset} is not divisible by {h}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
+                       reference=not args.no_reference, rounds=args.rounds)
+    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}-{result['date']}.json")
+    write_json(out, result)
+    print()
+    print(table(result))
+    print(f"\nwrote {out}")
+    if args.markdown:
+        update_benchmarks_md(Path(args.markdown), result, out)
+        print(f"updated {args.markdown}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="training/forward tokens/s, memory, FLOPs, MFU vs standard and HF GPT-2",
+                       description="Benchmark every attention variant x head count in one process, with the "
+                                   "Hugging Face GPT2LMHeadModel of the same shape as reference. Writes JSON to "
+                                   "benchmarks/results/ (or --json) and optionally a section of BENCHMARKS.md.")
+    p.add_argument("--preset", default="cpu-study", help=f"shape: {', '.join(BENCH_PRESETS)}")
+    p.add_argument("--attention", type=_str_list, default=["standard", "canonical", "identity_q"])
+    p.add_argument("--heads", type=_int_list, default=[1, 4, 8])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")
+    p.add_argument("--windows", type=int, default=5, help="timed windows (the median is reported)")
+    p.add_argument("--steps", type=int, default=3, help="steps per timed window")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
+    p.add_argument("--json", help="result file (default benchmarks/results/<device>-<preset>-<date>.json)")
+    p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
+    p.set_defaults(func=cmd_bench)

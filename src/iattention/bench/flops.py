@@ -1,0 +1,52 @@
+"""Model FLOPs per token.
+
+`executed_flops_per_token` counts the matmul FLOPs the implementation really runs (2 per multiply-add),
+forward pass, per token of a length-T sequence:
+  attention projections per layer: standard 2*d*3d + 2*d*d = 8 d^2;
+    canonical with H > 1 builds the full W_K / W_O and runs the same GEMMs (8 d^2);
+    canonical with H = 1 runs only the fused Q,V GEMM (4 d^2): keys and output are index copies;
+    canonical "qk" or "vo" at H = 1 skip one of the two (6 d^2); identity_q runs K,V and O (6 d^2);
+  attention scores and weighted sum: 2*T*d + 2*T*d (full T x T, as SDPA's FLOP counters report it);
+  MLP: 16 d^2;  LM head: 2 d V_padded.
+Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nanoGPT's MFU formula,
+6 N + 12 L H Q T with N = parameters without position embeddings, used for MFU comparisons.
+"""
+
+from __future__ import annotations
+
+from iattention.model.config import GPTConfig
+from iattention.symmetry.counts import param_count
+
+
+def attention_projection_flops(cfg: GPTConfig) -> int:
+    d = cfg.n_embd
+    if cfg.attention == "identity_q":
+        return 6 * d * d
+    if cfg.attention == "canonical" and cfg.n_head == 1:
+        skipped = {"both": 2, "qk": 1, "vo": 1}[cfg.canonical]
+        return (8 - 2 * skipped) * d * d
+    return 8 * d * d
+
+
+def executed_flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> int:
+    T = seq_len or cfg.block_size
+    d = cfg.n_embd
+    per_layer = attention_projection_flops(cfg) + 4 * T * d + 16 * d * d
+    fwd = cfg.n_layer * per_layer + 2 * d * cfg.padded_vocab_size
+    return 3 * fwd if training else fwd
+
+
+def nanogpt_flops_per_token(cfg: GPTConfig, seq_len: int | None = None) -> int:
+    T = seq_len or cfg.block_size
+    N = param_count(cfg) - cfg.block_size * cfg.n_embd
+    return 6 * N + 12 * cfg.n_layer * cfg.n_head * cfg.d_head * T
+
+
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def device_peak_tflops(name: str) -> float | None:
+    for key, peak in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return peak
+    return None

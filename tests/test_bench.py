@@ -1,0 +1,56 @@
+"""Benchmark: runs on a tiny shape and writes valid JSON; FLOP counter vs hand count; compiled == eager."""
+
+import json
+
+import pytest
+import torch
+
+from iattention import GPT, GPTConfig
+from iattention.bench.flops import executed_flops_per_token, nanogpt_flops_per_token
+from iattention.cli import main
+
+
+def test_bench_tiny_writes_json(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    md = tmp_path / "B.md"
+    code = main(["bench", "--preset", "tiny", "--heads", "1,2", "--windows", "1", "--steps", "1", "--rounds", "1",
+                 "--json", str(out), "--markdown", str(md)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert {(r["model"], r["attention"], r["n_head"]) for r in rows} >= {
+        ("iattention", "standard", 1), ("iattention", "canonical", 1), ("iattention", "identity_q", 2),
+        ("hf-gpt2", "standard", 2)}
+    for r in rows:
+        assert r["train_tokens_per_s"] > 0 and r["forward_tokens_per_s"] > 0
+        assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
+    assert "| iattention | canonical | 1 |" in md.read_text()
+    main(["bench", "--preset", "tiny", "--heads", "2", "--windows", "1", "--steps", "1", "--rounds", "1",
+          "--json", str(out), "--markdown", str(md), "--no-reference"])
+    assert md.read_text().count("<!-- bench:cpu:tiny:eager -->") == 1  # the section is replaced, not added
+
+
+def test_flop_counter_matches_hand_count():
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=8, vocab_size=60, block_size=4, vocab_pad_multiple=64)
+    # per layer: QKV 2*8*24=384, out 2*8*8=128, scores+AV 4*4*8=128, MLP 2*8*32*2=1024 -> 1664; head 2*8*64=1024
+    assert executed_flops_per_token(cfg, training=False) == 2 * 1664 + 1024
+    assert executed_flops_per_token(cfg) == 3 * (2 * 1664 + 1024)
+    one = cfg.replace(n_head=1, attention="canonical")  # no key GEMM, no output GEMM: QV 2*8*16=256
+    assert executed_flops_per_token(one, training=False) == 2 * (256 + 128 + 1024) + 1024
+    four = cfg.replace(n_head=2, attention="canonical")  # full matrices are built: same GEMMs as standard
+    assert executed_flops_per_token(four) == executed_flops_per_token(cfg)
+    iq = cfg.replace(attention="identity_q")  # KV 256 + out 128
+    assert executed_flops_per_token(iq, training=False) == 2 * (384 + 128 + 1024) + 1024
+    n = GPT(cfg).num_params() - 4 * 8
+    assert nanogpt_flops_per_token(cfg) == 6 * n + 12 * 2 * 2 * 4 * 4
+
+
+@pytest.mark.parametrize("attention", ["standard", "canonical", "identity_q"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_compiled_matches_eager(attention, heads):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention=attention))
+    x = torch.randint(0, 50, (2, 9))
+    eager = model(x[:, :-1], x[:, 1:])[1]
+    compiled = torch.compile(model, fullgraph=True)(x[:, :-1], x[:, 1:])[1]
+    assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-5)
