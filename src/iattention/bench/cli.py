@@ -111,11 +111,12 @@ def table(result: dict) -> str:
     head = ("| model | attention | heads | params | train tok/s | × standard | × HF | forward tok/s | × standard | "
             "executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    nan = float("nan")
     for r in result["rows"]:
         lines.append(
             f"| {r['model']} | {r['attention']} | {r['n_head']} | {r['params']:,} | {r['train_tokens_per_s']:,.0f} | "
-            f"{r.get('train_tokens_per_s_vs_standard', float('nan')):.3f} | {r.get('train_tokens_per_s_vs_hf', float('nan')):.3f} | "
-            f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', float('nan')):.3f} | "
+            f"{r.get('train_tokens_per_s_vs_standard', nan):.3f} | {r.get('train_tokens_per_s_vs_hf', nan):.3f} | "
+            f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', nan):.3f} | "
             f"{r['executed_flops_per_token'] / 1e9:.4f}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
     return "\n".join(lines)
 
@@ -127,7 +128,8 @@ def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
     section = (f"{marker}\n## {result['preset']} on {result['device_name']} ({result['device']}, "
                f"{'torch.compile' if result['compile'] else 'eager'}, {result['date']})\n\n"
                f"Command: `{result['command']}` — raw numbers: `{json_path.as_posix()}` "
-               f"(median of {result['rounds']} interleaved rounds × {result['windows']} windows × {result['steps_per_window']} steps, torch "
+               f"(median of {result['rounds']} interleaved rounds × {result['windows']} windows × "
+               f"{result['steps_per_window']} steps, torch "
                f"{result['torch']}, {result['threads']} threads).\n\n{table(result)}\n")
     text = path.read_text() if path.exists() else (
         "# Benchmarks\n\nProduced by `iattn bench`; each section is replaced when its benchmark is rerun. "
