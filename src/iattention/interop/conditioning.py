@@ -1,0 +1,90 @@
+"""Conditioning study: how well-conditioned are the fixed blocks, and what does canonicalizing cost
+in float32 and bfloat16?  python -m iattention.interop.conditioning --checkpoint RUN/best.safetensors
+
+For (a) a GPT-2-small-shaped model initialized the way `transformers` initializes GPT-2 and (b) a model
+trained by our pipeline, for blocks `aligned` and `pivoted`: the distribution of condition numbers over
+heads, and the test perplexity of the original and of the canonical model, each cast to float32 and
+bfloat16 (canonicalization itself is computed in float64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import numpy as np
+import torch
+
+from iattention.data import DataConfig, load_data
+from iattention.interop.convert import block_conditioning
+from iattention.symmetry.transforms import canonicalize
+from iattention.train.distributed import DistContext
+from iattention.train.evaluate import perplexity, split_nll
+
+
+def _ppl(model, tokens, block, dtype) -> float:
+    m = copy.deepcopy(model).to(dtype)  # never round the float64 source itself
+    nll, n = split_nll(m, tokens, block, 8, DistContext())
+    return perplexity(nll, n)
+
+
+def study(model, tokens, label: str, block_size: int) -> dict:
+    model = model.double().eval()
+    out = {"model": label, "tokens": int(len(tokens) - 1), "blocks": {}}
+    base = {dt: _ppl(model, tokens, block_size, getattr(torch, dt))
+            for dt in ("float32", "bfloat16")}
+    out["original_ppl"] = base
+    for block in ("aligned", "pivoted"):
+        cond = block_conditioning(model, block)
+        canon = canonicalize(model, block=block)
+        ppl = {dt: _ppl(canon, tokens, block_size, getattr(torch, dt)) for dt in ("float32", "bfloat16")}
+        allc = np.concatenate([cond["key"].ravel(), cond["output"].ravel()])
+        out["blocks"][block] = {
+            "cond_median": float(np.median(allc)), "cond_p90": float(np.percentile(allc, 90)),
+            "cond_max": float(allc.max()), "key_max": float(cond["key"].max()), "output_max": float(cond["output"].max()),
+            "canonical_ppl": ppl,
+            "ppl_change": {dt: ppl[dt] - base[dt] for dt in ppl},
+        }
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--gpt2-tokens", type=int, default=8192, help="WikiText-2 test tokens for the GPT-2-small model")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    import transformers
+
+    from iattention.interop.hf import from_hf
+    from iattention.interop.load import load_model
+
+    transformers.utils.logging.set_verbosity_error()
+    results = []
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init
+    data = load_data(DataConfig(dataset="wikitext-2-v1", tokenizer="gpt2", data_dir=args.data_dir or ""),
+                     splits=("test",))
+    results.append(study(from_hf(hf), data.splits["test"][: args.gpt2_tokens + 1],
+                         "GPT-2 small shape, transformers init (seed 0)", 1024))
+    if args.checkpoint:
+        model, meta = load_model(args.checkpoint)
+        dcfg = DataConfig(**{**meta["config"]["data"], **({"data_dir": args.data_dir} if args.data_dir else {})})
+        tokens = load_data(dcfg, splits=("test",)).splits["test"]
+        results.append(study(model, tokens, f"trained by iattention: {args.checkpoint}", model.config.block_size))
+    for r in results:
+        print(f"\n{r['model']} — test tokens {r['tokens']:,}; original ppl fp32 {r['original_ppl']['float32']:.3f}, "
+              f"bf16 {r['original_ppl']['bfloat16']:.3f}")
+        for block, b in r["blocks"].items():
+            print(f"  {block:<8} cond median {b['cond_median']:.3g}  p90 {b['cond_p90']:.3g}  max {b['cond_max']:.3g}"
+                  f" | canonical ppl fp32 {b['canonical_ppl']['float32']:.3f} ({b['ppl_change']['float32']:+.4f})"
+                  f"  bf16 {b['canonical_ppl']['bfloat16']:.3f} ({b['ppl_change']['bfloat16']:+.4f})")
+    if args.json:
+        from iattention.utils.atomic import write_json
+
+        write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
