@@ -41,7 +41,8 @@ def study(model, tokens, label: str, block_size: int) -> dict:
         allc = np.concatenate([cond["key"].ravel(), cond["output"].ravel()])
         out["blocks"][block] = {
             "cond_median": float(np.median(allc)), "cond_p90": float(np.percentile(allc, 90)),
-            "cond_max": float(allc.max()), "key_max": float(cond["key"].max()), "output_max": float(cond["output"].max()),
+            "cond_max": float(allc.max()), "key_max": float(cond["key"].max()),
+            "output_max": float(cond["output"].max()),
             "canonical_ppl": ppl,
             "ppl_change": {dt: ppl[dt] - base[dt] for dt in ppl},
         }
