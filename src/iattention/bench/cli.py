@@ -158,7 +158,8 @@ def cmd_bench(args) -> None:
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
                        reference=not args.no_reference, rounds=args.rounds)
     out = Path(args.json) if args.json else Path("benchmarks/results") / (
-        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}-{result['date']}.json")
+        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}-"
+        f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
     write_json(out, result)
     print()
     print(table(result))
