@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iattention.cli import _int_list, _str_list
+from iattention.cli import _int_list, _str_list, int_list
 from iattention.errors import UserError
 
 
@@ -58,7 +58,7 @@ def register(sub) -> None:
         p.add_argument("--attention", type=_str_list, default=["standard", "canonical"],
                        help="comma-separated variants (standard, canonical, identity_q)")
         p.add_argument("--heads", type=_int_list, default=heads_default, help="comma-separated head counts")
-        p.add_argument("--seeds", type=_seed_list, default=seeds_default,
+        p.add_argument("--seeds", type=int_list(0), default=seeds_default,
                        help="comma-separated seeds")
         p.add_argument("--out", required=True, help="folder that receives one run folder per combination")
         p.add_argument("--jobs", type=int, default=1, help="runs in parallel (each then uses 1 CPU thread)")
@@ -86,18 +86,6 @@ def register(sub) -> None:
     r.add_argument("--out", required=True, help="folder for report.md and figures")
     r.add_argument("--title", default="I-Attention study")
     r.set_defaults(func=cmd_report)
-
-
-def _seed_list(text: str) -> list[int]:
-    import argparse
-
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
-    return values
 
 
 def cmd_sweep(args) -> None:
