@@ -57,6 +57,7 @@ def test_sigkill_resume_harness_matches_uninterrupted(tmp_path):
         codes.append((fault, code))
         if (out / "summary.json").exists():
             break
+    print(f"\nkill harness: {kills} SIGKILLs survived: {codes}")
     assert kills >= 5, codes
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
