@@ -86,15 +86,7 @@ def _subcommand_registrars():
 
     for module in ("iattention.train.cli", "iattention.experiments.cli", "iattention.interop.cli",
                    "iattention.bench.cli", "iattention.lab.cli"):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name in (module, module.rsplit(".", 1)[0]):  # not built yet
-                continue
-            raise
-        yield mod.register
-
-
+        yield importlib.import_module(module).register
 
 
 def main(argv: list[str] | None = None) -> int:
