@@ -54,9 +54,9 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
 
 def _study_config(cfg: dict) -> dict:
     """The config minus what a study varies (attention, heads, seed) and where/how fast it ran."""
-    from iattention.train.trainer import _identity
+    from iattention.train.config import config_identity
 
-    c = json.loads(json.dumps(_identity(cfg)))
+    c = json.loads(json.dumps(config_identity(cfg)))
     for sec, key in (("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"),
                      ("train", "compile")):
         c.get(sec, {}).pop(key, None)

@@ -165,3 +165,30 @@ def load_config(preset: str | None = None, config_file: str | None = None, overr
 
 def config_from_dict(d: dict) -> RunConfig:
     return _build(d)
+
+
+# Keys that say where or how fast a run executes, not what it computes: a run may resume on
+# another machine (other paths, thread count) and still be the same run.
+EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
+
+
+def config_identity(d: dict | None) -> dict | None:
+    """A resolved config dict without its execution-only keys."""
+    if not isinstance(d, dict):
+        return d
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
+                  if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
+def _first_difference(a, b, where="") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{where}{k}.")
+    return f"{where.rstrip('.')}: {a!r} there vs {b!r} here"
+
+
+def config_mismatch(old: dict | None, new: dict) -> str | None:
+    """None when two resolved configs describe the same run, else the first differing key."""
+    a, b = config_identity(old), config_identity(new)
+    return None if a == b else _first_difference(a, b)

@@ -24,7 +24,7 @@ from iattention.data.dataset import epoch_order, load_data, n_train_windows, tra
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train import checkpoint as ckpt
-from iattention.train.config import RunConfig, config_from_dict
+from iattention.train.config import RunConfig, config_from_dict, config_mismatch
 from iattention.train.distributed import DistContext, setup, teardown
 from iattention.train.evaluate import perplexity, split_nll
 from iattention.train.optim import build_optimizer
@@ -58,18 +58,6 @@ def _config_dict(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(cfg.to_dict()))
 
 
-# Keys that say where or how fast a run executes, not what it computes: a run may resume on
-# another machine (other paths, thread count) and still be the same run.
-EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
-
-
-def _identity(d: dict | None) -> dict | None:
-    if not isinstance(d, dict):
-        return d
-    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
-                  if isinstance(vals, dict) else vals) for sec, vals in d.items()}
-
-
 def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} is a file; choose a folder for --out")
@@ -82,18 +70,10 @@ def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
             old = yaml.safe_load(saved.read_text())
         except yaml.YAMLError:
             raise UserError(f"{saved} is corrupt; delete the folder or choose another --out") from None
-        if _identity(old) != _identity(_config_dict(cfg)):
-            diff = _first_difference(_identity(old), _identity(_config_dict(cfg)))
+        diff = config_mismatch(old, _config_dict(cfg))
+        if diff:
             raise UserError(f"output folder {out} holds a run with another config ({diff}); use the same config "
                             "to resume, or choose another --out")
-
-
-def _first_difference(a, b, where="") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            if a.get(k) != b.get(k):
-                return _first_difference(a.get(k), b.get(k), f"{where}{k}.")
-    return f"{where.rstrip('.')}: {a!r} there vs {b!r} here"
 
 
 def _read_jsonl(path: Path, max_step: int) -> list[dict]:
@@ -184,8 +164,8 @@ class Trainer:
     def _load_last(self) -> None:
         path = self.out / "last.safetensors"
         meta = ckpt.read_meta(path)
-        if _identity(meta.get("config")) != _identity(_config_dict(self.cfg)):
-            diff = _first_difference(_identity(meta.get("config")), _identity(_config_dict(self.cfg)))
+        diff = config_mismatch(meta.get("config"), _config_dict(self.cfg))
+        if diff:
             raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
                             "run's own config or choose another --out")
         tensors = ckpt.load_tensors(path)
@@ -310,9 +290,10 @@ class Trainer:
                 if math.isfinite(loss):
                     s.run_loss_sum += loss
                     s.run_loss_count += 1
-                self.steps.append(dict(step=s.step, loss=loss, lr=self._lr(s.step - 1)))
+                lr = self._lr(s.step - 1)
+                self.steps.append(dict(step=s.step, loss=loss, lr=lr))
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self._lr(s.step - 1):.2e}",
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}",
                                 tok_s=f"{epoch_tokens / max(epoch_time, 1e-9):.0f}", refresh=False)
                 if self.writer:
                     self.writer.add_scalar("train/loss_step", loss, s.step)
