@@ -16,7 +16,9 @@ class DataConfig:
     data_dir: folder with the official files (or IATTN_DATA_DIR); else Hugging Face `datasets`.
     tokenizer: "gpt2" (tiktoken GPT-2 BPE), "bpe:N" (byte-level BPE trained on train split), "byte".
     tokenizer_file: local r50k_base.tiktoken for "gpt2" (or IATTN_TOKENIZER_FILE).
-    train_tokens: keep only this many tokens of the train split (0 = all); valid/test stay whole.
+    train_tokens: keep only this many tokens of the train split (0 = all).
+    valid_tokens: keep only the first this many tokens of the validation split (0 = all), which is
+      evaluated every epoch for model selection; the test split is always whole.
     """
 
     dataset: str = "wikitext-2-v1"
@@ -27,4 +29,5 @@ class DataConfig:
     tokenizer: str = "gpt2"
     tokenizer_file: str = ""
     train_tokens: int = 0
+    valid_tokens: int = 0
     cache_dir: str = ""

@@ -38,10 +38,11 @@ def load_data(cfg: DataConfig, splits=SPLITS) -> TokenData:
         train_text = read_split(cfg, "train")
     tok = load_tokenizer(cfg, train_text)
     tokens = {s: cached_tokens(cfg, t, tok) for s, t in texts.items()}
-    if "train" in tokens and cfg.train_tokens:
-        if cfg.train_tokens < 0:
-            raise UserError(f"data.train_tokens must be >= 0, got {cfg.train_tokens}")
-        tokens["train"] = tokens["train"][: cfg.train_tokens]
+    for split, cap in (("train", cfg.train_tokens), ("valid", cfg.valid_tokens)):
+        if cap < 0:
+            raise UserError(f"data.{split}_tokens must be >= 0 (0 = whole split), got {cap}")
+        if split in tokens and cap:
+            tokens[split] = tokens[split][:cap]
     return TokenData(tok, tokens)
 
 

@@ -26,6 +26,12 @@ PAPER = {
 }
 
 
+def _splits(d: dict) -> str:
+    """How much of each split the runs used, in words."""
+    part = lambda key, name: f"{name} first {d[key]:,} tokens" if d.get(key) else f"{name} whole"  # noqa: E731
+    return f"{part('train_tokens', 'train')}, {part('valid_tokens', 'validation')}, test whole"
+
+
 def _fmt(m: float, s: float, digits: int = 2) -> str:
     return f"{m:.{digits}f} ± {s:.{digits}f}" if math.isfinite(s) else f"{m:.{digits}f}"
 
@@ -94,8 +100,7 @@ def write_report(dirs, out, title: str = "I-Attention study") -> Path:
     lines = [f"# {title}", "",
              f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "
              f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
-             f"{d['dataset']}" + (f" (train split cut to its first {d['train_tokens']:,} tokens; validation and "
-                                  "test whole)" if d.get("train_tokens") else "") +
+             f"{d['dataset']} ({_splits(d)})" +
              f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
              f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']}.", "",
              "## Results (ours)", "",
