@@ -76,13 +76,23 @@ def test_canonical_blocks_are_identity_and_get_no_gradient(heads, halves):
             assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-def test_canonical_one_head_uses_no_key_or_output_gemm():
-    """At one head the key map and output map are permutations; a forward must still match the
-    generic path that builds the full matrices."""
+@pytest.mark.parametrize("blocks", ["aligned", "permuted", "permuted-by-load"])
+def test_canonical_one_head_uses_no_key_or_output_gemm(blocks):
+    """At one head the key map and output map are permutations (the identity for the aligned
+    block, where even the copy is skipped); a forward must still match the generic path that
+    builds the full matrices, also after a state dict with another block choice is loaded."""
     model = make_model(attention="canonical", n_head=1)
     attn = model.attention_layers[0]
-    perm = torch.randperm(48)
-    attn.set_blocks(perm[None], torch.randperm(48)[None])
+    with torch.no_grad():  # nonzero biases, so a skipped bias would show
+        attn.b_K.normal_()
+        attn.b_O.normal_()
+    if blocks == "permuted":
+        attn.set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+    elif blocks == "permuted-by-load":
+        other = make_model(attention="canonical", n_head=1)
+        other.attention_layers[0].set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+        model.load_state_dict(other.state_dict())
+    assert (attn._k_identity, attn._o_identity) == ((True, True) if blocks == "aligned" else (False, False))
     x = torch.randn(2, 7, 48, dtype=torch.float64)
     q, k, v = attn.qkv(x)
     hw = attn.to_heads()

@@ -39,6 +39,20 @@ def test_token_cache_hits_and_invalidates(tmp_path):
     assert len(_cache_files(tmp_path / "c")) == 7
 
 
+def test_split_caps_cut_train_and_validation_only(tmp_path):
+    paths = write_corpus(tmp_path)
+    whole = load_data(_cfg(paths, tmp_path / "c"))
+    cfg = _cfg(paths, tmp_path / "c")
+    cfg.train_tokens, cfg.valid_tokens = 100, 50
+    cut = load_data(cfg)
+    assert np.array_equal(cut.splits["train"], whole.splits["train"][:100])
+    assert np.array_equal(cut.splits["valid"], whole.splits["valid"][:50])
+    assert np.array_equal(cut.splits["test"], whole.splits["test"])  # the test split is never cut
+    cfg.valid_tokens = -1
+    with pytest.raises(UserError, match="data.valid_tokens must be >= 0"):
+        load_data(cfg)
+
+
 def test_bpe_is_deterministic_and_cached(tmp_path):
     paths = write_corpus(tmp_path)
     a = load_tokenizer(_cfg(paths, tmp_path / "a", "bpe:300"), open(paths["train"]).read())

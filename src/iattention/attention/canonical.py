@@ -7,7 +7,8 @@ the r columns `o_perm[h, :r]` form the identity and only the other d - r columns
 corresponding blocks of a standard head are invertible, with 2 r^2 fewer parameters per head.
 
 At one head (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
-permutation: both are index copies, no GEMM.
+permutation: both are index copies, no GEMM; with the default (aligned) block the permutation is
+the identity and even the copy is skipped (keys = x + b_K, output = y + b_O).
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ class CanonicalAttention(CausalSelfAttention):
             self.b_Q = self.b_K = self.b_V = self.b_O = None
         self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
         self.reset_parameters()
+        self._refresh_identity_flags()
+        # A checkpoint may carry another block choice: re-derive the flags after every load.
+        self.register_load_state_dict_post_hook(lambda module, _keys: module._refresh_identity_flags())
+
+    def _refresh_identity_flags(self) -> None:
+        """Python-level flags (so torch.compile specialises on them): is a 1-head permutation trivial?"""
+        def trivial(name):
+            perm = getattr(self, name, None)
+            return (self.n_head == 1 and perm is not None and
+                    torch.equal(perm[0].cpu(), torch.arange(perm.shape[1])))
+        self._k_identity, self._o_identity = trivial("k_perm"), trivial("o_perm")
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -101,6 +113,7 @@ class CanonicalAttention(CausalSelfAttention):
             self.k_perm.copy_(block_permutation(k_rows, d))
         if o_cols is not None and self.canonical_vo:
             self.o_perm.copy_(block_permutation(o_cols, d))
+        self._refresh_identity_flags()
 
     def key_weight(self) -> torch.Tensor:
         return assemble(self.W_K_free, self.k_perm) if self.canonical_qk else self.W_K
@@ -117,7 +130,7 @@ class CanonicalAttention(CausalSelfAttention):
             # r = d: the key map is a permutation of the input, so no key GEMM.
             W = merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0))
             q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
-            k = x.index_select(-1, self.k_perm[0])
+            k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:
                 k = k + self.b_K.reshape(-1)
             return q, k, v
@@ -127,7 +140,7 @@ class CanonicalAttention(CausalSelfAttention):
     def project_out(self, y):
         if self.canonical_vo and self.n_head == 1:
             # r = d: the output map is a permutation, so no output GEMM.
-            out = torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
+            out = y if self._o_identity else torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
             return out if self.b_O is None else out + self.b_O
         return F.linear(y, merge_heads_out(self.out_weight()), self.b_O)
 

@@ -90,32 +90,45 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
                         max((t.peak_memory_mb or 0) for t in ts) or None)
         record(label, attention, h, cfg, merged, n_params)
-    for row in rows:
-        same = [r for r in rows if r["n_head"] == row["n_head"]]
-        std = next((r for r in same if r["model"] == "iattention" and r["attention"] == "standard"), None)
-        ref = next((r for r in same if r["model"] == "hf-gpt2"), None)
+    # Ratios are paired: within each round every configuration was timed back to back, so the
+    # ratio of two round medians cancels drift of the machine that is slower than a round; the
+    # reported ratio is the median over rounds, with the smallest and largest round's ratio.
+    round_rate = {i: {key: [getattr(t, key) for t in timings[i]]
+                      for key in ("train_tokens_per_s", "forward_tokens_per_s")} for i in timings}
+    for i, row in enumerate(rows):
+        same = [j for j, r in enumerate(rows) if r["n_head"] == row["n_head"]]
+        std = next((j for j in same if rows[j]["model"] == "iattention" and rows[j]["attention"] == "standard"), None)
+        ref = next((j for j in same if rows[j]["model"] == "hf-gpt2"), None)
         for key in ("train_tokens_per_s", "forward_tokens_per_s"):
-            if std:
-                row[f"{key}_vs_standard"] = row[key] / std[key]
-            if ref:
-                row[f"{key}_vs_hf"] = row[key] / ref[key]
+            for name, j in (("standard", std), ("hf", ref)):
+                if j is None:
+                    continue
+                paired = [a / b for a, b in zip(round_rate[i][key], round_rate[j][key])]
+                row[f"{key}_vs_{name}"] = statistics.median(paired)
+                row[f"{key}_vs_{name}_rounds"] = paired
     return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
-                date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[2:]]) if
+                date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]) if
                 sys.argv[1:2] == ["bench"] else "iattn bench", rows=rows)
+
+
+def _spread(row: dict, key: str) -> str:
+    rounds = row.get(f"{key}_rounds")
+    return f"[{min(rounds):.3f}, {max(rounds):.3f}] " if rounds and len(rounds) > 1 else ""
 
 
 def table(result: dict) -> str:
     mfu = result["peak_bf16_tflops"] is not None
-    head = ("| model | attention | heads | params | train tok/s | × standard | × HF | forward tok/s | × standard | "
+    head = ("| model | attention | heads | params | train tok/s | × standard [min, max over rounds] | × HF | forward tok/s | × standard | "
             "executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     nan = float("nan")
     for r in result["rows"]:
         lines.append(
             f"| {r['model']} | {r['attention']} | {r['n_head']} | {r['params']:,} | {r['train_tokens_per_s']:,.0f} | "
-            f"{r.get('train_tokens_per_s_vs_standard', nan):.3f} | {r.get('train_tokens_per_s_vs_hf', nan):.3f} | "
+            f"{r.get('train_tokens_per_s_vs_standard', nan):.3f} {_spread(r, 'train_tokens_per_s_vs_standard')}| "
+            f"{r.get('train_tokens_per_s_vs_hf', nan):.3f} | "
             f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', nan):.3f} | "
             f"{r['executed_flops_per_token'] / 1e9:.4f}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
     return "\n".join(lines)
@@ -128,8 +141,8 @@ def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
     section = (f"{marker}\n## {result['preset']} on {result['device_name']} ({result['device']}, "
                f"{'torch.compile' if result['compile'] else 'eager'}, {result['date']})\n\n"
                f"Command: `{result['command']}` — raw numbers: `{json_path.as_posix()}` "
-               f"(median of {result['rounds']} interleaved rounds × {result['windows']} windows × "
-               f"{result['steps_per_window']} steps, torch "
+               f"(tok/s: median of {result['rounds']} interleaved rounds × {result['windows']} windows × "
+               f"{result['steps_per_window']} steps; ratios: median over rounds of the ratio within a round; torch "
                f"{result['torch']}, {result['threads']} threads).\n\n{table(result)}\n")
     text = path.read_text() if path.exists() else (
         "# Benchmarks\n\nProduced by `iattn bench`; each section is replaced when its benchmark is rerun. "
