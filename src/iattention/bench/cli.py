@@ -120,8 +120,8 @@ def _spread(row: dict, key: str) -> str:
 
 def table(result: dict) -> str:
     mfu = result["peak_bf16_tflops"] is not None
-    head = ("| model | attention | heads | params | train tok/s | × standard [min, max over rounds] | × HF | forward tok/s | × standard | "
-            "executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
+    head = ("| model | attention | heads | params | train tok/s | × standard [min, max over rounds] | × HF | "
+            "forward tok/s | × standard | executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     nan = float("nan")
     for r in result["rows"]:
