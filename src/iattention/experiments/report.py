@@ -104,15 +104,18 @@ def write_report(dirs, out, title: str = "I-Attention study") -> Path:
              f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
              f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']}.", "",
              "## Results (ours)", "",
-             "| attention | heads | learned params | best val ppl | epoch of best | test ppl | train tok/s | seeds |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| attention | heads | learned params | best val ppl | epoch of best | best at last epoch | test ppl | "
+             "train tok/s | seeds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (att, h), rs in groups.items():
         s = [r.summary for r in rs]
         lines.append(f"| {att} | {h} | {s[0]['params']:,} | {_fmt(*mean_std([x['best_val_ppl'] for x in s]))} | "
                      f"{_fmt(*mean_std([x['best_epoch'] for x in s]), digits=1)} | "
+                     f"{sum(x['best_epoch'] == x['epochs_run'] for x in s)} of {len(s)} | "
                      f"{_fmt(*mean_std([x['test_ppl'] for x in s]))} | "
                      f"{np.mean([x['train_tokens_per_s'] for x in s]):,.0f} | {len(s)} |")
-    lines += ["", "Mean ± sample standard deviation over seeds.", "",
+    lines += ["", "Mean ± sample standard deviation over seeds. \"Best at last epoch\": runs whose validation "
+              "perplexity was still falling when training ended, so their epoch of best is a lower bound.", "",
               "## Canonical − standard, per head count", "",
               "95% confidence intervals by Welch's t (unequal variances). Negative = canonical lower.", "",
               "| heads | Δ best val ppl [95% CI] | Δ epoch of best [95% CI] | seeds (std, can) | verdict |",

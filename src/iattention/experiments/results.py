@@ -33,9 +33,9 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
                 summary = json.loads(summary_path.read_text())
             except json.JSONDecodeError:
                 raise UserError(f"{summary_path} is corrupt; rerun that run (iattn sweep resumes it)") from None
-            ident = (summary["attention"], summary["n_head"], summary["seed"], json.dumps(summary["config"]["data"],
-                                                                                        sort_keys=True))
-            if ident in seen:  # the same run merged twice from two folders
+            ident = (summary["attention"], summary["n_head"], summary["seed"],
+                     json.dumps(_study_config(summary["config"]), sort_keys=True))
+            if ident in seen:  # the same run merged twice from two folders (a differing config is no duplicate)
                 continue
             seen.add(ident)
             epochs = []
