@@ -1,6 +1,7 @@
 """Experiments: the Welch interval, verdicts, and the report built from run folders on disk."""
 
 import json
+
 import numpy as np
 import pytest
 from scipy import stats
