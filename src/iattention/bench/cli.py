@@ -26,7 +26,7 @@ BENCH_PRESETS = {
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine()
+    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
