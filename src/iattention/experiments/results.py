@@ -22,7 +22,7 @@ class Run:
 
 
 def find_runs(dirs: list[str | Path]) -> list[Run]:
-    runs, seen = [], set()
+    runs, seen, studies = [], set(), set()
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
@@ -33,8 +33,8 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
                 summary = json.loads(summary_path.read_text())
             except json.JSONDecodeError:
                 raise UserError(f"{summary_path} is corrupt; rerun that run (iattn sweep resumes it)") from None
-            ident = (summary["attention"], summary["n_head"], summary["seed"],
-                     json.dumps(_study_config(summary["config"]), sort_keys=True))
+            study = json.dumps(_study_config(summary["config"]), sort_keys=True)
+            ident = (summary["attention"], summary["n_head"], summary["seed"], study)
             if ident in seen:  # the same run merged twice from two folders (a differing config is no duplicate)
                 continue
             seen.add(ident)
@@ -43,11 +43,11 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
             if metrics.exists():
                 epochs = [r for r in map(json.loads, metrics.read_text().splitlines()) if r.get("kind") == "epoch"]
             runs.append(Run(folder, summary, epochs))
+            studies.add(study)
     if not runs:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")
-    base = {json.dumps(_study_config(r.summary["config"]), sort_keys=True) for r in runs}
-    if len(base) > 1:
-        raise UserError(f"the folders hold runs of {len(base)} different study configs (beyond attention, heads "
+    if len(studies) > 1:
+        raise UserError(f"the folders hold runs of {len(studies)} different study configs (beyond attention, heads "
                         "and seed); report each study separately")
     return runs
 
