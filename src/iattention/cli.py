@@ -27,12 +27,27 @@ def int_list(minimum: int = 1):
 _int_list = int_list(1)
 
 
+def int_at_least(minimum: int):
+    """argparse type: one integer >= minimum."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def _str_list(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
 def cmd_params(args) -> None:
-    from iattention.model.config import ATTENTION_VARIANTS, model_preset
+    from iattention.config import ATTENTION_VARIANTS, model_preset
     from iattention.symmetry.counts import param_count
 
     rows = []
@@ -60,7 +75,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from iattention.model.config import MODEL_PRESETS
+    from iattention.config import MODEL_PRESETS
 
     p = Parser(prog="iattn", description=(
         "iattention: symmetry-reduced attention. Train and compare standard vs canonical "

@@ -1,12 +1,13 @@
-"""Attention parameterizations: `standard`, `canonical` (I-Attention) and `identity_q`."""
+"""Attention parameterizations: `standard`, `canonical` (I-Attention), `identity_q` and `identity_ko`."""
 
 from iattention.attention.canonical import CanonicalAttention
 from iattention.attention.heads import HeadWeights
+from iattention.attention.identity_ko import IdentityKOAttention
 from iattention.attention.identity_q import IdentityQAttention
-from iattention.attention.registry import ATTENTION_REGISTRY, build_attention, register
+from iattention.attention.registry import ATTENTION_REGISTRY, build_attention
 from iattention.attention.standard import StandardAttention
 
 __all__ = [
-    "ATTENTION_REGISTRY", "CanonicalAttention", "HeadWeights", "IdentityQAttention",
-    "StandardAttention", "build_attention", "register",
+    "ATTENTION_REGISTRY", "CanonicalAttention", "HeadWeights", "IdentityKOAttention", "IdentityQAttention",
+    "StandardAttention", "build_attention",
 ]

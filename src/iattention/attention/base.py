@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.heads import HeadWeights
-from iattention.model.config import GPTConfig
+from iattention.config import GPTConfig
 
 
 class CausalSelfAttention(nn.Module):

@@ -21,7 +21,6 @@ from torch import nn
 
 from iattention.attention.base import CausalSelfAttention
 from iattention.attention.heads import HeadWeights, merge_heads_in, merge_heads_out
-from iattention.attention.registry import register
 
 
 def aligned_blocks(n_head: int, d_head: int) -> torch.Tensor:
@@ -56,8 +55,9 @@ def take_free(full: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, r))
 
 
-@register("canonical")
 class CanonicalAttention(CausalSelfAttention):
+    variant = "canonical"
+
     def __init__(self, config):
         super().__init__(config)
         H, d, r = config.n_head, config.n_embd, config.d_head

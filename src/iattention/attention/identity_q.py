@@ -17,12 +17,12 @@ from iattention.attention.heads import (
     split_heads_in,
     split_heads_out,
 )
-from iattention.attention.registry import register
 from iattention.errors import UserError
 
 
-@register("identity_q")
 class IdentityQAttention(CausalSelfAttention):
+    variant = "identity_q"
+
     def __init__(self, config):
         super().__init__(config)
         d = config.n_embd

@@ -13,11 +13,11 @@ from iattention.attention.heads import (
     split_heads_in,
     split_heads_out,
 )
-from iattention.attention.registry import register
 
 
-@register("standard")
 class StandardAttention(CausalSelfAttention):
+    variant = "standard"
+
     def __init__(self, config):
         super().__init__(config)
         d = config.n_embd

@@ -33,7 +33,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
               windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
     from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
     from iattention.bench.runner import Timing, hf_reference, ours, time_model
-    from iattention.model.config import GPTConfig
+    from iattention.config import GPTConfig
 
     if preset not in BENCH_PRESETS:
         raise UserError(f"unknown bench preset {preset!r}; choose one of {', '.join(BENCH_PRESETS)}")
@@ -154,7 +154,7 @@ def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
 
 
 def cmd_bench(args) -> None:
-    from iattention.model.config import ATTENTION_VARIANTS
+    from iattention.config import ATTENTION_VARIANTS
     from iattention.utils.atomic import write_json
 
     bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]

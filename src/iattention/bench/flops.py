@@ -14,7 +14,7 @@ Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nano
 
 from __future__ import annotations
 
-from iattention.model.config import GPTConfig
+from iattention.config import GPTConfig
 from iattention.symmetry.counts import param_count
 
 

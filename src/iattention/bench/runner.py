@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from iattention.model.config import GPTConfig
+from iattention.config import GPTConfig
 from iattention.model.gpt import GPT
 from iattention.train.config import OptimConfig
 from iattention.train.optim import build_optimizer

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from iattention.cli import _int_list, _str_list, int_list
+from iattention.cli import _int_list, _str_list, int_at_least, int_list
 from iattention.errors import UserError
 
 
 def _specs(args):
+    """The grid: --arms (built-in or --arms-file names) or, the older form, --attention variants."""
+    from iattention.config import ATTENTION_VARIANTS
+    from iattention.experiments.arms import check_overrides, resolve_arms
     from iattention.experiments.sweep import grid
-    from iattention.model.config import ATTENTION_VARIANTS
 
-    bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]
-    if bad:
-        raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
-    return grid(args.attention, args.heads, args.seeds)
+    if args.arms and args.attention:
+        raise UserError("give --arms or --attention, not both (an attention variant is also a built-in arm)")
+    if args.arms_file and not args.arms:
+        raise UserError("--arms-file defines arms; also say which to run with --arms NAME,NAME")
+    if args.attention:
+        bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]
+        if bad:
+            raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
+    arms = resolve_arms(args.arms or args.attention or ["standard", "canonical"], args.arms_file)
+    check_overrides(list(args.overrides), arms)
+    return grid(arms, args.heads, args.seeds)
 
 
 def _check_heads(args):
@@ -34,18 +43,20 @@ def cmd_compare(args) -> None:
     summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
                           jobs=args.jobs, quiet=True, threads=args.threads)
     print()
-    print(f"{'attention':<11} {'heads':>5} {'seed':>4} {'params':>11} {'best val ppl':>12} {'epoch of best':>13} "
+    width = max(11, *(len(s["_arm"]) for s in summaries))
+    print(f"{'arm':<{width}} {'heads':>5} {'seed':>4} {'params':>11} {'best val ppl':>12} {'epoch of best':>13} "
           f"{'test ppl':>9} {'tok/s':>7}")
     for s in summaries:
-        print(f"{s['attention']:<11} {s['n_head']:>5} {s['seed']:>4} {s['params']:>11,} {s['best_val_ppl']:>12.2f} "
+        print(f"{s['_arm']:<{width}} {s['n_head']:>5} {s['seed']:>4} {s['params']:>11,} {s['best_val_ppl']:>12.2f} "
               f"{s['best_epoch']:>13} {s['test_ppl']:>9.2f} {s['train_tokens_per_s']:>7.0f}")
-    print(f"\nrun folders: {args.out}/<attention>-h<heads>-s<seed>/ (metrics.jsonl, summary.json, tb/)")
+    tb = ", tb/" if any(s["config"]["train"].get("tensorboard") for s in summaries) else ""
+    print(f"\nrun folders: {args.out}/<arm>-h<heads>-s<seed>/ (metrics.jsonl, summary.json{tb})")
 
 
 def cmd_report(args) -> None:
     from iattention.experiments.report import write_report
 
-    path = write_report(args.dirs, args.out, title=args.title)
+    path = write_report(args.dirs, args.out, title=args.title, reference=args.reference)
     print(f"wrote {path}")
 
 
@@ -55,14 +66,19 @@ def register(sub) -> None:
 
     def common(p, heads_default, seeds_default):
         p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
-        p.add_argument("--attention", type=_str_list, default=["standard", "canonical"],
-                       help="comma-separated variants (standard, canonical, identity_q)")
+        p.add_argument("--arms", type=_str_list, default=None,
+                       help="comma-separated arms: built-in (standard, canonical, identity_q, identity_ko, "
+                            "canonical-matched) or defined in --arms-file (default: standard,canonical)")
+        p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
+        p.add_argument("--attention", type=_str_list, default=None,
+                       help="older form of --arms: comma-separated attention variants")
         p.add_argument("--heads", type=_int_list, default=heads_default, help="comma-separated head counts")
         p.add_argument("--seeds", type=int_list(0), default=seeds_default,
                        help="comma-separated seeds")
         p.add_argument("--out", required=True, help="folder that receives one run folder per combination")
-        p.add_argument("--jobs", type=int, default=1, help="runs in parallel (each then uses 1 CPU thread)")
-        p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: torch's choice)")
+        p.add_argument("--jobs", type=int_at_least(1), default=1, help="runs in parallel (each then uses 1 CPU thread)")
+        p.add_argument("--threads", type=int_at_least(0), default=0,
+                       help="CPU threads per run (default: torch's choice)")
         add_data_flags(p)
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
 
@@ -73,7 +89,8 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("sweep", help="run an experiment grid (resumable)",
-                       description="Run every attention x heads x seeds combination as its own run folder. "
+                       description="Run every arm x heads x seeds combination as its own run folder "
+                                   "<arm>-h<heads>-s<seed>. "
                                    "Finished runs are skipped, interrupted ones resume; run subsets anywhere and "
                                    "merge them with `iattn report`.")
     common(s, [1, 2, 4, 8], [0, 1, 2])
@@ -85,6 +102,7 @@ def register(sub) -> None:
     r.add_argument("dirs", nargs="+", help="sweep folders (or run folders)")
     r.add_argument("--out", required=True, help="folder for report.md and figures")
     r.add_argument("--title", default="I-Attention study")
+    r.add_argument("--reference", default="standard", help="arm every other arm is compared with (default: standard)")
     r.set_defaults(func=cmd_report)
 
 

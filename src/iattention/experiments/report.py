@@ -16,7 +16,18 @@ from iattention.experiments.results import find_runs, group  # noqa: E402
 from iattention.experiments.stats import mean_std, verdict, welch_difference  # noqa: E402
 from iattention.utils.atomic import write_text, write_with  # noqa: E402
 
-COLORS = {"standard": "tab:blue", "canonical": "tab:orange", "identity_q": "tab:green"}
+# Fixed colours for the usual arms; any other arm takes the next unused colour of tab10.
+COLORS = {"standard": "tab:blue", "canonical": "tab:orange", "identity_q": "tab:green", "canonical-matched": "tab:red",
+          "identity_ko": "tab:purple"}
+
+
+def arm_colors(arms: list[str]) -> dict[str, str]:
+    spare = [c for c in (f"tab:{n}" for n in ("brown", "pink", "gray", "olive", "cyan")) if c not in COLORS.values()]
+    out = {}
+    for arm in arms:
+        out[arm] = COLORS.get(arm) or (spare.pop(0) if spare else None)
+    return out
+
 
 # The I-Attention paper (GPT-2 small, WikiText-2, 40 epochs, one seed), as published there.
 PAPER = {
@@ -32,6 +43,19 @@ def _splits(d: dict) -> str:
     return f"{part('train_tokens', 'train')}, {part('valid_tokens', 'validation')}, test whole"
 
 
+def _get(cfg: dict, dotted: str):
+    section, key = dotted.split(".", 1)
+    return (cfg.get(section) or {}).get(key)
+
+
+def _display(folder: Path) -> str:
+    """A run folder as a path relative to the working directory when it lies below it."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
+
+
 def _fmt(m: float, s: float, digits: int = 2) -> str:
     return f"{m:.{digits}f} ± {s:.{digits}f}" if math.isfinite(s) else f"{m:.{digits}f}"
 
@@ -43,7 +67,7 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 
-def _curves(groups, out: Path) -> str:
+def _curves(groups, out: Path, colors: dict) -> str:
     heads = sorted({h for _, h in groups})
     fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False, sharey=True)
     for ax, h in zip(axes[0], heads):
@@ -56,9 +80,9 @@ def _curves(groups, out: Path) -> str:
             ep = np.arange(1, n_ep + 1)
             for key, style in (("val_ppl", "-"), ("train_ppl", "--")):
                 y = np.array([[r.epochs[i][key] for i in range(n_ep)] for r in runs])
-                ax.plot(ep, y.mean(0), style, color=COLORS.get(att), label=f"{att} {key[:-4]}")
+                ax.plot(ep, y.mean(0), style, color=colors[att], label=f"{att} {key[:-4]}")
                 if len(runs) > 1:
-                    ax.fill_between(ep, y.min(0), y.max(0), color=COLORS.get(att), alpha=0.15)
+                    ax.fill_between(ep, y.min(0), y.max(0), color=colors[att], alpha=0.15)
         ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="epoch", yscale="log")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("perplexity (log scale)")
@@ -67,16 +91,16 @@ def _curves(groups, out: Path) -> str:
     return _save(fig, out / "perplexity_vs_epoch.png")
 
 
-def _scaling(groups, out: Path, key: str, ylabel: str, fname: str, title: str) -> str:
+def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str, title: str) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for att in COLORS:
+    for att in colors:
         pts = [(h, [r.summary[key] for r in runs]) for (a, h), runs in groups.items() if a == att]
         if not pts:
             continue
         hs = [h for h, _ in pts]
         ms = [mean_std(v) for _, v in pts]
         ax.errorbar(hs, [m for m, _ in ms], yerr=[0 if not math.isfinite(s) else s for _, s in ms], marker="o",
-                    capsize=4, color=COLORS[att], label=f"{att} (mean ± std over seeds)")
+                    capsize=4, color=colors[att], label=f"{att} (mean ± std over seeds)")
     ax.set(xscale="log", xlabel="number of heads", ylabel=ylabel, title=title)
     hs_all = sorted({h for _, h in groups})
     ax.set_xticks(hs_all, [str(h) for h in hs_all])
@@ -86,52 +110,96 @@ def _scaling(groups, out: Path, key: str, ylabel: str, fname: str, title: str) -
     return _save(fig, out / fname)
 
 
-def write_report(dirs, out, title: str = "I-Attention study") -> Path:
+def _ci(x, digits=2) -> str:
+    return f"{x.mean:+.{digits}f} [{x.low:+.{digits}f}, {x.high:+.{digits}f}]" if x.has_ci \
+        else f"{x.mean:+.{digits}f} [undefined: {x.undefined}]"
+
+
+def reach_targets(groups, reference: str) -> dict[int, float]:
+    """Per head count: the validation perplexity every reference seed reached (the worst of their bests)."""
+    return {h: max(r.summary["best_val_ppl"] for r in runs) for (arm, h), runs in groups.items() if arm == reference}
+
+
+def _millions(x: float) -> str:
+    return f"{x / 1e6:.2f}M"
+
+
+def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard") -> Path:
+    from iattention.errors import UserError
+
     out = Path(out)
     runs = find_runs(dirs)
     groups = group(runs)
-    figs = [_curves(groups, out),
-            _scaling(groups, out, "best_val_ppl", "best validation perplexity", "best_val_ppl_vs_heads.png",
+    arms = list(dict.fromkeys(a for a, _ in groups))
+    if reference not in arms:
+        raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
+    colors = arm_colors(arms)
+    targets = reach_targets(groups, reference)
+    figs = [_curves(groups, out, colors),
+            _scaling(groups, out, colors, "best_val_ppl", "best validation perplexity", "best_val_ppl_vs_heads.png",
                      "Best validation perplexity vs heads"),
-            _scaling(groups, out, "best_epoch", "epoch of best validation", "best_epoch_vs_heads.png",
+            _scaling(groups, out, colors, "best_epoch", "epoch of best validation", "best_epoch_vs_heads.png",
                      "Epoch of best validation vs heads")]
     cfg = runs[0].summary["config"]
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
+    arm_lines = []
+    for arm in arms:
+        keys = sorted({k for r in runs if r.arm == arm for k in r.arm_keys})
+        sets = sorted({f"{k}={_get(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
+        arm_lines.append(f"- `{arm}`: {' '.join(f'`{x}`' for x in sets) or '(the study config as is)'}")
     lines = [f"# {title}", "",
              f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "
              f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
              f"{d['dataset']} ({_splits(d)})" +
              f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
-             f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']}.", "",
+             f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']} (unless an arm sets "
+             "otherwise).", "", "Arms (what each sets on top of the study config):", "", *arm_lines, "",
              "## Results (ours)", "",
-             "| attention | heads | learned params | best val ppl | epoch of best | best at last epoch | test ppl | "
-             "train tok/s | seeds |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for (att, h), rs in groups.items():
+             f"Tokens to reach: training tokens until validation perplexity first reached the level every "
+             f"`{reference}` seed reached at that head count (the worst of their bests), interpolated in log "
+             "perplexity between evaluations; mean ± std over the runs that reached it.", "",
+             "| arm | heads | learned params | best val ppl | epoch of best | best at last epoch | tokens to reach | "
+             "test ppl | train tok/s | seeds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (arm, h), rs in groups.items():
         s = [r.summary for r in rs]
-        lines.append(f"| {att} | {h} | {s[0]['params']:,} | {_fmt(*mean_std([x['best_val_ppl'] for x in s]))} | "
+        reach = [x for r in rs if (x := r.tokens_to_reach(targets[h])) is not None] if h in targets else []
+        reach_txt = "n/a" if h not in targets else (
+            (f"{_millions(np.mean(reach))} ± {_millions(np.std(reach, ddof=1)) if len(reach) > 1 else '–'}"
+             if reach else "–") + f" ({len(reach)} of {len(rs)})")
+        lines.append(f"| {arm} | {h} | {s[0]['params']:,} | {_fmt(*mean_std([x['best_val_ppl'] for x in s]))} | "
                      f"{_fmt(*mean_std([x['best_epoch'] for x in s]), digits=1)} | "
-                     f"{sum(x['best_epoch'] == x['epochs_run'] for x in s)} of {len(s)} | "
+                     f"{sum(r.censored for r in rs)} of {len(s)} | {reach_txt} | "
                      f"{_fmt(*mean_std([x['test_ppl'] for x in s]))} | "
                      f"{np.mean([x['train_tokens_per_s'] for x in s]):,.0f} | {len(s)} |")
     lines += ["", "Mean ± sample standard deviation over seeds. \"Best at last epoch\": runs whose validation "
               "perplexity was still falling when training ended, so their epoch of best is a lower bound.", "",
-              "## Canonical − standard, per head count", "",
-              "95% confidence intervals by Welch's t (unequal variances). Negative = canonical lower.", "",
-              "| heads | Δ best val ppl [95% CI] | Δ epoch of best [95% CI] | seeds (std, can) | verdict |",
-              "| ---: | --- | --- | --- | --- |"]
-    for h in sorted({h for _, h in groups}):
-        if ("standard", h) not in groups or ("canonical", h) not in groups:
+              f"## Each arm − `{reference}`, per head count", "",
+              f"95% confidence intervals by Welch's t (unequal variances). Negative = the arm is lower than "
+              f"`{reference}`. No interval (and no verdict) with fewer than 2 seeds in an arm or no spread at all; "
+              "no epoch verdict when a run's best came at its last epoch (censored).", "",
+              "| arm | heads | Δ best val ppl [95% CI] | Δ epoch of best [95% CI] | Δ tokens to reach [95% CI] | "
+              "seeds (ref, arm) | verdict |",
+              "| --- | ---: | --- | --- | --- | --- | --- |"]
+    for arm in arms:
+        if arm == reference:
             continue
-        a, b = groups[("standard", h)], groups[("canonical", h)]
-        dp = welch_difference([r.summary["best_val_ppl"] for r in a], [r.summary["best_val_ppl"] for r in b])
-        de = welch_difference([r.summary["best_epoch"] for r in a], [r.summary["best_epoch"] for r in b])
-
-        def ci(x, digits=2):
-            return f"{x.mean:+.{digits}f} [{x.low:+.{digits}f}, {x.high:+.{digits}f}]" if x.has_ci \
-                else f"{x.mean:+.{digits}f} [n/a]"
-
-        lines.append(f"| {h} | {ci(dp)} | {ci(de, 1)} | {dp.n_a}, {dp.n_b} | {verdict(dp, de)} |")
+        for h in sorted({h for _, h in groups}):
+            if (reference, h) not in groups or (arm, h) not in groups:
+                continue
+            a, b = groups[(reference, h)], groups[(arm, h)]
+            dp = welch_difference([r.summary["best_val_ppl"] for r in a], [r.summary["best_val_ppl"] for r in b])
+            de = welch_difference([r.summary["best_epoch"] for r in a], [r.summary["best_epoch"] for r in b])
+            ra = [r.tokens_to_reach(targets[h]) for r in a]
+            rb = [r.tokens_to_reach(targets[h]) for r in b]
+            if None in rb:
+                reach = f"{rb.count(None)} of {len(rb)} never reached"
+            else:
+                dr = welch_difference(np.array(ra) / 1e6, np.array(rb) / 1e6)
+                reach = _ci(dr) + "M"
+            censored = sum(r.censored for r in a + b)
+            lines.append(f"| {arm} | {h} | {_ci(dp)} | {_ci(de, 1) if not censored else 'censored'} | {reach} | "
+                         f"{dp.n_a}, {dp.n_b} | {verdict(dp, de, name=arm, censored=censored)} |")
     lines += ["", "## The paper's published numbers (not ours)", "",
               "GPT-2 small (12 layers, d=768), GPT-2 BPE, WikiText-2, 40 epochs, batch 32, one seed, as reported "
               "in the I-Attention paper:", "",
@@ -142,7 +210,9 @@ def write_report(dirs, out, title: str = "I-Attention study") -> Path:
                      f"{PAPER['standard']['best_epoch'][i]} | {PAPER['canonical']['best_epoch'][i]} |")
     lines += ["", "Our runs are far smaller models on a cut of the data, so absolute perplexities are not "
               "comparable with the paper's; compare directions and sizes of the differences.", "",
-              "## Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
+              "## Figures", ""] + [f"![{f}]({f})" for f in figs]
+    lines += ["", "## Runs", "", "Every run this report read (each folder keeps config.yaml, summary.json, "
+              "metrics.jsonl and arm.json):", ""] + [f"- `{_display(r.folder)}`" for r in runs] + [""]
     path = out / "report.md"
     write_text(path, "\n".join(lines))
     return path

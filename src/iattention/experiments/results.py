@@ -1,4 +1,4 @@
-"""Reading run folders: summary.json and metrics.jsonl, grouped by (attention, heads)."""
+"""Reading run folders: summary.json, metrics.jsonl and arm.json, grouped by (arm, heads)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,68 @@ from pathlib import Path
 
 from iattention.errors import UserError
 
+# Files a finished run keeps in git (checkpoints and TensorBoard events stay out).
+RUN_FILES = ("config.yaml", "summary.json", "metrics.jsonl")
+
 
 @dataclass
 class Run:
     folder: Path
     summary: dict
-    epochs: list[dict]  # metrics.jsonl records of kind "epoch"
+    evals: list[dict]  # metrics.jsonl: every validation record (kinds "step" and "epoch"), in order
+    arm: str
+    arm_keys: tuple[str, ...] = ()  # the config keys the arm sets ("model.init", ...)
 
     @property
     def key(self) -> tuple[str, int]:
-        return self.summary["attention"], self.summary["n_head"]
+        return self.arm, self.summary["n_head"]
+
+    @property
+    def epochs(self) -> list[dict]:
+        return [r for r in self.evals if r.get("kind") == "epoch"]
+
+    @property
+    def censored(self) -> bool:
+        """The best validation came at the last epoch run: the epoch of best is only a lower bound."""
+        return self.summary["best_epoch"] >= self.summary["epochs_run"]
+
+    def tokens_per_step(self) -> int:
+        c = self.summary["config"]
+        return c["train"]["batch_size"] * c["model"]["block_size"]
+
+    def tokens_to_reach(self, target_ppl: float) -> float | None:
+        """Training tokens until validation perplexity first reached `target_ppl`, interpolated linearly
+        in log perplexity between the two evaluations around the crossing; None if it never did."""
+        import math
+
+        per_step = self.tokens_per_step()
+        prev = None
+        for rec in self.evals:
+            tokens, ppl = rec["step"] * per_step, rec["val_ppl"]
+            if ppl <= target_ppl:
+                if prev is None or prev[1] <= ppl:
+                    return float(tokens)
+                frac = (math.log(prev[1]) - math.log(target_ppl)) / (math.log(prev[1]) - math.log(ppl))
+                return prev[0] + frac * (tokens - prev[0])
+            prev = (tokens, ppl)
+        return None
+
+
+def _arm_of(folder: Path, summary: dict) -> tuple[str, tuple[str, ...]]:
+    from iattention.experiments.arms import override_key
+
+    path = folder / "arm.json"
+    if path.exists():
+        try:
+            meta = json.loads(path.read_text())
+            return str(meta["arm"]), tuple(sorted({override_key(o) for o in meta.get("overrides", [])}))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(f"{path} is corrupt; rewrite it as {{\"arm\": NAME, \"overrides\": [...]}}") from None
+    return summary["attention"], ("model.attention",)  # a run from before arms: its variant is its arm
 
 
 def find_runs(dirs: list[str | Path]) -> list[Run]:
-    runs, seen, studies = [], set(), set()
+    found = []
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
@@ -33,32 +81,48 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
                 summary = json.loads(summary_path.read_text())
             except json.JSONDecodeError:
                 raise UserError(f"{summary_path} is corrupt; rerun that run (iattn sweep resumes it)") from None
-            study = json.dumps(_study_config(summary["config"]), sort_keys=True)
-            ident = (summary["attention"], summary["n_head"], summary["seed"], study)
-            if ident in seen:  # the same run merged twice from two folders (a differing config is no duplicate)
-                continue
-            seen.add(ident)
-            epochs = []
+            arm, arm_keys = _arm_of(folder, summary)
+            evals = []
             metrics = folder / "metrics.jsonl"
             if metrics.exists():
-                epochs = [r for r in map(json.loads, metrics.read_text().splitlines()) if r.get("kind") == "epoch"]
-            runs.append(Run(folder, summary, epochs))
-            studies.add(study)
-    if not runs:
+                evals = [r for r in map(json.loads, metrics.read_text().splitlines()) if "val_ppl" in r]
+            found.append(Run(folder, summary, evals, arm, arm_keys))
+    if not found:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")
+    # What any arm sets is what the study varies; everything else must agree across all runs.
+    varied = tuple(sorted({k for r in found for k in r.arm_keys}))
+    runs, seen, studies = [], {}, set()
+    for r in found:
+        study = json.dumps(_study_config(r.summary["config"], varied), sort_keys=True)
+        ident = (r.arm, r.summary["n_head"], r.summary["seed"])
+        if ident in seen:
+            if seen[ident][1] == study and seen[ident][2] == config_identity_json(r.summary["config"]):
+                continue  # the same run merged twice from two folders
+            raise UserError(f"two runs of arm {r.arm!r}, {ident[1]} heads, seed {ident[2]} differ in config "
+                            f"({seen[ident][0]} and {r.folder}); name the arms apart or report them separately")
+        seen[ident] = (r.folder, study, config_identity_json(r.summary["config"]))
+        runs.append(r)
+        studies.add(study)
     if len(studies) > 1:
-        raise UserError(f"the folders hold runs of {len(studies)} different study configs (beyond attention, heads "
-                        "and seed); report each study separately")
+        raise UserError(f"the folders hold runs of {len(studies)} different study configs (beyond what the arms set, "
+                        "heads and seed); report each study separately")
     return runs
 
 
-def _study_config(cfg: dict) -> dict:
-    """The config minus what a study varies (attention, heads, seed) and where/how fast it ran."""
+def config_identity_json(cfg: dict) -> str:
+    from iattention.train.config import config_identity
+
+    return json.dumps(config_identity(cfg), sort_keys=True)
+
+
+def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
+    """The config minus what a study varies (the arm's keys, heads, seed) and where/how fast it ran."""
     from iattention.train.config import config_identity
 
     c = json.loads(json.dumps(config_identity(cfg)))
-    for sec, key in (("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"),
-                     ("train", "compile")):
+    drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}
+    drop |= {tuple(k.split(".", 1)) for k in arm_keys}
+    for sec, key in drop:
         c.get(sec, {}).pop(key, None)
     return c
 
@@ -67,4 +131,5 @@ def group(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
     out: dict[tuple[str, int], list[Run]] = defaultdict(list)
     for r in runs:
         out[r.key].append(r)
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][1], kv[0][0])))
+    arms = list(dict.fromkeys(r.arm for r in runs))
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))

@@ -1,4 +1,4 @@
-"""Summary statistics and the canonical - standard comparison (Welch t interval)."""
+"""Summary statistics and arm-vs-reference comparisons (Welch t interval)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ def mean_std(xs) -> tuple[float, float]:
 @dataclass
 class Difference:
     mean: float  # mean(b) - mean(a)
-    low: float  # 95% confidence interval (Welch); nan with fewer than 2 samples per arm
+    low: float  # 95% confidence interval (Welch); nan when undefined (see `undefined`)
     high: float
     n_a: int
     n_b: int
+    undefined: str = ""  # why there is no interval: too few seeds, or no spread in either arm
 
     @property
     def has_ci(self) -> bool:
@@ -31,28 +32,38 @@ class Difference:
 
 
 def welch_difference(a, b, level: float = 0.95) -> Difference:
+    """mean(b) - mean(a) with Welch's interval. With fewer than 2 samples in an arm, or no spread at
+    all (every value equal within each arm), the t interval is undefined, and so it is returned."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     diff = float(b.mean() - a.mean())
+    nan = float("nan")
     if len(a) < 2 or len(b) < 2:
-        return Difference(diff, float("nan"), float("nan"), len(a), len(b))
+        return Difference(diff, nan, nan, len(a), len(b), "fewer than 2 seeds in an arm")
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     se = math.sqrt(va + vb)
     if se == 0:
-        return Difference(diff, diff, diff, len(a), len(b))
+        return Difference(diff, nan, nan, len(a), len(b), "no spread in either arm")
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     t = stats.t.ppf(0.5 + level / 2, df)
     return Difference(diff, diff - t * se, diff + t * se, len(a), len(b))
 
 
-def verdict(ppl: Difference, epoch: Difference) -> str:
+def verdict(ppl: Difference, epoch: Difference | None, name: str = "canonical", censored: int = 0) -> str:
+    """Plain words for one comparison. `epoch` None or `censored` > 0: no verdict on the epoch of best
+    (a run whose best is its last epoch only bounds its epoch of best from below)."""
     if not ppl.has_ci:
-        return "fewer than 2 seeds in an arm: no interval, no verdict"
+        return f"interval undefined ({ppl.undefined}): no verdict"
     parts = []
     if ppl.excludes_zero():
-        parts.append("canonical lower perplexity" if ppl.mean < 0 else "canonical higher perplexity")
+        parts.append(f"{name} lower perplexity" if ppl.mean < 0 else f"{name} higher perplexity")
     else:
         parts.append("no perplexity difference detected")
-    if epoch.excludes_zero():
+    if censored:
+        parts.append(f"epoch of best censored in {censored} run{'s' if censored > 1 else ''} (lower bound): "
+                     "no epoch verdict")
+    elif epoch is None or not epoch.has_ci:
+        parts.append(f"epoch interval undefined ({epoch.undefined if epoch else 'no data'})")
+    elif epoch.excludes_zero():
         parts.append("faster to best" if epoch.mean < 0 else "slower to best")
     else:
         parts.append("no difference in epoch of best")

@@ -1,8 +1,10 @@
-"""A grid of runs (attention x heads x seeds), each a separate `iattn train` run folder.
+"""A grid of runs (arms x heads x seeds), each a separate `iattn train` run folder `<arm>-h<heads>-s<seed>`.
 
-Resumable: finished runs (summary.json present) are skipped, interrupted runs resume from
-their last checkpoint, nothing is overwritten. Any subset can run on any machine; `report`
-merges the folders afterwards.
+Resumable: a finished run (summary.json present) is skipped only if its config is the one this
+sweep would train (else a one-line error names the differing key); interrupted runs resume from
+their last checkpoint; nothing is overwritten. Any subset can run on any machine, straight into a
+committed results folder; `report` merges the folders afterwards. Each run folder gets `arm.json`
+(the arm's name and overrides), which the report groups by.
 """
 
 from __future__ import annotations
@@ -17,31 +19,53 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iattention.errors import UserError
+from iattention.experiments.arms import Arm
+from iattention.utils.atomic import write_json
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    attention: str
+    arm: Arm
     n_head: int
     seed: int
 
     @property
     def name(self) -> str:
-        return f"{self.attention}-h{self.n_head}-s{self.seed}"
+        return f"{self.arm.name}-h{self.n_head}-s{self.seed}"
 
     def overrides(self) -> list[str]:
-        return [f"model.attention={self.attention}", f"model.n_head={self.n_head}", f"train.seed={self.seed}"]
+        return [*self.arm.overrides, f"model.n_head={self.n_head}", f"train.seed={self.seed}"]
 
 
-def grid(attentions: list[str], heads: list[int], seeds: list[int]) -> list[RunSpec]:
+def grid(arms: list[Arm], heads: list[int], seeds: list[int]) -> list[RunSpec]:
     """Seed-major order, so a sweep cut short still holds complete seeds across head counts."""
-    return [RunSpec(a, h, s) for s, h, a in itertools.product(seeds, heads, attentions)]
+    return [RunSpec(a, h, s) for s, h, a in itertools.product(seeds, heads, arms)]
+
+
+def expected_config(spec: RunSpec, preset: str, overrides: list[str]) -> dict:
+    from iattention.train.config import load_config
+
+    return json.loads(json.dumps(load_config(preset, None, spec.overrides() + list(overrides)).to_dict()))
+
+
+def finished_mismatch(spec: RunSpec, folder: Path, preset: str, overrides: list[str]) -> str | None:
+    """None if the finished run in `folder` is the run this sweep asks for, else the first differing key."""
+    from iattention.train.config import config_mismatch
+
+    summary = json.loads((folder / "summary.json").read_text())
+    want = expected_config(spec, preset, overrides)
+    have = summary.get("config") or {}
+    if want["model"].get("vocab_size") == 0:  # "from the tokenizer": the run recorded the resolved size
+        want["model"]["vocab_size"] = (have.get("model") or {}).get("vocab_size")
+    return config_mismatch(have, want)
 
 
 def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
     folder = out / spec.name
     if (folder / "summary.json").exists():
         return json.loads((folder / "summary.json").read_text()) | {"_status": "skipped (finished)"}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "arm.json", {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)})
     cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--out", str(folder), "--resume",
            *spec.overrides(), *overrides]
     if threads:
@@ -57,19 +81,34 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     return summary | {"_status": f"ran in {time.time() - t0:.0f}s"}
 
 
+def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list[str]) -> None:
+    """Before anything runs: refuse a sweep whose folder holds finished runs of another config."""
+    for spec in specs:
+        folder = out / spec.name
+        if (folder / "summary.json").exists():
+            diff = finished_mismatch(spec, folder, preset, overrides)
+            if diff:
+                raise UserError(f"{folder} holds a finished run with another config ({diff}); use the same preset "
+                                "and overrides, or choose another --out")
+
+
 def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: list[str] = (), jobs: int = 1,
               quiet: bool = True, log=print, threads: int = 0) -> list[dict]:
     out = Path(out)
+    if jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} is a file; choose a folder for --out")
+    if out.is_dir():
+        check_finished(preset, specs, out, list(overrides))
     out.mkdir(parents=True, exist_ok=True)
     threads = threads or (0 if jobs == 1 else 1)
 
     def work(spec):
         summary = run_one(spec, preset, out, list(overrides), threads, quiet)
-        log(f"{spec.name:<24} {summary['_status']:<20} best val ppl {summary['best_val_ppl']:8.2f} "
+        log(f"{spec.name:<28} {summary['_status']:<20} best val ppl {summary['best_val_ppl']:8.2f} "
             f"(epoch {summary['best_epoch']})")
-        return summary
+        return summary | {"_arm": spec.arm.name}
 
     if jobs == 1:
         return [work(s) for s in specs]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from iattention.config import GPTConfig
 from iattention.errors import UserError
-from iattention.model.config import GPTConfig
 from iattention.model.gpt import GPT
 
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")

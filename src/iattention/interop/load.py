@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from iattention.config import GPTConfig
 from iattention.errors import UserError
-from iattention.model.config import GPTConfig
 from iattention.model.gpt import GPT
 from iattention.train import checkpoint as ckpt
 

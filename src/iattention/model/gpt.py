@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.registry import build_attention
-from iattention.model.config import GPTConfig
+from iattention.config import GPTConfig
 
 
 class MLP(nn.Module):
@@ -45,6 +45,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         config.validate()
+        rng_at_entry = torch.random.get_rng_state()
         self.config = config
         d = config.n_embd
         self.transformer = nn.ModuleDict(dict(
@@ -57,6 +58,25 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(d, config.padded_vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
         self.apply(self._init_weights)
+        if config.init == "matched" and config.attention != "standard":
+            self._init_matched(rng_at_entry)
+
+    @torch.no_grad()
+    def _init_matched(self, rng_at_entry: torch.Tensor) -> None:
+        """Start from the standard GPT-2 init that the same RNG state gives, canonicalized exactly.
+
+        The standard model is drawn from the RNG state this constructor was entered with, and the
+        RNG is left where building that standard model leaves it, so everything drawn afterwards
+        (dropout masks, ...) matches a standard run with the same seed too.
+        """
+        from iattention.symmetry.transforms import canonicalize  # symmetry/ builds on model/
+
+        torch.random.set_rng_state(rng_at_entry)
+        standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2"))
+        rng_after = torch.random.get_rng_state()
+        canon = canonicalize(standard, block="pivoted", halves=self.config.canonical)
+        self.load_state_dict(canon.state_dict())
+        torch.random.set_rng_state(rng_after)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):

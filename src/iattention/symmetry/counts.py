@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from iattention.model.config import GPTConfig
+from iattention.config import GPTConfig
 
 
 def redundancy(config: GPTConfig) -> int:
     """Parameters removed relative to standard: r^2 per head per canonical half, per layer."""
     if config.attention == "identity_q":
         return config.n_layer * (config.n_embd**2 + (config.n_embd if config.bias else 0))
+    if config.attention == "identity_ko":
+        return config.n_layer * 2 * config.n_embd**2
     if config.attention != "canonical":
         return 0
     halves = 2 if config.canonical == "both" else 1

@@ -79,7 +79,7 @@ def _check_blocks(layer: int, what: str, W: torch.Tensor, rows: torch.Tensor, bl
 def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GPT:
     """Return an equivalent `canonical` model whose fixed blocks are exactly the identity."""
     dtype = _model_dtype(model)
-    cfg = model.config.replace(attention="canonical", canonical=halves)
+    cfg = model.config.replace(attention="canonical", canonical=halves, init="gpt2")
     out = GPT(cfg).to(dtype)
     out.train(model.training)
     _copy_non_attention(model, out)
@@ -107,7 +107,7 @@ def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GP
 def expand(model: GPT) -> GPT:
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     dtype = _model_dtype(model)
-    out = GPT(model.config.replace(attention="standard", canonical="both")).to(dtype)
+    out = GPT(model.config.replace(attention="standard", canonical="both", init="gpt2")).to(dtype)
     out.train(model.training)
     _copy_non_attention(model, out)
     for src, dst in zip(model.attention_layers, out.attention_layers):

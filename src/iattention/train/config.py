@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from iattention.config import GPTConfig
 from iattention.data.config import DataConfig
 from iattention.errors import UserError
-from iattention.model.config import GPTConfig
 
 
 @dataclass
@@ -27,6 +27,8 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0 disables
+    decay_attention: bool = True  # False: no weight decay on attention matrices (see train/optim.py)
+    attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
 
 
 @dataclass

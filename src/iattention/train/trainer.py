@@ -222,7 +222,7 @@ class Trainer:
         micro = np.array_split(mine, t.grad_accum)
         lr = self._lr(self.state.step)
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         loss_sum = torch.zeros((), device=ctx.device)
         for i, ids in enumerate(micro):
             x, y = train_batch(self.data.splits["train"], ids, self.cfg.model.block_size)

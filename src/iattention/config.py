@@ -1,4 +1,7 @@
-"""Model configuration (a small dataclass) and named model presets."""
+"""Model configuration (a small dataclass) and named model presets.
+
+The ground floor: imported by `attention/`, `model/`, `symmetry/` and `train/`, importing none of them.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,10 @@ from dataclasses import asdict, dataclass, fields
 
 from iattention.errors import UserError
 
-ATTENTION_VARIANTS = ("standard", "canonical", "identity_q")
+ATTENTION_VARIANTS = ("standard", "canonical", "identity_q", "identity_ko")
+INITS = ("gpt2", "matched")
+# Variants that can hold every standard head exactly (on an open dense set): `matched` needs one.
+FULL_CLASS_VARIANTS = ("standard", "canonical")
 CANONICAL_HALVES = ("both", "qk", "vo")
 
 
@@ -14,8 +20,13 @@ CANONICAL_HALVES = ("both", "qk", "vo")
 class GPTConfig:
     """GPT-2 architecture: learned positions, pre-LayerNorm, GELU MLP, tied embeddings.
 
-    attention: "standard" | "canonical" (I-Attention) | "identity_q" (W_Q = I).
+    attention: "standard" | "canonical" (I-Attention) | "identity_q" (W_Q = I) |
+        "identity_ko" (W_K = W_O = I_d as whole maps: the paper's 110M-parameter variant).
     canonical: which halves of a canonical head have their r x r block fixed to I.
+    init: "gpt2": N(0, 0.02) for every learned matrix entry (residual projections scaled), biases 0.
+        "matched": draw the standard GPT-2 initialisation from the same RNG stream, then canonicalize
+        it exactly (pivoted blocks), so a canonical model starts from the very function that a
+        standard model built with the same seed starts from.
     vocab_pad_multiple: the embedding table is padded to a multiple of this for speed;
         padded rows are never predicted (logits are cut to vocab_size) nor counted.
     """
@@ -29,6 +40,7 @@ class GPTConfig:
     bias: bool = True
     attention: str = "standard"
     canonical: str = "both"
+    init: str = "gpt2"
     vocab_pad_multiple: int = 64
 
     def __post_init__(self) -> None:
@@ -52,6 +64,14 @@ class GPTConfig:
             )
         if self.canonical not in CANONICAL_HALVES:
             raise UserError(f"unknown canonical {self.canonical!r}; choose one of {', '.join(CANONICAL_HALVES)}")
+        if self.canonical != "both" and self.attention != "canonical":
+            raise UserError(f"model.canonical={self.canonical} only applies to attention=canonical (got "
+                            f"attention={self.attention}); drop it or set model.attention=canonical")
+        if self.init not in INITS:
+            raise UserError(f"unknown model.init {self.init!r}; choose one of {', '.join(INITS)}")
+        if self.init == "matched" and self.attention not in FULL_CLASS_VARIANTS:
+            raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
+                            "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
 

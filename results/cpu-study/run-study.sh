@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The CPU study of issue 12, in priority order. Resumable: finished runs (summary.json) are
+# skipped, so run it again in any sitting, on any machine, and commit what lands:
+#   git add results/cpu-study/runs && git commit -m "cpu-study: runs"
+# Usage: bash results/cpu-study/run-study.sh [IATTN]   (IATTN: the iattn command, default .venv/bin/iattn)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+IATTN=${1:-.venv/bin/iattn}
+OUT=results/cpu-study/runs
+COMMON=(--preset cpu-study --arms-file results/cpu-study/arms.yaml --out "$OUT" --jobs 2 --threads 1
+        train.eval_every_steps=12 train.tensorboard=false)
+sweep() { nice "$IATTN" sweep "${COMMON[@]}" "$@" || echo "sweep $* failed; continuing"; }
+sweep --arms standard,canonical-matched --heads 1,2,4,8 --seeds 0,1,2
+sweep --arms canonical --heads 1,2,4,8 --seeds 0,1,2
+sweep --arms identity_ko --heads 2,4,8 --seeds 0,1,2
+sweep --arms standard-lr0.5x,standard-lr2x,canonical-lr0.5x,canonical-lr2x,canonical-matched-lr0.5x,canonical-matched-lr2x \
+      --heads 1,8 --seeds 0
+sweep --arms standard-nowd-attn,canonical-matched-nowd-attn --heads 1,8 --seeds 0,1,2
+sweep --arms canonical-matched-rmslr --heads 1,2,4,8 --seeds 0,1,2
+sweep --arms identity_q --heads 1,2,4,8 --seeds 0,1,2
