@@ -28,7 +28,7 @@ def _write_run(folder, attention, heads, seed, val_curve, test_ppl, config):
     best = int(np.argmin(val_curve))
     with open(folder / "metrics.jsonl", "w") as f:
         for i, v in enumerate(val_curve):
-            f.write(json.dumps(dict(kind="epoch", epoch=i + 1, train_ppl=v * 0.8, val_ppl=v)) + "\n")
+            f.write(json.dumps(dict(kind="epoch", epoch=i + 1, step=10 * (i + 1), train_ppl=v * 0.8, val_ppl=v)) + "\n")
     summary = dict(config=config, attention=attention, n_head=heads, seed=seed, params=1000 - 10 * heads,
                    best_val_ppl=float(val_curve[best]), best_epoch=best + 1, test_ppl=test_ppl,
                    epochs_run=len(val_curve), train_tokens_per_s=1234.0)
@@ -60,8 +60,8 @@ def test_report_table_intervals_and_figures(tmp_path, config):
     report = write_report([tmp_path / "a"], tmp_path / "out").read_text()
     mean, std = np.mean(values[("canonical", 2)]), np.std(values[("canonical", 2)], ddof=1)
     assert f"| canonical | 2 | 980 | {mean:.2f} ± {std:.2f} | 3.0 ± 0.0 | 0 of 3 |" in report
-    diffs = report.split("## Canonical − standard")[1].split("##")[0]
-    rows = {line.split("|")[1].strip(): line for line in diffs.splitlines() if line.startswith(("| 2 |", "| 4 |"))}
+    diffs = report.split("## Each arm − `standard`")[1].split("##")[0]
+    rows = {line.split("|")[2].strip(): line for line in diffs.splitlines() if line.startswith("| canonical |")}
     assert "canonical lower perplexity; faster to best" in rows["2"]
     assert "no perplexity difference detected; no difference in epoch of best" in rows["4"]
     assert "-50.00" in rows["2"] and "+0.00" in rows["4"]
@@ -81,7 +81,7 @@ def test_report_merges_folders_once_and_refuses_mixed_studies(tmp_path, config):
         for f in run.iterdir():
             (half / run.name / f.name).write_bytes(f.read_bytes())
     report = write_report([tmp_path / "a", half], tmp_path / "out").read_text()
-    table = [line for line in report.split("## Canonical")[0].splitlines() if line.startswith("| standard")
+    table = [line for line in report.split("## Each arm")[0].splitlines() if line.startswith("| standard")
              or line.startswith("| canonical")]
     assert len(table) == 4 and all(line.endswith("| 1,234 | 3 |") for line in table)  # 3 seeds each, not 5
     other = dict(config, optim=dict(config["optim"], lr=config["optim"]["lr"] * 2))
@@ -98,5 +98,127 @@ def test_censored_best_epoch_is_counted(tmp_path, config):
     report = write_report([tmp_path], tmp_path / "out").read_text()
     assert "| standard | 2 | 980 | 150.50 ± 0.71 | 3.0 ± 0.0 | 2 of 2 |" in report
     assert "| canonical | 2 | 980 | 140.50 ± 0.71 | 2.0 ± 0.0 | 0 of 2 |" in report
-    diff = report.split("## Canonical − standard")[1].split("##")[0]
-    assert "| 2 | -10.00 [" in diff and "canonical lower perplexity; faster to best" in diff
+    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
+    # the standard runs' best is their last epoch: a lower bound, so no epoch verdict (and no interval)
+    assert "| canonical | 2 | -10.00 [" in diff and "| censored |" in diff
+    assert "canonical lower perplexity; epoch of best censored in 2 runs (lower bound): no epoch verdict" in diff
+    assert "faster to best" not in diff
+
+
+def test_zero_spread_gives_no_interval_and_no_verdict():
+    from iattention.experiments.stats import verdict
+
+    d = welch_difference([10, 10, 10], [16, 16, 16])
+    assert not d.has_ci and d.undefined == "no spread in either arm"
+    assert verdict(d, d).startswith("interval undefined (no spread in either arm)")
+    one_sided = welch_difference([10, 10, 10], [15, 16, 17])  # spread in one arm: Welch is defined
+    ref = stats.ttest_ind([15, 16, 17], [10, 10, 10], equal_var=False).confidence_interval(0.95)
+    assert (one_sided.low, one_sided.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
+
+
+def _armed_run(root, arm, overrides, heads, seed, curve, config):
+    folder = root / f"{arm}-h{heads}-s{seed}"
+    _write_run(folder, config["model"]["attention"], heads, seed, curve, curve[-1], config)
+    (folder / "arm.json").write_text(json.dumps({"arm": arm, "overrides": overrides}))
+
+
+def test_report_groups_by_arm_and_compares_each_with_the_reference(tmp_path, config):
+    """Two canonical arms that differ only in model.init are two arms; each is compared with standard;
+    tokens to reach are interpolated in log perplexity."""
+    can = dict(config, model=dict(config["model"], attention="canonical"))
+    matched = dict(config, model=dict(config["model"], attention="canonical", init="matched"))
+    for seed in range(3):
+        _armed_run(tmp_path, "standard", ["model.attention=standard"], 2, seed,
+                   [300, 200 + seed, 150 + seed, 160], config)
+        _armed_run(tmp_path, "canonical", ["model.attention=canonical"], 2, seed,
+                   [300, 250 + seed, 190 + seed, 200], can)
+        _armed_run(tmp_path, "canonical-matched", ["model.attention=canonical", "model.init=matched"], 2, seed,
+                   [150 + seed, 140, 145, 150], matched)
+    report = write_report([tmp_path], tmp_path / "out").read_text()
+    assert "- `canonical-matched`: `model.attention=canonical` `model.init=matched`" in report
+    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in diff.splitlines()
+            if line.startswith("| canonical")}
+    assert set(rows) == {("canonical", "2"), ("canonical-matched", "2")}
+    assert "canonical higher perplexity" in rows[("canonical", "2")]
+    assert "3 of 3 never reached" in rows[("canonical", "2")]  # 152 (worst standard best) never reached
+    assert "canonical-matched lower perplexity; faster to best" in rows[("canonical-matched", "2")]
+    # tokens to reach 152: standard seed 0 crosses between 200 (step 20) and 150 (step 30)
+    from iattention.experiments.results import find_runs
+
+    run = next(r for r in find_runs([tmp_path]) if r.arm == "standard" and r.summary["seed"] == 0)
+    per_step = run.tokens_per_step()
+    frac = (np.log(200) - np.log(152)) / (np.log(200) - np.log(150))
+    assert run.tokens_to_reach(152) == pytest.approx((20 + 10 * frac) * per_step)
+    assert run.tokens_to_reach(100) is None
+    assert "## Runs" in report and "standard-h2-s0" in report.split("## Runs")[1]
+
+
+def test_report_refuses_a_missing_reference_arm(tmp_path, config):
+    _armed_run(tmp_path, "canonical", ["model.attention=canonical"], 2, 0, [300, 200], config)
+    with pytest.raises(UserError, match="reference arm 'standard' has no runs"):
+        write_report([tmp_path], tmp_path / "out")
+
+
+def test_arms_resolve_and_collisions_are_refused(tmp_path):
+    from iattention.experiments.arms import check_overrides, resolve_arms
+
+    f = tmp_path / "arms.yaml"
+    f.write_text("fast: [model.attention=canonical, optim.lr=3e-3]\nbad: [model.n_head=2]\n")
+    arms = resolve_arms(["standard", "canonical-matched", "fast"], str(f))
+    assert [a.name for a in arms] == ["standard", "canonical-matched", "fast"]
+    assert arms[2].keys() == {"model.attention", "optim.lr"}
+    with pytest.raises(UserError, match="axis of the grid; use --heads"):
+        resolve_arms(["bad"], str(f))
+    with pytest.raises(UserError, match="unknown arm 'nope'"):
+        resolve_arms(["nope"], str(f))
+    with pytest.raises(UserError, match="collides with arm 'fast'"):
+        check_overrides(["optim.lr=1e-3"], arms)
+    with pytest.raises(UserError, match="axis of the grid; use --seeds"):
+        check_overrides(["train.seed=3"], arms)
+    check_overrides(["optim.weight_decay=0.0"], arms)  # a key no arm sets is fine
+
+
+def test_committed_study_reports_name_only_committed_runs():
+    """Every run a committed report under results/ lists must have its raw files in the repository
+    (a .gitignore pattern once dropped a whole study's runs while its report stayed)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from iattention.experiments.results import RUN_FILES
+
+    root = Path(__file__).resolve().parent.parent
+    tracked = None
+    if (root / ".git").exists():
+        out = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True)
+        tracked = set(out.stdout.splitlines()) if out.returncode == 0 else None
+    reports = sorted((root / "results").rglob("report.md"))
+    for report in reports:
+        runs = re.findall(r"^- `([^`]+)`$", report.read_text().split("## Runs")[-1], flags=re.M) \
+            if "## Runs" in report.read_text() else []
+        for run in runs:
+            for name in RUN_FILES:
+                path = f"{run}/{name}"
+                assert (root / path).is_file(), f"{report} names {run}, but {path} is missing"
+                if tracked is not None:
+                    assert path in tracked, f"{report} names {run}, but {path} is not committed"
+
+
+def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
+    """A finished run is skipped only if it is the run asked for; else one line names the differing key."""
+    from conftest import tiny_overrides, write_corpus
+    from iattention.experiments.arms import resolve_arms
+    from iattention.experiments.sweep import grid, run_sweep
+
+    paths = write_corpus(tmp_path)
+    base = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.tensorboard": "false"})
+    specs = grid(resolve_arms(["standard"]), [1], [0])
+    first = run_sweep("tiny", specs, tmp_path / "sw", base, log=lambda *_: None)
+    again = run_sweep("tiny", specs, tmp_path / "sw", base + ["train.threads=1"], log=lambda *_: None)
+    assert again[0]["_status"] == "skipped (finished)" and again[0]["best_val_ppl"] == first[0]["best_val_ppl"]
+    with pytest.raises(UserError, match=r"another config \(optim.lr: 0.003 there vs 0.05 here\)"):
+        run_sweep("tiny", specs, tmp_path / "sw", base + ["optim.lr=0.05"], log=lambda *_: None)
+    with pytest.raises(UserError, match="model.n_embd"):
+        run_sweep("cpu-quick", specs, tmp_path / "sw", base, log=lambda *_: None)
+    assert json.loads((tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_text())["arm"] == "standard"

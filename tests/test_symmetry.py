@@ -91,3 +91,23 @@ def test_balancedness_is_invariant_under_orthogonal_gauge_and_changes_otherwise(
     assert torch.allclose(b0["qk"], b1["qk"], atol=1e-10)
     random_gauge(model, seed=0, spread=3.0)
     assert not torch.allclose(b1["qk"], balancedness(model)["qk"], atol=1e-3)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_identity_ko_expands_exactly_and_refuses_general_heads(heads):
+    from iattention.errors import UserError
+
+    model = make_model(attention="identity_ko", n_head=heads)
+    with torch.no_grad():
+        for a in model.attention_layers:
+            a.b_K.normal_()
+    std = expand(model)
+    assert std.config.attention == "standard"
+    assert (std(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
+    # back into identity_ko only when W_K and W_O really are the identity
+    back = make_model(attention="identity_ko", n_head=heads)
+    for src, dst in zip(std.attention_layers, back.attention_layers):
+        dst.load_heads(src.to_heads())
+    assert (back(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
+    with pytest.raises(UserError, match="identity_ko"):
+        back.attention_layers[0].load_heads(make_model(n_head=heads).attention_layers[0].to_heads())

@@ -96,6 +96,21 @@ def register(sub) -> None:
     common(s, [1, 2, 4, 8], [0, 1, 2])
     s.set_defaults(func=cmd_sweep)
 
+    sc = sub.add_parser("scales", help="attention weight RMS at step 0 and AdamW update sizes, per arm",
+                        description="Train each arm for a few steps (the trainer's data order, schedule and optimizer "
+                                    "groups) and print, per attention weight kind, the RMS of its entries at step 0 "
+                                    "and the RMS of one step's change.")
+    sc.add_argument("--preset", default="cpu-study", help=f"one of: {', '.join(preset_names())}")
+    sc.add_argument("--arms", type=_str_list, default=["standard", "canonical", "canonical-matched"])
+    sc.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
+    sc.add_argument("--heads", type=_int_list, default=[1, 8])
+    sc.add_argument("--seed", type=int_at_least(0), default=0)
+    sc.add_argument("--steps", type=int_at_least(1), default=20)
+    sc.add_argument("--out", help="write a markdown table here (and the numbers as .json beside it)")
+    add_data_flags(sc)
+    sc.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    sc.set_defaults(func=cmd_scales)
+
     r = sub.add_parser("report", help="report.md and figures from sweep folders",
                        description="Write report.md and PNG figures from run folders (metrics.jsonl, "
                                    "summary.json); several sweep folders are merged.")
@@ -104,6 +119,42 @@ def register(sub) -> None:
     r.add_argument("--title", default="I-Attention study")
     r.add_argument("--reference", default="standard", help="arm every other arm is compared with (default: standard)")
     r.set_defaults(func=cmd_report)
+
+
+def cmd_scales(args) -> None:
+    import json
+
+    from iattention.experiments.arms import check_overrides, resolve_arms
+    from iattention.experiments.scales import measure
+    from iattention.train import load_config
+    from iattention.train.cli import data_overrides
+    from iattention.utils.atomic import write_text
+
+    arms = resolve_arms(args.arms, args.arms_file)
+    check_overrides(list(args.overrides), arms)
+    rows = []
+    for h in args.heads:
+        for arm in arms:
+            cfg = load_config(args.preset, None, [*arm.overrides, f"model.n_head={h}", f"train.seed={args.seed}",
+                                                  *args.overrides, *data_overrides(args)])
+            if cfg.model.n_embd % h:
+                raise UserError(f"--heads {h} does not divide n_embd={cfg.model.n_embd}; pick head counts that do")
+            for kind, m in measure(cfg, args.steps).items():
+                rows.append(dict(arm=arm.name, n_head=h, kind=kind, **m))
+                print(f"{arm.name:<22} h={h:<2} {kind:<9} rms0 {m['rms0']:.4f}  update {m['update']:.2e}  "
+                      f"update/rms0 {m['relative']:.2e}", flush=True)
+    if args.out:
+        lines = [f"Attention weight scales, `iattn scales --preset {args.preset} --steps {args.steps} --seed "
+                 f"{args.seed}` (arms {', '.join(a.name for a in arms)}): RMS of the entries at step 0, RMS of one "
+                 f"AdamW step's change averaged over the first {args.steps} steps, and their ratio (layers pooled).",
+                 "",
+                 "| arm | heads | weights | RMS at step 0 | update RMS | update / RMS |",
+                 "| --- | ---: | --- | ---: | ---: | ---: |"]
+        lines += [f"| {r['arm']} | {r['n_head']} | {r['kind']} | {r['rms0']:.4f} | {r['update']:.2e} | "
+                  f"{r['relative']:.2e} |" for r in rows]
+        write_text(args.out, "\n".join(lines) + "\n")
+        write_text(str(args.out).rsplit(".", 1)[0] + ".json", json.dumps(rows, indent=1))
+        print(f"wrote {args.out}")
 
 
 def cmd_sweep(args) -> None:

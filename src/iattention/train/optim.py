@@ -1,4 +1,4 @@
-"""AdamW with weight decay on matrices only (GPT-2 / nanoGPT convention), plus two study knobs.
+"""AdamW with weight decay on weight matrices only (GPT-2 / nanoGPT convention), plus two study knobs.
 
 - `decay_attention=False`: the attention matrices get no weight decay. AdamW's decay is an L2
   pull on the *stored* matrices, so it regularises different functions of the weights in each
@@ -20,14 +20,23 @@ from iattention.train.config import OptimConfig
 GPT2_INIT_STD = 0.02
 
 
+def is_matrix(name: str, p: torch.Tensor) -> bool:
+    """A weight matrix (decayed), as opposed to a bias or a LayerNorm gain. Canonical attention keeps
+    its per-head biases b_Q, b_K, b_V as (H, r) tensors, so the number of dimensions alone would
+    wrongly decay them (standard's fused biases are 1-d)."""
+    leaf = name.rsplit(".", 1)[-1]
+    return p.dim() >= 2 and leaf != "bias" and not leaf.startswith("b_")
+
+
 def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
     """Groups keyed by (weight decay, lr scale); the trainer multiplies the scheduled lr by `lr_scale`."""
     groups: dict[tuple[float, float], list] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        attention_matrix = ".attn." in name and p.dim() >= 2
-        decay = p.dim() >= 2 and (cfg.decay_attention or not attention_matrix)
+        matrix = is_matrix(name, p)
+        attention_matrix = matrix and ".attn." in name
+        decay = matrix and (cfg.decay_attention or not attention_matrix)
         scale = 1.0
         if cfg.attn_lr_by_init_rms and attention_matrix and p.numel():
             scale = float(p.detach().float().pow(2).mean().sqrt()) / GPT2_INIT_STD

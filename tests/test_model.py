@@ -1,0 +1,55 @@
+"""The GPT model: initialisations (gpt2, matched) and config validation."""
+
+import pytest
+import torch
+
+from conftest import max_rel
+from iattention import GPT, GPTConfig
+from iattention.errors import UserError
+
+SHAPE = dict(n_layer=2, n_embd=64, vocab_size=300, block_size=32)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 8])
+@pytest.mark.parametrize("halves", ["both", "qk"])
+def test_matched_init_starts_from_the_standard_function(heads, halves):
+    """torch.manual_seed(s); GPT(canonical, init=matched) computes what torch.manual_seed(s); GPT(standard)
+    computes, with fewer parameters, and leaves the RNG where the standard build leaves it."""
+    x = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(7)
+    std = GPT(GPTConfig(**SHAPE, n_head=heads))
+    after_std = torch.rand(3)
+    torch.manual_seed(7)
+    can = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical=halves, init="matched"))
+    after_can = torch.rand(3)
+    assert max_rel(can(x)[0], std(x)[0]) <= 1e-4
+    assert can.num_params() < std.num_params()
+    assert torch.equal(after_std, after_can)
+    # and not by accident: the default init with the same seed is another function
+    torch.manual_seed(7)
+    plain = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical=halves))
+    assert max_rel(plain(x)[0], std(x)[0]) > 1e-2
+
+
+def test_matched_init_uses_pivoted_blocks_and_survives_a_state_dict_round_trip():
+    torch.manual_seed(0)
+    can = GPT(GPTConfig(**SHAPE, n_head=2, attention="canonical", init="matched"))
+    perm = can.attention_layers[0].k_perm
+    assert not torch.equal(perm[:, :32], torch.arange(64).reshape(2, 32))  # not the aligned block
+    other = GPT(GPTConfig(**SHAPE, n_head=2, attention="canonical"))
+    other.load_state_dict(can.state_dict())
+    x = torch.randint(0, 300, (1, 32))
+    assert torch.equal(other(x)[0], can(x)[0])
+
+
+@pytest.mark.parametrize("attention", ["identity_ko", "identity_q"])
+def test_matched_init_is_refused_for_smaller_classes(attention):
+    with pytest.raises(UserError, match="smaller function class"):
+        GPTConfig(**SHAPE, attention=attention, init="matched")
+
+
+def test_canonical_halves_only_with_canonical_attention():
+    with pytest.raises(UserError, match="only applies to attention=canonical"):
+        GPTConfig(**SHAPE, attention="standard", canonical="qk")
+    with pytest.raises(UserError, match="model.init"):
+        GPTConfig(**SHAPE, init="orthogonal")

@@ -1,0 +1,76 @@
+"""Optimizer groups: weight decay on matrices, the decay_attention and attn_lr_by_init_rms knobs."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import tiny_overrides, write_corpus
+from iattention import GPT, GPTConfig
+from iattention.train import load_config, train
+from iattention.train.config import OptimConfig
+from iattention.train.optim import build_optimizer
+
+
+def _model(attention="canonical", heads=2, init="gpt2"):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=2, n_head=heads, n_embd=32, vocab_size=50, block_size=16, attention=attention,
+                         init=init))
+
+
+def _group_of(opt, param):
+    return next(g for g in opt.param_groups if any(p is param for p in g["params"]))
+
+
+@pytest.mark.parametrize("attention", ["standard", "canonical", "identity_ko"])
+def test_default_groups_decay_weight_matrices_only(attention):
+    """Biases are never decayed, also canonical's per-head (H, r) biases, which are 2-d tensors."""
+    model = _model(attention)
+    opt = build_optimizer(model, OptimConfig(weight_decay=0.1), "cpu")
+    decayed = set()
+    for name, p in model.named_parameters():
+        if _group_of(opt, p)["weight_decay"]:
+            decayed.add(name)
+        assert _group_of(opt, p)["lr_scale"] == 1.0
+    assert decayed and all(name.endswith("weight") or name.split(".")[-1].startswith("W_") for name in decayed)
+    assert not any("ln_" in name for name in decayed)
+    if attention == "canonical":
+        assert {"transformer.h.0.attn.b_Q", "transformer.h.0.attn.b_K"}.isdisjoint(decayed)
+
+
+@pytest.mark.parametrize("attention", ["standard", "canonical"])
+def test_decay_attention_off_spares_attention_matrices_only(attention):
+    model = _model(attention)
+    opt = build_optimizer(model, OptimConfig(weight_decay=0.1, decay_attention=False), "cpu")
+    for name, p in model.named_parameters():
+        want = 0.1 if p.dim() >= 2 and ".attn." not in name and "ln_" not in name else 0.0
+        assert _group_of(opt, p)["weight_decay"] == want, name
+
+
+def test_lr_by_init_rms_scales_attention_matrices_by_their_step0_rms():
+    model = _model(init="matched")
+    opt = build_optimizer(model, OptimConfig(attn_lr_by_init_rms=True), "cpu")
+    for name, p in model.named_parameters():
+        scale = _group_of(opt, p)["lr_scale"]
+        if ".attn." in name and name.split(".")[-1].startswith("W_") and p.numel():
+            assert scale == pytest.approx(p.detach().pow(2).mean().sqrt().item() / 0.02, rel=1e-5), name
+        else:
+            assert scale == 1.0, name
+    scales = sorted({g["lr_scale"] for g in opt.param_groups})
+    assert scales[0] < 0.5 and scales[-1] > 5  # matched canonical: W_Q, W_V tiny, free rows large
+
+
+def test_trainer_applies_the_group_lr_scale(tmp_path):
+    paths = write_corpus(tmp_path)
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
+        "model.attention": "canonical", "model.init": "matched", "optim.attn_lr_by_init_rms": "true",
+        "train.epochs": 1}))
+    train(cfg, tmp_path / "run", quiet=True)
+    from iattention.train.checkpoint import read_meta
+
+    groups = read_meta(tmp_path / "run" / "last.safetensors")["optimizer"]["param_groups"]
+    steps = [json.loads(line) for line in open(tmp_path / "run" / "steps.jsonl")]
+    base = steps[-1]["lr"]
+    assert len({round(g["lr_scale"], 6) for g in groups}) > 2
+    for g in groups:
+        assert g["lr"] == pytest.approx(base * g["lr_scale"])
