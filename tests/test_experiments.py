@@ -62,8 +62,9 @@ def test_report_table_intervals_and_figures(tmp_path, config):
     assert f"| canonical | 2 | 980 | {mean:.2f} ± {std:.2f} | 3.0 ± 0.0 | 0 of 3 |" in report
     diffs = report.split("## Each arm − `standard`")[1].split("##")[0]
     rows = {line.split("|")[2].strip(): line for line in diffs.splitlines() if line.startswith("| canonical |")}
-    assert "canonical lower perplexity; faster to best" in rows["2"]
-    assert "no perplexity difference detected; no difference in epoch of best" in rows["4"]
+    # every seed has the same epoch of best: no spread, so no epoch interval and no epoch verdict
+    assert "canonical lower perplexity; epoch interval undefined (no spread in either arm)" in rows["2"]
+    assert "no perplexity difference detected; epoch interval undefined" in rows["4"]
     assert "-50.00" in rows["2"] and "+0.00" in rows["4"]
     assert "published numbers (not ours)" in report and "| 1 | 345 | 234 | 30 | 6 |" in report
     for png in ("perplexity_vs_epoch.png", "best_val_ppl_vs_heads.png", "best_epoch_vs_heads.png"):
@@ -129,11 +130,11 @@ def test_report_groups_by_arm_and_compares_each_with_the_reference(tmp_path, con
     matched = dict(config, model=dict(config["model"], attention="canonical", init="matched"))
     for seed in range(3):
         _armed_run(tmp_path, "standard", ["model.attention=standard"], 2, seed,
-                   [300, 200 + seed, 150 + seed, 160], config)
+                   [300, 200 + seed, 150 + seed, 160, 170] if seed != 1 else [300, 201, 170, 151, 160], config)
         _armed_run(tmp_path, "canonical", ["model.attention=canonical"], 2, seed,
-                   [300, 250 + seed, 190 + seed, 200], can)
+                   [300, 250 + seed, 190 + seed, 200, 210], can)
         _armed_run(tmp_path, "canonical-matched", ["model.attention=canonical", "model.init=matched"], 2, seed,
-                   [150 + seed, 140, 145, 150], matched)
+                   [150 + seed, 140, 145, 150, 155] if seed != 1 else [139, 140, 145, 150, 155], matched)
     report = write_report([tmp_path], tmp_path / "out").read_text()
     assert "- `canonical-matched`: `model.attention=canonical` `model.init=matched`" in report
     diff = report.split("## Each arm − `standard`")[1].split("##")[0]
@@ -219,6 +220,6 @@ def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
     assert again[0]["_status"] == "skipped (finished)" and again[0]["best_val_ppl"] == first[0]["best_val_ppl"]
     with pytest.raises(UserError, match=r"another config \(optim.lr: 0.003 there vs 0.05 here\)"):
         run_sweep("tiny", specs, tmp_path / "sw", base + ["optim.lr=0.05"], log=lambda *_: None)
-    with pytest.raises(UserError, match="model.n_embd"):
+    with pytest.raises(UserError, match="model.block_size: 32 there vs 64 here"):
         run_sweep("cpu-quick", specs, tmp_path / "sw", base, log=lambda *_: None)
     assert json.loads((tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_text())["arm"] == "standard"

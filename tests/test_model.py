@@ -45,11 +45,11 @@ def test_matched_init_uses_pivoted_blocks_and_survives_a_state_dict_round_trip()
 @pytest.mark.parametrize("attention", ["identity_ko", "identity_q"])
 def test_matched_init_is_refused_for_smaller_classes(attention):
     with pytest.raises(UserError, match="smaller function class"):
-        GPTConfig(**SHAPE, attention=attention, init="matched")
+        GPTConfig(**SHAPE, n_head=2, attention=attention, init="matched")
 
 
 def test_canonical_halves_only_with_canonical_attention():
     with pytest.raises(UserError, match="only applies to attention=canonical"):
-        GPTConfig(**SHAPE, attention="standard", canonical="qk")
+        GPTConfig(**SHAPE, n_head=2, attention="standard", canonical="qk")
     with pytest.raises(UserError, match="model.init"):
-        GPTConfig(**SHAPE, init="orthogonal")
+        GPTConfig(**SHAPE, n_head=2, init="orthogonal")

@@ -91,21 +91,21 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")
     # What any arm sets is what the study varies; everything else must agree across all runs.
     varied = tuple(sorted({k for r in found for k in r.arm_keys}))
-    runs, seen, studies = [], {}, set()
+    studies = {r.folder: json.dumps(_study_config(r.summary["config"], varied), sort_keys=True) for r in found}
+    if len(set(studies.values())) > 1:
+        raise UserError(f"the folders hold runs of {len(set(studies.values()))} different study configs (beyond what "
+                        "the arms set, heads and seed); report each study separately")
+    runs, seen = [], {}
     for r in found:
-        study = json.dumps(_study_config(r.summary["config"], varied), sort_keys=True)
         ident = (r.arm, r.summary["n_head"], r.summary["seed"])
+        config = config_identity_json(r.summary["config"])
         if ident in seen:
-            if seen[ident][1] == study and seen[ident][2] == config_identity_json(r.summary["config"]):
+            if seen[ident][1] == config:
                 continue  # the same run merged twice from two folders
             raise UserError(f"two runs of arm {r.arm!r}, {ident[1]} heads, seed {ident[2]} differ in config "
                             f"({seen[ident][0]} and {r.folder}); name the arms apart or report them separately")
-        seen[ident] = (r.folder, study, config_identity_json(r.summary["config"]))
+        seen[ident] = (r.folder, config)
         runs.append(r)
-        studies.add(study)
-    if len(studies) > 1:
-        raise UserError(f"the folders hold runs of {len(studies)} different study configs (beyond what the arms set, "
-                        "heads and seed); report each study separately")
     return runs
 
 
