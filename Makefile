@@ -5,14 +5,18 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
+# pip arguments that install torch when the venv has none (always pinned: an unpinned torch pulls
+# several GB of CUDA wheels). What the default gives depends on where pip looks: on Linux x86-64
+# PyPI serves the CUDA build; a machine with a local CPU wheel (our CI) gets that. For the CPU build
+# from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP ?= torch==2.13.0
 
 .PHONY: setup demo test lint clean
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# Install the CPU build of torch first when none is present; an unpinned torch
-	# would pull several GB of CUDA wheels.
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==2.13.0
+	# Install the pinned torch first when none is present (see TORCH_PIP above).
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP)
 	$(BIN)/pip install -q -e ".[hf,dev]"
 	touch $(BIN)/iattn
 

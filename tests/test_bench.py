@@ -25,6 +25,12 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
         assert r["train_tokens_per_s"] > 0 and r["forward_tokens_per_s"] > 0
         assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
     assert "| iattention | canonical | 1 |" in md.read_text()
+    from iattention.bench.cli import device_name
+
+    assert data["device_name"] == device_name(torch.device("cpu"))  # not "hf", the last comparison's name
+    assert f"on {data['device_name']} (cpu" in md.read_text()
+    gflops = [line.split("|")[10].strip() for line in md.read_text().splitlines() if line.startswith("| iattention")]
+    assert len(set(gflops)) > 1, gflops  # significant digits: tiny variants' FLOPs are told apart
     main(["bench", "--preset", "tiny", "--heads", "2", "--windows", "1", "--steps", "1", "--rounds", "1",
           "--json", str(out), "--markdown", str(md), "--no-reference"])
     assert md.read_text().count("<!-- bench:cpu:tiny:eager -->") == 1  # the section is replaced, not added

@@ -161,3 +161,35 @@ def test_skip_nonfinite_counts_bad_batches(tmp_path):
                                                       "optim.grad_clip": 0, "train.skip_nonfinite": True})
     summary = train(load_config("tiny", None, ov), tmp_path / "run", quiet=True)
     assert summary["skipped_batches"] > 0
+
+
+def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_over(tmp_path):
+    """Two `iattn train --resume` on one folder: the second gets one line naming the holder's pid;
+    after the holder is killed, the lock is taken over and the run resumes."""
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.threads": 1, "train.epochs": 1000})
+    out = tmp_path / "run"
+    cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not (out / "config.yaml").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(cmd, capture_output=True, text=True)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (f"iattn: error: run folder {out} is in use by another process (pid "
+                                      f"{first.pid}); wait for it to finish or stop it, or choose another --out")
+    from iattention.utils.lock import holder
+
+    assert holder(out) == str(first.pid)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert holder(out) is None  # the kernel released the dead holder's lock
+    third = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    deadline = time.time() + 120
+    while holder(out) != str(third.pid) and third.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    taken = holder(out) == str(third.pid)
+    os.killpg(third.pid, signal.SIGKILL)
+    third.wait()
+    assert taken, third.stderr.read()

@@ -98,3 +98,62 @@ def test_ddp_two_processes_match_one(tmp_path):
     assert len(a) == len(b)
     assert np.allclose(a, b, rtol=1e-4, atol=1e-5)
     assert math.isclose(one["best_val_ppl"], two["best_val_ppl"], rel_tol=1e-4)
+
+
+def test_eval_says_what_it_evaluated_and_full_takes_the_whole_split(tmp_path, capsys):
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path, n_eval=3000)
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
+        "train.epochs": 1, "data.valid_tokens": 700}))
+    train(cfg, tmp_path / "run", quiet=True)
+    ckpt = str(tmp_path / "run" / "best.safetensors")
+    assert main(["eval", ckpt, "--split", "valid", "--json"]) == 0
+    prefix = json.loads(capsys.readouterr().out)
+    assert main(["eval", ckpt, "--split", "valid", "--json", "--full"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert prefix["portion"] == "prefix" and full["portion"] == "whole"
+    assert prefix["tokens"] < 700 < full["tokens"]
+    assert main(["eval", ckpt, "--split", "valid"]) == 0
+    line = capsys.readouterr().out
+    assert "the first 700 tokens of the valid split (the run's data.valid_tokens; --full for all of it)" in line
+
+
+def test_overrides_may_follow_options(tmp_path):
+    """`iattn train --preset tiny model.attention=canonical --out X train.threads=1` takes both overrides."""
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
+    assert main(["train", "--preset", "tiny", "model.attention=canonical", "--out", str(tmp_path / "r"), "--quiet",
+                 *ov, "train.threads=1"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["attention"] == "canonical" and summary["config"]["train"]["threads"] == 1
+
+
+def test_every_command_takes_every_preset(capsys):
+    """One set of preset names: params and bench take the training presets (and gpt2-small), with
+    default heads from the preset."""
+    from iattention.bench.cli import bench_spec
+    from iattention.cli import main
+    from iattention.train.config import preset_model, preset_names
+
+    for name in preset_names():
+        assert main(["params", "--preset", name, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        model = preset_model(name)
+        assert max(r["n_head"] for r in rows) == model.n_head
+        assert bench_spec(name)["model"]["n_embd"] == model.n_embd
+        load_config(name)
+    assert preset_model("gpt2-small").n_embd == 768 and preset_model("cpu-study").vocab_size == 4096
+
+
+def test_version(capsys):
+    import pytest
+
+    from iattention import __version__
+    from iattention.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"iattn {__version__}"

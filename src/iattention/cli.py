@@ -47,12 +47,17 @@ def _str_list(text: str) -> list[str]:
 
 
 def cmd_params(args) -> None:
-    from iattention.config import ATTENTION_VARIANTS, model_preset
+    from iattention.config import ATTENTION_VARIANTS
     from iattention.symmetry.counts import param_count
+    from iattention.train.config import default_heads, preset_model
 
+    shape = preset_model(args.preset)
     rows = []
-    for heads in args.heads:
-        base = model_preset(args.preset, n_head=heads)
+    for heads in args.heads or default_heads(shape):
+        if shape.n_embd % heads:
+            raise UserError(f"--heads {heads}: n_embd={shape.n_embd} of preset {args.preset} is not divisible by "
+                            f"{heads}; pick head counts that divide {shape.n_embd}")
+        base = shape.replace(n_head=heads)
         std = param_count(base)
         for attention in ATTENTION_VARIANTS:
             n = param_count(base.replace(attention=attention))
@@ -75,18 +80,21 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from iattention.config import MODEL_PRESETS
+    from iattention import __version__
+    from iattention.train.config import preset_names
 
     p = Parser(prog="iattn", description=(
         "iattention: symmetry-reduced attention. Train and compare standard vs canonical "
         "(I-Attention) GPT models, convert checkpoints, benchmark, and run attention experiments."))
+    p.add_argument("--version", action="version", version=f"iattn {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
-    sp.add_argument("--preset", default="gpt2-small", choices=sorted(MODEL_PRESETS), help="model shape")
-    sp.add_argument("--heads", type=_int_list, default=[1, 4, 8, 12], help="comma-separated head counts")
+    sp.add_argument("--preset", default="gpt2-small", help=f"model shape of a preset: {', '.join(preset_names())}")
+    sp.add_argument("--heads", type=_int_list, default=None,
+                    help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_params)
 
@@ -104,9 +112,20 @@ def _subcommand_registrars():
         yield importlib.import_module(module).register
 
 
+def _is_override(token: str) -> bool:
+    return not token.startswith("-") and "=" in token and "." in token.split("=", 1)[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # KEY=VALUE overrides may stand anywhere, also after options (`--out X train.threads=1`): argparse
+    # takes the positional ones before the first option and leaves the rest over, which are collected here.
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        if hasattr(args, "overrides") and all(_is_override(t) for t in rest):
+            args.overrides = [*(args.overrides or []), *rest]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -99,16 +99,9 @@ class GPTConfig:
         return cls(**d)
 
 
-MODEL_PRESETS: dict[str, dict] = {
-    # GPT-2 small (124M with standard attention).
-    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024),
-    # CPU-sized models; vocab_size is set from the tokenizer by the trainer.
-    "cpu-tiny": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=512, block_size=64),
-    "cpu-small": dict(n_layer=4, n_head=4, n_embd=128, vocab_size=4096, block_size=128),
-}
-
-
 def model_preset(name: str, **overrides) -> GPTConfig:
-    if name not in MODEL_PRESETS:
-        raise UserError(f"unknown model preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}")
-    return GPTConfig(**{**MODEL_PRESETS[name], **overrides})
+    """The model of a named preset (the same names every command takes: see `iattn train --help`),
+    with the vocabulary size its tokenizer gives."""
+    from iattention.train.config import preset_model  # presets live with the run config
+
+    return preset_model(name, **overrides)

@@ -14,13 +14,17 @@ import torch
 from iattention.cli import _int_list, _str_list
 from iattention.errors import UserError
 
-BENCH_PRESETS = {
-    # model shapes; batch is the micro-batch timed per step
-    "cpu-study": dict(model=dict(n_layer=4, n_embd=128, block_size=128, vocab_size=4096), batch=16),
-    "cpu-quick": dict(model=dict(n_layer=2, n_embd=64, block_size=64, vocab_size=4096), batch=32),
-    "tiny": dict(model=dict(n_layer=1, n_embd=32, block_size=32, vocab_size=256), batch=8),
-    "gpt2-small": dict(model=dict(n_layer=12, n_embd=768, block_size=1024, vocab_size=50257), batch=16),
-}
+# Micro-batch (windows) timed per step: the preset's batch, at most this many.
+MAX_BENCH_BATCH = 16
+
+
+def bench_spec(preset: str) -> dict:
+    """Model shape (the preset's model, vocabulary from its tokenizer) and the timed micro-batch."""
+    from iattention.train.config import load_config, preset_model
+
+    model = preset_model(preset)
+    shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size")}
+    return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 
 def device_name(device: torch.device) -> str:
@@ -35,12 +39,10 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     from iattention.bench.runner import Timing, hf_reference, ours, time_model
     from iattention.config import GPTConfig
 
-    if preset not in BENCH_PRESETS:
-        raise UserError(f"unknown bench preset {preset!r}; choose one of {', '.join(BENCH_PRESETS)}")
+    spec = bench_spec(preset)
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
     dev = torch.device(device)
-    spec = BENCH_PRESETS[preset]
     amp = dev.type == "cuda"
     if amp:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -100,12 +102,12 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         std = next((j for j in same if rows[j]["model"] == "iattention" and rows[j]["attention"] == "standard"), None)
         ref = next((j for j in same if rows[j]["model"] == "hf-gpt2"), None)
         for key in ("train_tokens_per_s", "forward_tokens_per_s"):
-            for name, j in (("standard", std), ("hf", ref)):
+            for against, j in (("standard", std), ("hf", ref)):
                 if j is None:
                     continue
                 paired = [a / b for a, b in zip(round_rate[i][key], round_rate[j][key])]
-                row[f"{key}_vs_{name}"] = statistics.median(paired)
-                row[f"{key}_vs_{name}_rounds"] = paired
+                row[f"{key}_vs_{against}"] = statistics.median(paired)
+                row[f"{key}_vs_{against}_rounds"] = paired
     return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
@@ -130,7 +132,7 @@ def table(result: dict) -> str:
             f"{r.get('train_tokens_per_s_vs_standard', nan):.3f} {_spread(r, 'train_tokens_per_s_vs_standard')}| "
             f"{r.get('train_tokens_per_s_vs_hf', nan):.3f} | "
             f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', nan):.3f} | "
-            f"{r['executed_flops_per_token'] / 1e9:.4f}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
+            f"{r['executed_flops_per_token'] / 1e9:.4g}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
     return "\n".join(lines)
 
 
@@ -162,10 +164,11 @@ def cmd_bench(args) -> None:
         raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
     if "standard" not in args.attention:
         args.attention = ["standard", *args.attention]
-    d = BENCH_PRESETS.get(args.preset, {}).get("model", {}).get("n_embd", 0)
+    d = bench_spec(args.preset)["model"]["n_embd"]
     for h in args.heads:
-        if d and d % h:
-            raise UserError(f"--heads {h}: n_embd={d} of bench preset {args.preset} is not divisible by {h}")
+        if d % h:
+            raise UserError(f"--heads {h}: n_embd={d} of preset {args.preset} is not divisible by {h}; pick head "
+                            f"counts that divide {d}")
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
@@ -183,12 +186,14 @@ def cmd_bench(args) -> None:
 
 
 def register(sub) -> None:
+    from iattention.train.config import preset_names
+
     p = sub.add_parser("bench", help="training/forward tokens/s, memory, FLOPs, MFU vs standard and HF GPT-2",
                        description="Benchmark every attention variant x head count in one process, with the "
                                    "Hugging Face GPT2LMHeadModel of the same shape as reference. Writes JSON to "
                                    "benchmarks/results/ (or --json) and optionally a section of BENCHMARKS.md.")
-    p.add_argument("--preset", default="cpu-study", help=f"shape: {', '.join(BENCH_PRESETS)}")
-    p.add_argument("--attention", type=_str_list, default=["standard", "canonical", "identity_q"])
+    p.add_argument("--preset", default="cpu-study", help=f"model shape of a preset: {', '.join(preset_names())}")
+    p.add_argument("--attention", type=_str_list, default=["standard", "canonical", "identity_q", "identity_ko"])
     p.add_argument("--heads", type=_int_list, default=[1, 4, 8])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")

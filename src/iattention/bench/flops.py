@@ -6,6 +6,7 @@ forward pass, per token of a length-T sequence:
     canonical with H > 1 builds the full W_K / W_O and runs the same GEMMs (8 d^2);
     canonical with H = 1 runs only the fused Q,V GEMM (4 d^2): keys and output are index copies;
     canonical "qk" or "vo" at H = 1 skip one of the two (6 d^2); identity_q runs K,V and O (6 d^2);
+  identity_ko runs Q and V only (4 d^2) at every head count;
   attention scores and weighted sum: 2*T*d + 2*T*d (full T x T, as SDPA's FLOP counters report it);
   MLP: 16 d^2;  LM head: 2 d V_padded.
 Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nanoGPT's MFU formula,
@@ -22,6 +23,8 @@ def attention_projection_flops(cfg: GPTConfig) -> int:
     d = cfg.n_embd
     if cfg.attention == "identity_q":
         return 6 * d * d
+    if cfg.attention == "identity_ko":  # Q and V only, at every head count
+        return 4 * d * d
     if cfg.attention == "canonical" and cfg.n_head == 1:
         skipped = {"both": 2, "qk": 1, "vo": 1}[cfg.canonical]
         return (8 - 2 * skipped) * d * d

@@ -40,6 +40,17 @@ class Tokenizer:
         return self._impl.decode(ids)
 
 
+def vocab_size_of(spec: str) -> int:
+    """The vocabulary size a tokenizer spec gives, without building the tokenizer."""
+    if spec == "gpt2":
+        return GPT2_VOCAB
+    if spec == "byte":
+        return 256
+    if spec.startswith("bpe:") and spec[4:].isdigit():
+        return int(spec[4:])
+    raise UserError(f"unknown tokenizer {spec!r}; use gpt2, byte or bpe:N (e.g. bpe:4096)")
+
+
 def _sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

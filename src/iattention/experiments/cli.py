@@ -43,6 +43,12 @@ def cmd_compare(args) -> None:
     summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
                           jobs=args.jobs, quiet=True, threads=args.threads)
     print()
+    running = [s for s in summaries if "params" not in s]
+    summaries = [s for s in summaries if "params" in s]
+    for s in running:
+        print(f"{s['_arm']}: {s['_status']}; not in the table")
+    if not summaries:
+        return
     width = max(11, *(len(s["_arm"]) for s in summaries))
     print(f"{'arm':<{width}} {'heads':>5} {'seed':>4} {'params':>11} {'best val ppl':>12} {'epoch of best':>13} "
           f"{'test ppl':>9} {'tok/s':>7}")

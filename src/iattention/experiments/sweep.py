@@ -21,6 +21,7 @@ from pathlib import Path
 from iattention.errors import UserError
 from iattention.experiments.arms import Arm
 from iattention.utils.atomic import write_json
+from iattention.utils.lock import holder
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     folder = out / spec.name
     if (folder / "summary.json").exists():
         return json.loads((folder / "summary.json").read_text()) | {"_status": "skipped (finished)"}
+    pid = holder(folder)
+    if pid:  # another sweep (another terminal or machine) is training it now
+        return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "arm.json", {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)})
     cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--out", str(folder), "--resume",

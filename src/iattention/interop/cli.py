@@ -40,7 +40,9 @@ def register(sub) -> None:
                                    "on a fixed probe batch.")
     p.add_argument("--from", dest="src", required=True, help="HF folder (config.json) or iattention checkpoint")
     p.add_argument("--to", required=True, choices=TARGETS)
-    p.add_argument("--block", default="aligned", choices=BLOCKS, help="which r rows/columns become the identity")
+    p.add_argument("--block", default="pivoted", choices=BLOCKS,
+                   help="which r rows/columns become the identity (default pivoted: the best-conditioned ones, "
+                        "see docs/conversion.md)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
     p.add_argument("--out", required=True, help="output folder (must not exist)")

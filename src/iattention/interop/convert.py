@@ -66,7 +66,7 @@ def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def convert(src: GPT, to: str, block: str = "aligned", dtype: str = "float32"):
+def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
     """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype."""
     if to not in TARGETS:
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")

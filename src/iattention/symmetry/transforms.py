@@ -10,6 +10,8 @@ All algebra is done in float64 and cast back to the model's dtype.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from iattention.attention.heads import HeadWeights
@@ -71,7 +73,7 @@ def _check_blocks(layer: int, what: str, W: torch.Tensor, rows: torch.Tensor, bl
                     if block == "aligned" else "this head has rank < r and has no canonical form")
             raise SingularBlockError(
                 f"layer {layer} head {h}: the {what} block {rows[h].tolist()[:8]}... is singular "
-                f"(condition number {c:.3g}); {hint}"
+                f"({f'condition number {c:.3g}' if math.isfinite(c) else 'not invertible at all'}); {hint}"
             )
 
 

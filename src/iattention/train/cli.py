@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from iattention.cli import int_at_least
 from iattention.errors import UserError
 
 
@@ -46,7 +47,12 @@ def cmd_eval(args) -> None:
     if block > model.config.block_size:
         raise UserError(f"--block-size {block} is larger than the model's block_size {model.config.block_size}; "
                         f"use at most {model.config.block_size}")
-    data_cfg = DataConfig(**{**(meta.get("config", {}).get("data") or {}),
+    run_data = dict(meta.get("config", {}).get("data") or {})
+    cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
+    cut = int(run_data.get(cut_key) or 0) if cut_key else 0
+    if args.full and cut_key:
+        run_data[cut_key] = 0
+    data_cfg = DataConfig(**{**run_data,
                              **({"data_dir": os.path.abspath(args.data_dir)} if args.data_dir else {}),
                              **({"tokenizer_file": args.tokenizer_file} if args.tokenizer_file else {})})
     data = load_data(data_cfg, splits=(args.split,))
@@ -54,8 +60,13 @@ def cmd_eval(args) -> None:
         raise UserError(f"tokenizer has {data.vocab_size} tokens, more than the model's {model.config.vocab_size}; "
                         "use the tokenizer the model was trained with")
     nll, n = split_nll(model, data.splits[args.split], block, args.batch_size, DistContext())
-    result = dict(checkpoint=args.checkpoint, split=args.split, tokens=n, loss=nll / n, ppl=perplexity(nll, n))
-    print(json.dumps(result) if args.json else f"{args.split} perplexity {result['ppl']:.3f} over {n:,} tokens")
+    part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
+            if cut and not args.full else f"the whole {args.split} split")
+    result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut and not args.full else "whole",
+                  tokens=n, block_size=block, protocol="non-overlapping windows", loss=nll / n, ppl=perplexity(nll, n))
+    print(json.dumps(result) if args.json else
+          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, non-overlapping "
+          f"windows of {block}")
 
 
 def register(sub) -> None:
@@ -80,8 +91,12 @@ def register(sub) -> None:
                                    "data split, in non-overlapping windows.")
     e.add_argument("checkpoint", help="an iattention .safetensors checkpoint")
     e.add_argument("--split", default="test", choices=("train", "valid", "test"))
-    e.add_argument("--block-size", type=int, default=0, help="window length (default: the model's block_size)")
-    e.add_argument("--batch-size", type=int, default=16)
+    e.add_argument("--block-size", type=int_at_least(1), default=None,
+                   help="window length (default: the model's block_size)")
+    e.add_argument("--batch-size", type=int_at_least(1), default=16)
+    e.add_argument("--full", action="store_true",
+                   help="evaluate the whole split even if the run trained on a prefix (data.train_tokens / "
+                        "data.valid_tokens); the test split is always whole")
     e.add_argument("--json", action="store_true")
     add_data_flags(e)
     e.set_defaults(func=cmd_eval)

@@ -31,6 +31,29 @@ class OptimConfig:
     attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
 
 
+    def __post_init__(self) -> None:
+        checks = (("lr", self.lr > 0, "> 0", "optim.lr=6e-4"),
+                  ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "in [0, 1]", "optim.min_lr_ratio=0.1"),
+                  ("warmup_steps", self.warmup_steps >= 0, ">= 0", "optim.warmup_steps=100"),
+                  ("weight_decay", self.weight_decay >= 0, ">= 0", "optim.weight_decay=0.1"),
+                  ("beta1", 0 <= self.beta1 < 1, "in [0, 1)", "optim.beta1=0.9"),
+                  ("beta2", 0 <= self.beta2 < 1, "in [0, 1)", "optim.beta2=0.95"),
+                  ("grad_clip", self.grad_clip >= 0, ">= 0 (0 disables clipping)", "optim.grad_clip=1.0"))
+        _check("optim", self, checks)
+
+
+def _check(section: str, obj, checks) -> None:
+    import math
+
+    for name, ok, rule, example in checks:
+        value = getattr(obj, name)
+        if isinstance(value, float) and not math.isfinite(value) or not ok:
+            raise UserError(f"{section}.{name} must be {rule}, got {value!r}; e.g. {example}")
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
 @dataclass
 class LoopConfig:
     epochs: int = 1
@@ -48,6 +71,15 @@ class LoopConfig:
     tensorboard: bool = True
     skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
 
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise UserError(f"train.device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        checks = [(n, getattr(self, n) >= 1, ">= 1", f"train.{n}=32") for n in
+                  ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
+        checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
+                    f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads")]
+        _check("train", self, checks)
+
 
 @dataclass
 class RunConfig:
@@ -61,18 +93,38 @@ class RunConfig:
 
 
 PRESET_DIR = "presets"
+# Other names for a preset: GPT-2 small is the paper preset's model.
+PRESET_ALIASES = {"gpt2-small": "paper"}
 
 
 def preset_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("iattention").joinpath(PRESET_DIR).iterdir()
-                  if p.name.endswith(".yaml"))
+    """Every preset name any command takes (the YAML presets and their aliases)."""
+    files = [p.name[:-5] for p in resources.files("iattention").joinpath(PRESET_DIR).iterdir()
+             if p.name.endswith(".yaml")]
+    return sorted([*files, *PRESET_ALIASES])
 
 
 def _preset_dict(name: str) -> dict:
-    path = resources.files("iattention").joinpath(PRESET_DIR, f"{name}.yaml")
+    path = resources.files("iattention").joinpath(PRESET_DIR, f"{PRESET_ALIASES.get(name, name)}.yaml")
     if not path.is_file():
         raise UserError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
     return yaml.safe_load(path.read_text()) or {}
+
+
+def preset_model(name: str, **overrides) -> GPTConfig:
+    """The model section of a preset; vocab_size 0 ("from the tokenizer") becomes the tokenizer's size."""
+    from iattention.data.tokenizers import vocab_size_of
+
+    cfg = _build(_merge(_preset_dict(name), {"model": overrides}))
+    model = cfg.model
+    if model.vocab_size == 0:
+        model = model.replace(vocab_size=vocab_size_of(cfg.data.tokenizer))
+    return model
+
+
+def default_heads(model: GPTConfig) -> list[int]:
+    """Head counts a command shows by default for a preset: 1, 2, 4, 8, 12 that divide d, up to its n_head."""
+    return [h for h in (1, 2, 4, 8, 12) if model.n_embd % h == 0 and h <= max(model.n_head, 1)] or [model.n_head]
 
 
 def _coerce(where: str, value, typ):

@@ -36,6 +36,11 @@ class DistContext:
 def setup(device: str) -> DistContext:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        from iattention.errors import UserError
+
+        raise UserError("train.device=cuda but this torch sees no CUDA device (a CPU build, or no GPU); "
+                        "use train.device=cpu or auto")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return DistContext(0, 1, torch.device(device))

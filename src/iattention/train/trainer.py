@@ -98,6 +98,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, out: str | Path, resume: bool = False, quiet: bool = False):
         self.cfg, self.out, self.resume, self.quiet = cfg, Path(out), resume, quiet
         self.finished: dict | None = None
+        self._lock = None
         self.ctx: DistContext = setup(cfg.train.device)
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -127,6 +128,12 @@ class Trainer:
             raise UserError(f"train split has {len(self.data.splits['train'])} tokens: fewer than one batch of "
                             f"{t.batch_size} x {T + 1}; lower train.batch_size or model.block_size, or use more data")
         self.total_steps = self.steps_per_epoch * t.epochs
+        if self.out.exists() and not self.out.is_dir():
+            raise UserError(f"output path {self.out} is a file; choose a folder for --out")
+        if ctx.is_main:  # one process per run folder, from here until the run ends (utils/lock.py)
+            from iattention.utils.lock import RunLock
+
+            self._lock = RunLock(self.out).acquire()
         _check_out_dir(self.out, self.resume, cfg)
         if self.resume and (self.out / "summary.json").exists():
             self.finished = json.loads((self.out / "summary.json").read_text())
@@ -257,6 +264,8 @@ class Trainer:
         try:
             return self._run()
         finally:
+            if self._lock:
+                self._lock.release()
             teardown(self.ctx)
 
     def _run(self) -> dict:
