@@ -223,3 +223,29 @@ def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
     with pytest.raises(UserError, match="model.block_size: 32 there vs 64 here"):
         run_sweep("cpu-quick", specs, tmp_path / "sw", base, log=lambda *_: None)
     assert json.loads((tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_text())["arm"] == "standard"
+
+
+def test_compare_footer_names_tb_only_when_tensorboard_is_on(tmp_path, capsys):
+    from conftest import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
+    assert main(["compare", "--preset", "tiny", "--heads", "1", "--arms", "standard", "--out", str(tmp_path / "c"),
+                 *ov]) == 0  # the tiny preset has tensorboard off
+    out = capsys.readouterr().out
+    assert "run folders:" in out and "tb/" not in out
+    assert main(["compare", "--preset", "tiny", "--heads", "1", "--arms", "identity_ko", "--out",
+                 str(tmp_path / "d"), *ov, "train.tensorboard=true"]) == 0
+    assert "tb/" in capsys.readouterr().out
+
+
+def test_makefile_pins_torch():
+    """Setup never installs an unpinned torch (which pulls several GB of CUDA wheels)."""
+    import re
+    from pathlib import Path
+
+    make = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    default = re.search(r"^TORCH_PIP \?= (.+)$", make, flags=re.M).group(1)
+    assert re.match(r"torch==\d+\.\d+\.\d+", default)
+    assert "$(TORCH_PIP)" in make and not re.search(r"pip install[^\n]* torch(\s|$)", make)

@@ -60,10 +60,11 @@ def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
     hf.save_pretrained(tmp_path / "src")
     ref = hf(_x()).logits
     cli = [sys.executable, "-m", "iattention", "convert"]
-    r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--block", "pivoted",
-                        "--out", str(tmp_path / "canon")], capture_output=True, text=True)
+    r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--out", str(tmp_path / "canon")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "condition numbers" in r.stdout and "max abs logit difference" in r.stdout
+    assert "fixed pivoted blocks" in r.stdout  # the default block is the well-conditioned one
     canon, _ = load_model(tmp_path / "canon")
     assert canon.config.attention == "canonical"
     assert max_rel(canon(_x())[0], ref) <= 1e-4
