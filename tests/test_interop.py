@@ -85,3 +85,58 @@ def test_singular_block_from_hf_is_reported_and_pivoted_handles_it():
         canonicalize(ours, block="aligned")
     canon = canonicalize(ours, block="pivoted")
     assert (canon(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
+
+
+def _hf_perplexity(hf, tokens, block, stride):
+    """The transformers guide's strided perplexity, computed with the HF model itself; the number of
+    scored tokens is counted exactly (labels after the model's internal shift that are not -100)."""
+    ids = torch.tensor(tokens, dtype=torch.long)[None]
+    n, nll_sum, count, prev_end = ids.shape[1], 0.0, 0, 0
+    for begin in range(0, n, stride):
+        end = min(begin + block, n)
+        trg_len = end - prev_end
+        input_ids = ids[:, begin:end]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        scored = int((target_ids[:, 1:] != -100).sum())
+        with torch.no_grad():
+            loss = hf(input_ids, labels=target_ids).loss
+        if scored:
+            nll_sum += loss.item() * scored
+            count += scored
+        prev_end = end
+        if end == n:
+            break
+    return float(torch.exp(torch.tensor(nll_sum / count, dtype=torch.float64))), count
+
+
+@pytest.mark.parametrize("stride", [32, 16])
+def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path, capsys, stride):
+    """`iattn eval` reads an HF folder directly; its strided perplexity equals the transformers
+    computation to 1e-4 relative, and so does the same model converted to canonical."""
+    import json
+
+    from conftest import write_corpus
+    from iattention.cli import main
+    from iattention.data import DataConfig, load_data
+
+    paths = write_corpus(tmp_path, n_eval=3000)
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2, bos_token_id=None,
+                        eos_token_id=None)
+    hf = tf.GPT2LMHeadModel(cfg).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    spec = dict(dataset="text", tokenizer="byte", cache_dir=str(tmp_path / "cache"), **paths)
+    (tmp_path / "hf" / "iattention-data.json").write_text(json.dumps(spec))
+    tokens = load_data(DataConfig(**spec), splits=("test",)).splits["test"]
+    ref, ref_count = _hf_perplexity(hf, tokens.tolist(), 32, stride)
+
+    assert main(["eval", str(tmp_path / "hf"), "--stride", str(stride), "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["tokens"] == ref_count and abs(ours["ppl"] - ref) / ref <= 1e-4, (ours, ref)
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "c"), "--stride", str(stride), "--json"]) == 0
+    canon = json.loads(capsys.readouterr().out)
+    assert canon["tokenizer"] == "byte"  # the converted folder carries its tokenizer spec
+    assert abs(canon["ppl"] - ref) / ref <= 1e-4

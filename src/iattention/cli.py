@@ -107,8 +107,8 @@ def _subcommand_registrars():
     """Each heavier subcommand lives with its own code and adds its parser here."""
     import importlib
 
-    for module in ("iattention.train.cli", "iattention.experiments.cli", "iattention.interop.cli",
-                   "iattention.bench.cli", "iattention.lab.cli"):
+    for module in ("iattention.train.cli", "iattention.model.cli", "iattention.experiments.cli",
+                   "iattention.interop.cli", "iattention.bench.cli", "iattention.lab.cli"):
         yield importlib.import_module(module).register
 
 

@@ -46,6 +46,11 @@ def load_data(cfg: DataConfig, splits=SPLITS) -> TokenData:
     return TokenData(tok, tokens)
 
 
+def tokenizer_of(cfg: DataConfig) -> Tokenizer:
+    """The tokenizer a data config names (a `bpe:N` one is rebuilt from, or cached by, its train split)."""
+    return load_tokenizer(cfg, read_split(cfg, "train") if cfg.tokenizer.startswith("bpe:") else None)
+
+
 def n_train_windows(tokens: np.ndarray, block_size: int) -> int:
     return max(0, (len(tokens) - 1) // block_size)
 

@@ -6,11 +6,14 @@ import numpy as np
 
 
 def cmd_convert(args) -> None:
-    from iattention.interop.convert import convert, read_any, save_converted
+    from iattention.interop.convert import convert, save_converted
+    from iattention.interop.load import load_any
 
-    src = read_any(args.src)
+    src, data, _ = load_any(args.src)
+    if data:  # the tokenizer spec travels with the model; local paths do not
+        data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
-    save_converted(model, args.out, args.to, rep, source=str(args.src))
+    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data)
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{args.dtype}] at {args.out}")
     if rep.conditioning:

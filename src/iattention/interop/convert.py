@@ -24,17 +24,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch
 
 def read_any(path: str | Path) -> GPT:
     """An HF GPT-2 folder (config.json) or an iattention checkpoint / run folder."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
-    hf_config = path / "config.json"
-    if hf_config.is_file() and "model_type" in json.loads(hf_config.read_text()):  # ours has no model_type
-        from iattention.interop.hf import from_hf
+    from iattention.interop.load import load_any
 
-        return from_hf(path)
-    from iattention.interop.load import load_model
-
-    return load_model(path)[0]
+    return load_any(path)[0]
 
 
 @torch.no_grad()
@@ -96,8 +88,11 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
     return out, ConversionReport(src.num_params(), after, diff, diff / ref.abs().max().item(), cond)
 
 
-def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str) -> None:
-    """Write into a temp folder, then rename it to `out` (never a half-written folder)."""
+def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
+                   data: dict | None = None) -> None:
+    """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
+    source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json."""
+    from iattention.interop.load import DATA_SPEC_FILE
     out = Path(out)
     if out.exists():
         raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
@@ -111,10 +106,12 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if to == "hf":
             model.save_pretrained(str(tmp), safe_serialization=True)
         else:
-            meta = {"config": {"model": model.config.to_dict()}, "source": source,
-                    "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}
+            meta = {"config": {"model": model.config.to_dict(), **({"data": data} if data else {})},
+                    "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}
             ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
             (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+        if data:
+            (tmp / DATA_SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

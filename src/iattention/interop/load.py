@@ -1,13 +1,19 @@
-"""Loading an iattention checkpoint (any of ours: run checkpoints or converted models)."""
+"""Loading any model this toolkit reads: our checkpoints, run folders, converted folders, and
+Hugging Face GPT-2 folders, each with the data/tokenizer spec it was trained with."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train import checkpoint as ckpt
+
+# Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
+DATA_SPEC_FILE = "iattention-data.json"
+HF_DATA_SPEC = {"dataset": "wikitext-2-v1", "tokenizer": "gpt2"}  # GPT-2's own BPE
 
 
 def load_model(path: str | Path) -> tuple[GPT, dict]:
@@ -27,3 +33,45 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     model = GPT(GPTConfig.from_dict(model_cfg))
     ckpt.load_model_state(model, ckpt.load_tensors(path), path)
     return model.eval(), meta
+
+
+def is_hf_folder(path: Path) -> bool:
+    config = path / "config.json"
+    return path.is_dir() and config.is_file() and "model_type" in json.loads(config.read_text())  # ours has none
+
+
+def _data_spec_beside(folder: Path) -> dict | None:
+    f = folder / DATA_SPEC_FILE
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
+    """(model in eval mode, data spec, metadata) from an HF GPT-2 folder or any iattention checkpoint.
+
+    The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF folder without
+    our spec file beside it is GPT-2 with its own BPE tokenizer; None if a checkpoint does not say."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
+    if is_hf_folder(path):
+        from iattention.interop.hf import from_hf
+
+        return from_hf(path).eval(), _data_spec_beside(path) or dict(HF_DATA_SPEC), {"source": str(path)}
+    model, meta = load_model(path)
+    folder = path if path.is_dir() else path.parent
+    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder)
+    return model, dict(data) if data else None, meta
+
+
+def data_config_for(data: dict | None, source: str, tokenizer: str | None = None, **paths):
+    """The DataConfig to tokenize with: the model's own spec, `tokenizer` overriding its tokenizer,
+    `paths` (data_dir, tokenizer_file) overriding where files are read."""
+    from iattention.data import DataConfig
+
+    if data is None and tokenizer is None:
+        raise UserError(f"{source} does not say which tokenizer it was trained with; pass --tokenizer "
+                        "(gpt2, byte or bpe:N)")
+    spec = {k: v for k, v in (data or {}).items() if k in DataConfig.__dataclass_fields__}
+    if tokenizer:
+        spec["tokenizer"] = tokenizer
+    return DataConfig(**{**spec, **{k: v for k, v in paths.items() if v}})

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from iattention.attention.cache import KVCache
 from iattention.attention.registry import build_attention
 from iattention.config import GPTConfig
 
@@ -36,8 +37,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias, eps=1e-5)
         self.mlp = MLP(config)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0):
+        x = x + self.attn(self.ln_1(x), cache, layer)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -99,15 +100,17 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.
+        With a KVCache, idx holds the positions after the cached ones (see model/generate.py)."""
         B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
+        past = cache.length if cache is not None else 0
+        if past + T > self.config.block_size:
+            raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(past, past + T, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            x = block(x)
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cache, layer)
         logits = self.lm_head(self.transformer.ln_f(x))
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]
@@ -116,14 +119,8 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
 
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None) -> torch.Tensor:
-        for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.config.block_size:])
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
-        return idx
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+        """Append max_new_tokens sampled tokens to idx (B, T); see model/generate.py for the options."""
+        from iattention.model.generate import generate
+
+        return generate(self, idx, max_new_tokens, **kwargs)

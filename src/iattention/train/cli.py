@@ -37,36 +37,45 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from iattention.data import DataConfig, load_data
-    from iattention.interop.load import load_model
+    from iattention.data import load_data
+    from iattention.interop.load import data_config_for, load_any
     from iattention.train.distributed import DistContext
-    from iattention.train.evaluate import perplexity, split_nll
+    from iattention.train.evaluate import perplexity, split_nll, strided_nll
 
-    model, meta = load_model(args.checkpoint)
+    model, run_data, _ = load_any(args.checkpoint)
     block = args.block_size or model.config.block_size
     if block > model.config.block_size:
         raise UserError(f"--block-size {block} is larger than the model's block_size {model.config.block_size}; "
                         f"use at most {model.config.block_size}")
-    run_data = dict(meta.get("config", {}).get("data") or {})
+    if args.stride and args.stride > block:
+        raise UserError(f"--stride {args.stride} is larger than the window ({block}); use at most {block}")
+    data_cfg = data_config_for(run_data, args.checkpoint, args.tokenizer,
+                               data_dir=os.path.abspath(args.data_dir) if args.data_dir else None,
+                               tokenizer_file=args.tokenizer_file)
     cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
-    cut = int(run_data.get(cut_key) or 0) if cut_key else 0
+    cut = getattr(data_cfg, cut_key) if cut_key else 0
     if args.full and cut_key:
-        run_data[cut_key] = 0
-    data_cfg = DataConfig(**{**run_data,
-                             **({"data_dir": os.path.abspath(args.data_dir)} if args.data_dir else {}),
-                             **({"tokenizer_file": args.tokenizer_file} if args.tokenizer_file else {})})
+        setattr(data_cfg, cut_key, 0)
+        cut = 0
     data = load_data(data_cfg, splits=(args.split,))
     if data.vocab_size > model.config.vocab_size:
-        raise UserError(f"tokenizer has {data.vocab_size} tokens, more than the model's {model.config.vocab_size}; "
-                        "use the tokenizer the model was trained with")
-    nll, n = split_nll(model, data.splits[args.split], block, args.batch_size, DistContext())
+        raise UserError(f"tokenizer {data_cfg.tokenizer} has {data.vocab_size} tokens, more than the model's "
+                        f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")
+    tokens = data.splits[args.split]
+    if args.stride:
+        nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size)
+        protocol = f"sliding windows of {block} tokens every {args.stride} (transformers' strided perplexity)"
+    else:
+        nll, n = split_nll(model, tokens, block, args.batch_size, DistContext())
+        protocol = f"non-overlapping windows of {block} tokens"
     part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
-            if cut and not args.full else f"the whole {args.split} split")
-    result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut and not args.full else "whole",
-                  tokens=n, block_size=block, protocol="non-overlapping windows", loss=nll / n, ppl=perplexity(nll, n))
+            if cut else f"the whole {args.split} split ({len(tokens):,} tokens)")
+    result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut else "whole",
+                  tokenizer=data_cfg.tokenizer, tokens=n, block_size=block, stride=args.stride or None,
+                  protocol=protocol, loss=nll / n, ppl=perplexity(nll, n))
     print(json.dumps(result) if args.json else
-          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, non-overlapping "
-          f"windows of {block}")
+          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, {data_cfg.tokenizer} "
+          f"tokenizer, {protocol}")
 
 
 def register(sub) -> None:
@@ -86,10 +95,14 @@ def register(sub) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 model.n_head=4")
     p.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("eval", help="perplexity of a checkpoint on a split",
-                       description="Evaluate a checkpoint (run folder's best.safetensors/last.safetensors) on a "
-                                   "data split, in non-overlapping windows.")
-    e.add_argument("checkpoint", help="an iattention .safetensors checkpoint")
+    e = sub.add_parser("eval", help="perplexity of a checkpoint or Hugging Face GPT-2 folder on a split",
+                       description="Evaluate a model (a run folder, a .safetensors checkpoint, a converted folder or "
+                                   "a Hugging Face GPT-2 folder) on a data split with the tokenizer it was trained "
+                                   "with: non-overlapping windows by default, or --stride S sliding windows.")
+    e.add_argument("checkpoint", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
+    e.add_argument("--stride", type=int_at_least(1), default=None,
+                   help="sliding-window perplexity (the transformers guide's protocol): windows every S tokens")
+    e.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
     e.add_argument("--split", default="test", choices=("train", "valid", "test"))
     e.add_argument("--block-size", type=int_at_least(1), default=None,
                    help="window length (default: the model's block_size)")

@@ -1,4 +1,13 @@
-"""Perplexity over a whole split: every token after the first predicted once (non-overlapping windows)."""
+"""Perplexity over a split, two protocols.
+
+- `split_nll` (default, used in training): non-overlapping windows; every token after the first is
+  predicted exactly once, with 0 to block_size - 1 tokens of context.
+- `strided_nll`: the sliding-window protocol of the Hugging Face perplexity guide (GPT-2 on
+  WikiText-2): windows of block_size tokens starting every `stride` tokens; each window scores only
+  the tokens no earlier window scored, so with stride < block_size every token has at least
+  block_size - stride tokens of context. Each window's first token is context only, so with
+  stride = block_size the first token of every window goes unscored.
+"""
 
 from __future__ import annotations
 
@@ -42,3 +51,37 @@ def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: 
 
 def perplexity(nll_sum: float, count: int) -> float:
     return math.exp(nll_sum / max(count, 1))
+
+
+@torch.no_grad()
+def strided_nll(model, tokens: np.ndarray, block_size: int, stride: int, batch_size: int,
+                device: torch.device | str = "cpu") -> tuple[float, int]:
+    """(sum of NLL in nats, number of scored tokens) under the sliding-window protocol above."""
+    was_training = model.training
+    model.eval()
+    n = len(tokens)
+    windows, prev_end = [], 0  # (begin, end, first scored position)
+    for begin in range(0, n, stride):
+        end = min(begin + block_size, n)
+        first = max(prev_end, begin + 1)
+        if first < end:
+            windows.append((begin, end, first))
+        prev_end = end
+        if end == n:
+            break
+    total, count = 0.0, 0
+    by_len: dict[int, list[tuple[int, int, int]]] = {}
+    for w in windows:
+        by_len.setdefault(w[1] - w[0], []).append(w)
+    for length, ws in by_len.items():
+        for i in range(0, len(ws), batch_size):
+            chunk = ws[i: i + batch_size]
+            t = torch.from_numpy(np.stack([np.asarray(tokens[b:e], dtype=np.int64) for b, e, _ in chunk])).to(device)
+            logits, _ = model(t[:, :-1])
+            nll = F.cross_entropy(logits.float().transpose(1, 2), t[:, 1:], reduction="none")  # (B, length - 1)
+            pos = torch.arange(1, length, device=device)  # position (within the window) of each target
+            scored = pos[None, :] >= torch.tensor([f - b for b, _, f in chunk], device=device)[:, None]
+            total += float(nll[scored].double().sum())
+            count += int(scored.sum())
+    model.train(was_training)
+    return total, count

@@ -1,0 +1,83 @@
+"""`iattn generate`: sample text from a checkpoint or a Hugging Face GPT-2 folder, streamed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from iattention.cli import int_at_least
+from iattention.errors import UserError
+
+
+def _nonneg_float(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def cmd_generate(args) -> None:
+    import torch
+
+    from iattention.data.dataset import tokenizer_of
+    from iattention.interop.load import data_config_for, load_any
+
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
+    model, data, _ = load_any(args.model)
+    tok = tokenizer_of(data_config_for(data, args.model, args.tokenizer,
+                                       data_dir=os.path.abspath(args.data_dir) if args.data_dir else None,
+                                       tokenizer_file=args.tokenizer_file))
+    if tok.vocab_size > model.config.vocab_size:
+        raise UserError(f"tokenizer {tok.name} has {tok.vocab_size} tokens, more than the model's "
+                        f"{model.config.vocab_size}; use the model's own tokenizer (--tokenizer)")
+    prompt = tok.encode(args.prompt)
+    if len(prompt) == 0:
+        raise UserError("--prompt is empty after tokenization; give some text to continue")
+    gen = torch.Generator().manual_seed(args.seed)
+    for i in range(args.num_samples):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1} ---")
+        sys.stdout.write(args.prompt)
+        ids: list[int] = []
+        shown = ""
+
+        def stream(t, ids=ids):
+            nonlocal shown
+            ids.append(int(t[0, 0]))
+            text = tok.decode(ids)
+            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                sys.stdout.write(text[len(shown):])
+                sys.stdout.flush()
+                shown = text
+
+        model.generate(torch.as_tensor(prompt)[None], args.max_new_tokens, temperature=args.temperature,
+                       top_k=args.top_k, top_p=args.top_p, generator=gen, use_cache=not args.no_cache,
+                       on_token=stream)
+        sys.stdout.write(tok.decode(ids)[len(shown):] + "\n")
+
+
+def register(sub) -> None:
+    from iattention.train.cli import add_data_flags
+
+    g = sub.add_parser("generate", help="sample text from a checkpoint or Hugging Face GPT-2 folder (streamed)",
+                       description="Continue a prompt with a trained or converted model, printing tokens as they "
+                                   "come. Uses a key/value cache (every attention variant); --temperature 0 is "
+                                   "greedy. The tokenizer is the one the model was trained with.")
+    g.add_argument("model", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
+    g.add_argument("--prompt", required=True, help="text to continue")
+    g.add_argument("--max-new-tokens", type=int_at_least(1), default=100)
+    g.add_argument("--temperature", type=_nonneg_float, default=1.0, help="0: greedy (argmax)")
+    g.add_argument("--top-k", type=int_at_least(1), default=None, help="sample among the k most likely tokens")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
+    g.add_argument("--seed", type=int_at_least(0), default=0)
+    g.add_argument("--num-samples", type=int_at_least(1), default=1)
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole window every step")
+    g.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
+    add_data_flags(g)
+    g.set_defaults(func=cmd_generate)
