@@ -140,3 +140,31 @@ def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path,
     canon = json.loads(capsys.readouterr().out)
     assert canon["tokenizer"] == "byte"  # the converted folder carries its tokenizer spec
     assert abs(canon["ppl"] - ref) / ref <= 1e-4
+
+
+def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
+    """`iattn train --init-from HF_DIR model.attention=canonical`: step-0 validation loss is the HF model's."""
+    import json
+    import math
+
+    from conftest import tiny_overrides, write_corpus
+    from iattention.data import load_data
+    from iattention.interop import from_hf
+    from iattention.train import load_config, train
+    from iattention.train.distributed import DistContext
+    from iattention.train.evaluate import split_nll
+
+    paths = write_corpus(tmp_path)
+    torch.manual_seed(0)
+    hf = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                          bos_token_id=None, eos_token_id=None)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "iattention-data.json").write_text(json.dumps({"tokenizer": "byte"}))
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
+        "train.epochs": 1, "model.attention": "canonical", "model.vocab_size": 256,
+        "train.init_from": str(tmp_path / "hf")}))
+    train(cfg, tmp_path / "ft", quiet=True)
+    first = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[0])
+    data = load_data(cfg.data, splits=("valid",))
+    nll, n = split_nll(from_hf(tmp_path / "hf").float(), data.splits["valid"], 32, 64, DistContext())
+    assert first["kind"] == "start" and math.isclose(first["val_loss"], nll / n, rel_tol=1e-5)

@@ -117,3 +117,25 @@ def test_identity_ko_expands_exactly_and_refuses_general_heads(heads):
     assert (back(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
     with pytest.raises(UserError, match="identity_ko"):
         back.attention_layers[0].load_heads(make_model(n_head=heads).attention_layers[0].to_heads())
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_minimal_canonicalize_folds_b_v_drops_b_k_and_keeps_the_function(heads):
+    """b_K and b_V are redundant: the fully reduced canonical model computes the same logits with 2 d
+    fewer parameters per layer, and its count is what `fully_reduced_count` says."""
+    from iattention.symmetry import fully_reduced_count, param_count
+
+    model = make_model(n_head=heads)
+    with torch.no_grad():
+        for attn in model.attention_layers:
+            attn.c_attn.bias.normal_(0.0, 0.5)  # sizeable b_Q, b_K, b_V, so a dropped one would show
+    canon = canonicalize(model, block="pivoted")
+    minimal = canonicalize(model, block="pivoted", minimal=True)
+    assert minimal.config.minimal_bias and minimal.attention_layers[0].b_K is None
+    assert (minimal(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+    assert canon.num_params() - minimal.num_params() == 2 * model.config.n_embd * model.config.n_layer
+    assert minimal.num_params() == param_count(minimal.config) == fully_reduced_count(canon.config)
+    # b_V is sizeable, so it is the fold into b_O (not a zero b_V) that keeps the function
+    hw = canon.attention_layers[0].to_heads()
+    assert hw.b_V.abs().max() > 0.1
+    assert (expand(minimal)(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10

@@ -157,3 +157,52 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"iattn {__version__}"
+
+
+def test_init_from_a_checkpoint_starts_at_its_validation_loss(tmp_path):
+    """Fine-tuning a trained standard model as canonical: step-0 validation loss equals the source's."""
+    from iattention.data import load_data
+    from iattention.train.distributed import DistContext
+    from iattention.train.evaluate import split_nll
+
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 2, "model.n_head": 2})
+    train(cfg, tmp_path / "src", quiet=True)
+    source, _ = load_model(tmp_path / "src" / "best.safetensors")
+    data = load_data(cfg.data, splits=("valid",))
+    nll, n = split_nll(source, data.splits["valid"], cfg.model.block_size, 64, DistContext())
+    for attention in ("canonical", "standard"):
+        ft, _ = _cfg(tmp_path, **{"train.epochs": 1, "model.n_head": 2, "model.attention": attention,
+                                  "train.init_from": str(tmp_path / "src")})
+        summary = train(ft, tmp_path / f"ft-{attention}", quiet=True)
+        first = [json.loads(x) for x in open(tmp_path / f"ft-{attention}" / "metrics.jsonl")][0]
+        assert first["kind"] == "start" and first["step"] == 0 and first["train_loss"] is None
+        assert math.isclose(first["val_loss"], nll / n, rel_tol=1e-5), (attention, first["val_loss"], nll / n)
+        assert summary["config"]["train"]["init_from"] == str(tmp_path / "src")
+    bad, _ = _cfg(tmp_path, **{"train.epochs": 1, "model.n_head": 2, "model.n_embd": 64,
+                               "train.init_from": str(tmp_path / "src")})
+    import pytest
+
+    from iattention.errors import UserError
+
+    with pytest.raises(UserError, match="has model.n_embd=32, the run has 64; set model.n_embd=32"):
+        train(bad, tmp_path / "bad", quiet=True)
+
+
+def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 2})
+    short = train(cfg, tmp_path / "run", quiet=True)
+    longer, _ = _cfg(tmp_path, **{"train.epochs": 3})
+    ext = train(longer, tmp_path / "run", resume=True, quiet=True)
+    assert (short["epochs_run"], ext["epochs_run"]) == (2, 3)
+    assert ext["steps"] == short["steps"] * 3 // 2
+    metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert "epochs: 3" in (tmp_path / "run" / "config.yaml").read_text()
+    # fewer epochs, or any other change, is still another run
+    import pytest
+
+    from iattention.errors import UserError
+
+    fewer, _ = _cfg(tmp_path, **{"train.epochs": 1})
+    with pytest.raises(UserError, match="holds a run with another config"):
+        train(fewer, tmp_path / "run", resume=True, quiet=True)

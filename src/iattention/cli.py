@@ -48,7 +48,7 @@ def _str_list(text: str) -> list[str]:
 
 def cmd_params(args) -> None:
     from iattention.config import ATTENTION_VARIANTS
-    from iattention.symmetry.counts import param_count
+    from iattention.symmetry.counts import fully_reduced_count, param_count
     from iattention.train.config import default_heads, preset_model
 
     shape = preset_model(args.preset)
@@ -60,15 +60,20 @@ def cmd_params(args) -> None:
         base = shape.replace(n_head=heads)
         std = param_count(base)
         for attention in ATTENTION_VARIANTS:
-            n = param_count(base.replace(attention=attention))
-            rows.append(dict(attention=attention, n_head=heads, d_head=base.d_head, params=n, removed=std - n))
+            cfg = base.replace(attention=attention)
+            n = param_count(cfg)
+            rows.append(dict(attention=attention, n_head=heads, d_head=base.d_head, params=n, removed=std - n,
+                             fully_reduced=fully_reduced_count(cfg)))
     if args.json:
         print(json.dumps(rows, indent=2))
         return
     print(f"preset {args.preset}: learned parameters (true vocabulary, tied embeddings)")
-    print(f"{'attention':<11} {'heads':>5} {'d_head':>6} {'params':>13} {'removed':>12}")
+    print(f"{'attention':<11} {'heads':>5} {'d_head':>6} {'params':>13} {'removed':>12} {'fully reduced':>14}")
     for r in rows:
-        print(f"{r['attention']:<11} {r['n_head']:>5} {r['d_head']:>6} {r['params']:>13,} {r['removed']:>12,}")
+        print(f"{r['attention']:<11} {r['n_head']:>5} {r['d_head']:>6} {r['params']:>13,} {r['removed']:>12,} "
+              f"{r['fully_reduced']:>14,}")
+    print("fully reduced: also without the redundant biases (b_K dropped, b_V folded into b_O; "
+          "model.minimal_bias for canonical)")
 
 
 class Parser(argparse.ArgumentParser):

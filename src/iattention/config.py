@@ -27,6 +27,9 @@ class GPTConfig:
         "matched": draw the standard GPT-2 initialisation from the same RNG stream, then canonicalize
         it exactly (pivoted blocks), so a canonical model starts from the very function that a
         standard model built with the same seed starts from.
+    minimal_bias: (canonical) no key bias and no value bias. Both are redundant: b_K adds q_i . b_K to
+        every score of query i, which softmax ignores; b_V adds sum_j a_ij b_V W_O = b_V W_O (attention
+        rows sum to one), which folds into b_O. `canonicalize(..., minimal=True)` folds them away.
     vocab_pad_multiple: the embedding table is padded to a multiple of this for speed;
         padded rows are never predicted (logits are cut to vocab_size) nor counted.
     """
@@ -41,6 +44,7 @@ class GPTConfig:
     attention: str = "standard"
     canonical: str = "both"
     init: str = "gpt2"
+    minimal_bias: bool = False
     vocab_pad_multiple: int = 64
 
     def __post_init__(self) -> None:
@@ -67,6 +71,9 @@ class GPTConfig:
         if self.canonical != "both" and self.attention != "canonical":
             raise UserError(f"model.canonical={self.canonical} only applies to attention=canonical (got "
                             f"attention={self.attention}); drop it or set model.attention=canonical")
+        if self.minimal_bias and (self.attention != "canonical" or not self.bias):
+            raise UserError("model.minimal_bias=true applies to attention=canonical with bias=true; drop it or set "
+                            "model.attention=canonical")
         if self.init not in INITS:
             raise UserError(f"unknown model.init {self.init!r}; choose one of {', '.join(INITS)}")
         if self.init == "matched" and self.attention not in FULL_CLASS_VARIANTS:

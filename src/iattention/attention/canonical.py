@@ -76,10 +76,11 @@ class CanonicalAttention(CausalSelfAttention):
             self.register_buffer("o_perm", perm.clone())
         else:
             self.W_O = nn.Parameter(torch.empty(H, r, d))
+        self.minimal_bias = config.minimal_bias
         if config.bias:
             self.b_Q = nn.Parameter(torch.zeros(H, r))
-            self.b_K = nn.Parameter(torch.zeros(H, r))
-            self.b_V = nn.Parameter(torch.zeros(H, r))
+            self.b_K = None if config.minimal_bias else nn.Parameter(torch.zeros(H, r))
+            self.b_V = None if config.minimal_bias else nn.Parameter(torch.zeros(H, r))
             self.b_O = nn.Parameter(torch.zeros(d))
         else:
             self.b_Q = self.b_K = self.b_V = self.b_O = None
@@ -122,7 +123,10 @@ class CanonicalAttention(CausalSelfAttention):
         return assemble(self.W_O_free, self.o_perm).transpose(1, 2) if self.canonical_vo else self.W_O
 
     def _bias(self, *parts):
-        return None if self.b_Q is None else torch.cat([p.reshape(-1) for p in parts])
+        """Fused bias of the given per-head biases; a bias dropped by minimal_bias counts as zeros."""
+        if self.b_Q is None:
+            return None
+        return torch.cat([self.b_Q.new_zeros(self.b_Q.numel()) if p is None else p.reshape(-1) for p in parts])
 
     def qkv(self, x):
         d = self.n_embd
@@ -131,7 +135,7 @@ class CanonicalAttention(CausalSelfAttention):
             W = merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0))
             q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
-            if self.b_K is not None:
+            if self.b_K is not None:  # None without bias or with minimal_bias
                 k = k + self.b_K.reshape(-1)
             return q, k, v
         W = merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0))
@@ -145,8 +149,10 @@ class CanonicalAttention(CausalSelfAttention):
         return F.linear(y, merge_heads_out(self.out_weight()), self.b_O)
 
     def to_heads(self) -> HeadWeights:
-        return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(),
-                           b_Q=self.b_Q, b_K=self.b_K, b_V=self.b_V, b_O=self.b_O)
+        zeros = None if self.b_Q is None else torch.zeros_like(self.b_Q)
+        return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(), b_Q=self.b_Q,
+                           b_K=zeros if self.minimal_bias else self.b_K, b_V=zeros if self.minimal_bias else self.b_V,
+                           b_O=self.b_O)
 
     @torch.no_grad()
     def load_heads(self, hw: HeadWeights) -> None:
@@ -162,5 +168,8 @@ class CanonicalAttention(CausalSelfAttention):
         else:
             self.W_O.copy_(hw.W_O)
         if self.b_Q is not None:
-            for name in ("b_Q", "b_K", "b_V", "b_O"):
+            if self.minimal_bias and bool(hw.b_V.any()):
+                raise ValueError("a minimal_bias layer holds no b_V: fold it into b_O first "
+                                 "(canonicalize(..., minimal=True))")
+            for name in ("b_Q", "b_O") if self.minimal_bias else ("b_Q", "b_K", "b_V", "b_O"):
                 getattr(self, name).copy_(getattr(hw, name))

@@ -2,10 +2,16 @@
 
 from iattention.symmetry.balance import balancedness
 from iattention.symmetry.blocks import BLOCKS, condition_numbers, select_blocks
-from iattention.symmetry.counts import param_count, redundancy, standard_param_count
-from iattention.symmetry.transforms import canonicalize, expand, random_gauge
+from iattention.symmetry.counts import (
+    bias_redundancy,
+    fully_reduced_count,
+    param_count,
+    redundancy,
+    standard_param_count,
+)
+from iattention.symmetry.transforms import canonicalize, expand, fold_biases, random_gauge
 
 __all__ = [
-    "BLOCKS", "balancedness", "canonicalize", "condition_numbers", "expand", "param_count",
-    "random_gauge", "redundancy", "select_blocks", "standard_param_count",
+    "BLOCKS", "balancedness", "bias_redundancy", "canonicalize", "condition_numbers", "expand", "fold_biases",
+    "fully_reduced_count", "param_count", "random_gauge", "redundancy", "select_blocks", "standard_param_count",
 ]

@@ -25,5 +25,16 @@ def standard_param_count(config: GPTConfig) -> int:
     return config.vocab_size * d + config.block_size * d + L * per_layer + ln
 
 
+def bias_redundancy(config: GPTConfig) -> int:
+    """b_K and b_V per layer (2 d with biases): redundant in every variant (see GPTConfig.minimal_bias)."""
+    return 2 * config.n_embd * config.n_layer if config.bias else 0
+
+
 def param_count(config: GPTConfig) -> int:
-    return standard_param_count(config) - redundancy(config)
+    removed = bias_redundancy(config) if config.minimal_bias else 0
+    return standard_param_count(config) - redundancy(config) - removed
+
+
+def fully_reduced_count(config: GPTConfig) -> int:
+    """Learned parameters once the biases are reduced too (b_K dropped, b_V folded into b_O)."""
+    return standard_param_count(config) - redundancy(config) - bias_redundancy(config)

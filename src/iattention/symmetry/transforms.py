@@ -78,10 +78,23 @@ def _check_blocks(layer: int, what: str, W: torch.Tensor, rows: torch.Tensor, bl
 
 
 @torch.no_grad()
-def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GPT:
-    """Return an equivalent `canonical` model whose fixed blocks are exactly the identity."""
+def fold_biases(hw: HeadWeights) -> HeadWeights:
+    """The same heads without b_K (softmax ignores the constant q . b_K it adds to a query's scores)
+    and without b_V (attention rows sum to one, so it adds b_V W_O: moved into b_O)."""
+    if hw.b_Q is None:
+        return hw
+    b_O = hw.b_O + torch.einsum("hr,hrd->d", hw.b_V, hw.W_O)
+    return HeadWeights(W_Q=hw.W_Q, W_K=hw.W_K, W_V=hw.W_V, W_O=hw.W_O, b_Q=hw.b_Q, b_K=torch.zeros_like(hw.b_K),
+                       b_V=torch.zeros_like(hw.b_V), b_O=b_O)
+
+
+@torch.no_grad()
+def canonicalize(model: GPT, block: str = "aligned", halves: str = "both", minimal: bool = False) -> GPT:
+    """Return an equivalent `canonical` model whose fixed blocks are exactly the identity.
+    minimal=True also folds b_V into b_O and drops b_K (model.minimal_bias): the fully reduced form."""
     dtype = _model_dtype(model)
-    cfg = model.config.replace(attention="canonical", canonical=halves, init="gpt2")
+    minimal = minimal and model.config.bias
+    cfg = model.config.replace(attention="canonical", canonical=halves, init="gpt2", minimal_bias=minimal)
     out = GPT(cfg).to(dtype)
     out.train(model.training)
     _copy_non_attention(model, out)
@@ -101,7 +114,8 @@ def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GP
             C = torch.stack([W_O_T[h][o_cols[h]] for h in range(H)]).mT  # W_O[:, cols], (H, r, r)
             S, S_inv = C, torch.linalg.inv(C)
         dst.set_blocks(k_rows, o_cols)
-        dst.load_heads(_gauge(hw, R, R_inv_T, S, S_inv))
+        hw = _gauge(hw, R, R_inv_T, S, S_inv)
+        dst.load_heads(fold_biases(hw) if minimal else hw)
     return out
 
 
@@ -109,7 +123,7 @@ def canonicalize(model: GPT, block: str = "aligned", halves: str = "both") -> GP
 def expand(model: GPT) -> GPT:
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     dtype = _model_dtype(model)
-    out = GPT(model.config.replace(attention="standard", canonical="both", init="gpt2")).to(dtype)
+    out = GPT(model.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False)).to(dtype)
     out.train(model.training)
     _copy_non_attention(model, out)
     for src, dst in zip(model.attention_layers, out.attention_layers):

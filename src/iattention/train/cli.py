@@ -29,7 +29,8 @@ def cmd_train(args) -> None:
 
     if not args.preset and not args.config:
         raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)")
-    cfg = load_config(args.preset, args.config, list(args.overrides) + data_overrides(args))
+    extra = [f"train.init_from={args.init_from}"] if args.init_from else []
+    cfg = load_config(args.preset, args.config, list(args.overrides) + data_overrides(args) + extra)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
           f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  test ppl {summary['test_ppl']:.2f}  "
@@ -89,7 +90,12 @@ def register(sub) -> None:
     p.add_argument("--preset", help=f"one of: {', '.join(preset_names())}")
     p.add_argument("--config", help="YAML file with sections model/data/optim/train")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last checkpoint; with a larger train.epochs, extend a "
+                        "finished run (the cosine schedule is recomputed over the new total)")
+    p.add_argument("--init-from", metavar="PATH",
+                   help="start from these weights (run folder, checkpoint, converted or HF GPT-2 folder); with "
+                        "model.attention=canonical they are canonicalized exactly (pivoted blocks)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     add_data_flags(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 model.n_head=4")

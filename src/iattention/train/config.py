@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class LoopConfig:
     threads: int = 0  # torch CPU threads (0: torch default)
     tensorboard: bool = True
     skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
+    init_from: str = ""  # start from these weights (our checkpoint/run folder or an HF GPT-2 folder), not a fresh init
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -226,12 +228,30 @@ def config_from_dict(d: dict) -> RunConfig:
 EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
 
 
+def _defaults() -> dict[str, dict]:
+    return {f.name: {x.name: getattr(f.default_factory(), x.name) for x in dataclasses.fields(f.default_factory())}
+            for f in dataclasses.fields(RunConfig)}
+
+
 def config_identity(d: dict | None) -> dict | None:
-    """A resolved config dict without its execution-only keys."""
+    """A resolved config dict without its execution-only keys, and without keys at their default value,
+    so a run recorded before a key existed is the same run as one that has the key at its default."""
     if not isinstance(d, dict):
         return d
-    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
+    defaults = _defaults()
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())
+                   and not (k in defaults.get(sec, {}) and defaults[sec][k] == v)}
                   if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
+def extends(old: dict | None, new: dict) -> bool:
+    """True when `new` is `old` trained for more epochs (all else equal): a finished or running run
+    that --resume may continue."""
+    if not isinstance(old, dict):
+        return False
+    a, b = json.loads(json.dumps(config_identity(old))), json.loads(json.dumps(config_identity(new)))
+    ea, eb = a.get("train", {}).pop("epochs", 1), b.get("train", {}).pop("epochs", 1)
+    return a == b and eb > ea
 
 
 def _first_difference(a, b, where="") -> str:

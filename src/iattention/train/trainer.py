@@ -24,7 +24,7 @@ from iattention.data.dataset import epoch_order, load_data, n_train_windows, tra
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train import checkpoint as ckpt
-from iattention.train.config import RunConfig, config_from_dict, config_mismatch
+from iattention.train.config import RunConfig, config_from_dict, config_mismatch, extends
 from iattention.train.distributed import DistContext, setup, teardown
 from iattention.train.evaluate import perplexity, split_nll
 from iattention.train.optim import build_optimizer
@@ -58,7 +58,8 @@ def _config_dict(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(cfg.to_dict()))
 
 
-def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
+def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> bool:
+    """Refuse an --out that holds another run; True when --resume extends the run there to more epochs."""
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} is a file; choose a folder for --out")
     saved = out / "config.yaml"
@@ -71,9 +72,12 @@ def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> None:
         except yaml.YAMLError:
             raise UserError(f"{saved} is corrupt; delete the folder or choose another --out") from None
         diff = config_mismatch(old, _config_dict(cfg))
+        if diff and extends(old, _config_dict(cfg)):
+            return True
         if diff:
             raise UserError(f"output folder {out} holds a run with another config ({diff}); use the same config "
-                            "to resume, or choose another --out")
+                            "to resume (or the same with more train.epochs to extend it), or choose another --out")
+    return False
 
 
 def _read_jsonl(path: Path, max_step: int) -> list[dict]:
@@ -99,6 +103,8 @@ class Trainer:
         self.cfg, self.out, self.resume, self.quiet = cfg, Path(out), resume, quiet
         self.finished: dict | None = None
         self._lock = None
+        self.extending = False
+        self.init_source: dict | None = None
         self.ctx: DistContext = setup(cfg.train.device)
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -134,12 +140,16 @@ class Trainer:
             from iattention.utils.lock import RunLock
 
             self._lock = RunLock(self.out).acquire()
-        _check_out_dir(self.out, self.resume, cfg)
-        if self.resume and (self.out / "summary.json").exists():
+        self.extending = _check_out_dir(self.out, self.resume, cfg)
+        if self.resume and (self.out / "summary.json").exists() and not self.extending:
             self.finished = json.loads((self.out / "summary.json").read_text())
             return
         torch.manual_seed(t.seed)
         self.model = GPT(cfg.model).to(ctx.device)
+        if t.init_from:
+            from iattention.train.init_from import load_initial_weights
+
+            self.init_source = load_initial_weights(self.model, t.init_from, cfg)
         self.optimizer = build_optimizer(self.model, cfg.optim, ctx.device.type)
         self.state = TrainState()
         self.metrics: list[dict] = []
@@ -149,6 +159,10 @@ class Trainer:
                 stale.unlink()
         if self.resume and (self.out / "last.safetensors").exists():
             self._load_last()
+            if self.extending and ctx.is_main:  # the longer run's config; its summary comes when it ends
+                write_text(self.out / "config.yaml", yaml.safe_dump(_config_dict(cfg), sort_keys=False))
+                (self.out / "summary.json").unlink(missing_ok=True)
+                self.state.stopped_early = False
         elif ctx.is_main:
             write_text(self.out / "config.yaml", yaml.safe_dump(_config_dict(cfg), sort_keys=False))
         ctx.barrier()
@@ -172,7 +186,7 @@ class Trainer:
         path = self.out / "last.safetensors"
         meta = ckpt.read_meta(path)
         diff = config_mismatch(meta.get("config"), _config_dict(self.cfg))
-        if diff:
+        if diff and not (self.extending and extends(meta.get("config"), _config_dict(self.cfg))):
             raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
                             "run's own config or choose another --out")
         tensors = ckpt.load_tensors(path)
@@ -206,14 +220,16 @@ class Trainer:
     def _record(self, kind: str, tokens_per_s: float) -> dict:
         s = self.state
         val_loss, val_ppl = self._eval_split("valid")
-        train_loss = s.run_loss_sum / max(1, s.run_loss_count)
+        train_loss = s.run_loss_sum / s.run_loss_count if s.run_loss_count else None  # None before any step
         rec = dict(kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
-                   train_loss=train_loss, train_ppl=math.exp(train_loss), val_loss=val_loss, val_ppl=val_ppl,
+                   train_loss=train_loss, train_ppl=None if train_loss is None else math.exp(train_loss),
+                   val_loss=val_loss, val_ppl=val_ppl,
                    tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0)
         self.metrics.append(rec)
         if self.writer:
             for k in ("train_loss", "val_loss", "train_ppl", "val_ppl", "lr", "tokens_per_s"):
-                self.writer.add_scalar(f"{kind}/{k}", rec[k], s.step)
+                if rec[k] is not None:
+                    self.writer.add_scalar(f"{kind}/{k}", rec[k], s.step)
             self.writer.flush()
         return rec
 
@@ -280,6 +296,9 @@ class Trainer:
                    else True, dynamic_ncols=True, desc=self.out.name)
         tokens_per_step = cfg.train.batch_size * T
         epoch_tokens, epoch_time = 0, 0.0
+        if cfg.train.init_from and s.step == 0 and not self.metrics:  # where the given weights start
+            self._record("start", 0.0)
+            self._save_logs()
         self.model.train()
         while s.epoch < cfg.train.epochs and not s.stopped_early:
             order = epoch_order(self.n_windows, cfg.train.seed, s.epoch)

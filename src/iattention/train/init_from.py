@@ -1,0 +1,49 @@
+"""`train.init_from`: start a run from existing weights instead of a fresh initialisation.
+
+The source is one of our checkpoints (run folder, .safetensors, converted folder) or a Hugging Face
+GPT-2 folder. Its weights are moved exactly into the run's attention variant: to `standard` by
+expanding (products formed, no solve), to `canonical` by canonicalizing with pivoted blocks (the
+best-conditioned r x r blocks), so "convert a pretrained GPT-2 to I-Attention and fine-tune it" is
+one command. `identity_q` / `identity_ko` are smaller classes: they start only from their own kind.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iattention.errors import UserError
+from iattention.model.gpt import GPT
+
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "bias")
+
+
+@torch.no_grad()
+def load_initial_weights(model: GPT, source: str, cfg) -> dict:
+    """Load `source` into `model` (built from the run's config), exactly; return what was loaded."""
+    from iattention.interop.load import load_any
+    from iattention.symmetry.transforms import canonicalize, expand
+
+    src, data, _ = load_any(source)
+    want, have = model.config, src.config
+    for key in SHAPE_KEYS:
+        if getattr(want, key) != getattr(have, key):
+            raise UserError(f"train.init_from={source} has model.{key}={getattr(have, key)}, the run has "
+                            f"{getattr(want, key)}; set model.{key}={getattr(have, key)} (or use the preset the "
+                            "source was trained with)")
+    if data and data.get("tokenizer") and data["tokenizer"] != cfg.data.tokenizer:
+        raise UserError(f"train.init_from={source} was trained with tokenizer {data['tokenizer']}, the run uses "
+                        f"{cfg.data.tokenizer}; set data.tokenizer={data['tokenizer']}")
+    target = want.attention
+    if target == have.attention and (target != "canonical" or want.canonical == have.canonical):
+        moved = src
+    elif target == "standard":
+        moved = expand(src)
+    elif target == "canonical":
+        standard = src if have.attention == "standard" else expand(src)
+        moved = canonicalize(standard.double(), block="pivoted", halves=want.canonical)
+    else:
+        raise UserError(f"model.attention={target} cannot start from a {have.attention} model: it is a smaller "
+                        "function class; start from a model of the same variant, or train standard/canonical")
+    state = {k: v.to(model.transformer.wte.weight.dtype) for k, v in moved.state_dict().items()}
+    model.load_state_dict(state)
+    return {"source": source, "from_attention": have.attention, "to_attention": target}
