@@ -60,3 +60,15 @@ def test_compiled_matches_eager(attention, heads):
     eager = model(x[:, :-1], x[:, 1:])[1]
     compiled = torch.compile(model, fullgraph=True)(x[:, :-1], x[:, 1:])[1]
     assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-5)
+
+
+def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys):
+    out, md = tmp_path / "g.json", tmp_path / "B.md"
+    assert main(["bench", "--generate", "4", "--preset", "tiny", "--heads", "2", "--attention", "canonical",
+                 "--rounds", "1", "--json", str(out), "--markdown", str(md)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["model"], r["attention"], r["kv_cache"]) for r in rows} == {
+        ("iattention", "standard", True), ("iattention", "standard", False), ("hf-gpt2", "standard", True),
+        ("iattention", "canonical", True), ("iattention", "canonical", False)}
+    assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 4 for r in rows)
+    assert "<!-- bench:generate:tiny -->" in md.read_text() and "| iattention | canonical | 2 | yes |" in md.read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from iattention.cli import _int_list, _str_list
+from iattention.cli import _int_list, _str_list, int_at_least
 from iattention.errors import UserError
 
 # Micro-batch (windows) timed per step: the preset's batch, at most this many.
@@ -155,6 +155,52 @@ def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
     write_text(path, text.rstrip("\n") + "\n")
 
 
+def generation_table(rows: list[dict]) -> str:
+    lines = ["| model | attention | heads | KV cache | new tok/s | × no cache | × HF generate |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        same = [x for x in rows if x["n_head"] == r["n_head"]]
+        nocache = next((x for x in same if x["model"] == r["model"] and x["attention"] == r["attention"]
+                        and not x["kv_cache"]), None)
+        hf = next((x for x in same if x["model"] == "hf-gpt2"), None)
+        ratios = [f"{r['tokens_per_s'] / o['tokens_per_s']:.2f}" if o else "–" for o in (nocache, hf)]
+        lines.append(f"| {r['model']} | {r['attention']} | {r['n_head']} | {'yes' if r['kv_cache'] else 'no'} | "
+                     f"{r['tokens_per_s']:,.1f} | {ratios[0]} | {ratios[1]} |")
+    return "\n".join(lines)
+
+
+def cmd_generation_bench(args) -> None:
+    from iattention.bench.generation import generation_bench
+    from iattention.utils.atomic import write_json, write_text
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = generation_bench(args.preset, args.attention, args.heads, args.generate, rounds=args.rounds,
+                            reference=not args.no_reference)
+    result = dict(kind="generation", preset=args.preset, device="cpu", device_name=device_name(torch.device("cpu")),
+                  torch=torch.__version__, threads=torch.get_num_threads(), rounds=args.rounds,
+                  date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]), rows=rows)
+    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+        f"cpu-{args.preset}-generate-{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
+    write_json(out, result)
+    print()
+    print(generation_table(rows))
+    print(f"\nwrote {out}")
+    if args.markdown:
+        marker = f"<!-- bench:generate:{args.preset} -->"
+        section = (f"{marker}\n## Generation on {result['device_name']} ({args.preset}, {result['date']})\n\n"
+                   f"Command: `{result['command']}` — raw numbers: `{out}`. Greedy decoding, batch 1, a "
+                   f"{rows[0]['prompt_tokens']}-token random prompt, {args.generate} new tokens, random-init "
+                   f"weights; median over {args.rounds} interleaved rounds.\n\n{generation_table(rows)}\n")
+        path = Path(args.markdown)
+        text = path.read_text() if path.exists() else "# Benchmarks\n"
+        pattern = re.compile(re.escape(marker) + r".*?(?=\n<!-- bench:|\Z)", re.S)
+        text = pattern.sub(lambda _: section.rstrip("\n"), text) if marker in text else \
+            text.rstrip("\n") + "\n\n" + section
+        write_text(path, text.rstrip("\n") + "\n")
+        print(f"updated {args.markdown}")
+
+
 def cmd_bench(args) -> None:
     from iattention.config import ATTENTION_VARIANTS
     from iattention.utils.atomic import write_json
@@ -164,6 +210,8 @@ def cmd_bench(args) -> None:
         raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
     if "standard" not in args.attention:
         args.attention = ["standard", *args.attention]
+    if args.generate:
+        return cmd_generation_bench(args)
     d = bench_spec(args.preset)["model"]["n_embd"]
     for h in args.heads:
         if d % h:
@@ -202,6 +250,8 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
+    p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
+                   help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")
     p.add_argument("--json", help="result file (default benchmarks/results/<device>-<preset>-<date>.json)")
     p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
     p.set_defaults(func=cmd_bench)

@@ -1,0 +1,64 @@
+"""Generation speed: new tokens/s with the KV cache, without it, and Hugging Face `generate`.
+
+Greedy decoding of batch 1 from a random prompt; prompt + new tokens stay within block_size so the
+cache is used throughout. The HF reference is the same model exported with `to_hf` (same weights,
+same shape), decoded by `GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`. Every
+configuration is timed once per round, rounds interleave them, and the median is reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@torch.no_grad()
+def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
+                     rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
+    from iattention.interop.hf import to_hf
+    from iattention.model.gpt import GPT
+    from iattention.train.config import preset_model
+
+    shape = preset_model(preset)
+    if prompt_len + new_tokens > shape.block_size:
+        from iattention.errors import UserError
+
+        raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
+                        f"ask for at most {shape.block_size - prompt_len} with --generate")
+    prompt = torch.randint(0, shape.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    jobs = []  # (row, callable)
+    for h in heads:
+        for attention in attentions:
+            torch.manual_seed(0)
+            model = GPT(shape.replace(n_head=h, attention=attention)).eval()
+            for cache in (True, False):
+                jobs.append((dict(model="iattention", attention=attention, n_head=h, kv_cache=cache),
+                             lambda m=model, c=cache: m.generate(prompt, new_tokens, temperature=0, use_cache=c)))
+            if reference and attention == "standard":
+                hf = to_hf(model).eval()
+                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, kv_cache=True),
+                             lambda hf=hf: hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                                       do_sample=False, use_cache=True, pad_token_id=0)))
+    for _, fn in jobs:  # warm-up
+        fn()
+    times: list[list[float]] = [[] for _ in jobs]
+    for _ in range(rounds):
+        for i, (_, fn) in enumerate(jobs):
+            times[i].append(_time(fn))
+    rows = []
+    for (row, _), ts in zip(jobs, times):
+        row = row | dict(new_tokens=new_tokens, prompt_tokens=prompt_len,
+                         tokens_per_s=new_tokens / statistics.median(ts),
+                         rounds_tokens_per_s=[new_tokens / t for t in ts])
+        rows.append(row)
+        log(f"{row['model']:<11} {row['attention']:<12} h={row['n_head']:<3} cache={str(row['kv_cache']):<5} "
+            f"{row['tokens_per_s']:8.1f} new tok/s")
+    return rows
