@@ -116,11 +116,30 @@ class CanonicalAttention(CausalSelfAttention):
             self.o_perm.copy_(block_permutation(o_cols, d))
         self._refresh_identity_flags()
 
+    def _memoized(self, name: str, build, *tensors: torch.Tensor) -> torch.Tensor:
+        """build(), memoised outside autograd (evaluation, generation), where the assembly of the full
+        matrices would otherwise run on every decoding step. The memo is keyed by the tensors' storage
+        and version counters, so any in-place change (optimizer step, load_state_dict, set_blocks, .to)
+        rebuilds it; with autograd on, build() runs every time."""
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return build()
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        memo = self.__dict__.setdefault("_memo", {})
+        if memo.get(name, (None,))[0] != key:
+            memo[name] = (key, build())
+        return memo[name][1]
+
     def key_weight(self) -> torch.Tensor:
         return assemble(self.W_K_free, self.k_perm) if self.canonical_qk else self.W_K
 
     def out_weight(self) -> torch.Tensor:
         return assemble(self.W_O_free, self.o_perm).transpose(1, 2) if self.canonical_vo else self.W_O
+
+    def _halves(self) -> list[torch.Tensor]:
+        """The tensors the fused weights are built from (for the memo key)."""
+        return [t for t in (self.W_Q, self.W_V, getattr(self, "W_K_free", None), getattr(self, "k_perm", None),
+                            getattr(self, "W_K", None), getattr(self, "W_O_free", None), getattr(self, "o_perm", None),
+                            getattr(self, "W_O", None)) if t is not None]
 
     def _bias(self, *parts):
         """Fused bias of the given per-head biases; a bias dropped by minimal_bias counts as zeros."""
@@ -132,13 +151,14 @@ class CanonicalAttention(CausalSelfAttention):
         d = self.n_embd
         if self.canonical_qk and self.n_head == 1:
             # r = d: the key map is a permutation of the input, so no key GEMM.
-            W = merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0))
+            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)), *self._halves())
             q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:  # None without bias or with minimal_bias
                 k = k + self.b_K.reshape(-1)
             return q, k, v
-        W = merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0))
+        W = self._memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)),
+                           *self._halves())
         return F.linear(x, W, self._bias(self.b_Q, self.b_K, self.b_V)).split(d, dim=2)
 
     def project_out(self, y):
@@ -146,7 +166,8 @@ class CanonicalAttention(CausalSelfAttention):
             # r = d: the output map is a permutation, so no output GEMM.
             out = y if self._o_identity else torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
             return out if self.b_O is None else out + self.b_O
-        return F.linear(y, merge_heads_out(self.out_weight()), self.b_O)
+        W = self._memoized("o", lambda: merge_heads_out(self.out_weight()), *self._halves())
+        return F.linear(y, W, self.b_O)
 
     def to_heads(self) -> HeadWeights:
         zeros = None if self.b_Q is None else torch.zeros_like(self.b_Q)

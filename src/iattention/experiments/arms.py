@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from iattention.config import ATTENTION_VARIANTS
 from iattention.errors import UserError
-from iattention.train.config import parse_override
+from iattention.train.config import parse_override, read_yaml_mapping
 
 # The axes of a sweep's grid: an arm or an override must not set them (they name the run folder).
 GRID_KEYS = {"model.n_head": "--heads", "train.seed": "--seeds"}
@@ -48,15 +46,7 @@ def _check_name(name: str, where: str) -> None:
 
 
 def load_arms_file(path: str | Path) -> dict[str, Arm]:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"arms file {path} does not exist; check the path") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"arms file {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"arms file {path} must map arm names to lists of KEY=VALUE overrides")
+    raw = read_yaml_mapping(path, "arms file", "map arm names to lists of KEY=VALUE overrides")
     arms = {}
     for name, overrides in raw.items():
         _check_name(str(name), str(path))

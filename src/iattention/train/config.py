@@ -201,19 +201,25 @@ def parse_override(text: str) -> dict:
     return {parts[0]: {parts[1]: parsed}}
 
 
+def read_yaml_mapping(path: str | Path, what: str, shape: str) -> dict:
+    """A YAML file that must hold a mapping; a missing file, bad YAML or another shape is a one-line error."""
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist; check the path") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{what} {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+    if not isinstance(loaded, dict):
+        raise UserError(f"{what} {path} must {shape}")
+    return loaded
+
+
 def load_config(preset: str | None = None, config_file: str | None = None, overrides: list[str] = ()) -> RunConfig:
     raw: dict = _preset_dict(preset) if preset else {}
     if config_file:
-        path = Path(config_file)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            raise UserError(f"config file {path} does not exist; check the path") from None
-        except yaml.YAMLError as e:
-            raise UserError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
-        if not isinstance(loaded, dict):
-            raise UserError(f"config file {path} must hold a mapping of sections (model:, data:, optim:, train:)")
-        raw = _merge(raw, loaded)
+        raw = _merge(raw, read_yaml_mapping(config_file, "config file",
+                                            "hold a mapping of sections (model:, data:, optim:, train:)"))
     for o in overrides:
         raw = _merge(raw, parse_override(o))
     return _build(raw)
