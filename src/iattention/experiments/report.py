@@ -133,6 +133,8 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     arms = list(dict.fromkeys(a for a, _ in groups))
     if reference not in arms:
         raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
+    arms = [reference] + [a for a in arms if a != reference]  # the reference first in every table
+    groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
     colors = arm_colors(arms)
     targets = reach_targets(groups, reference)
     figs = [_curves(groups, out, colors),
