@@ -268,7 +268,24 @@ def _first_difference(a, b, where="") -> str:
     return f"{where.rstrip('.')}: {a!r} there vs {b!r} here"
 
 
+def _with_defaults(d: dict) -> dict:
+    """A config dict with every key its section's dataclass has (missing ones at their default)."""
+    return {sec: ({**_defaults().get(sec, {}), **vals} if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
 def config_mismatch(old: dict | None, new: dict) -> str | None:
-    """None when two resolved configs describe the same run, else the first differing key."""
+    """None when two resolved configs describe the same run, else the first differing key (a key
+    one of them lacks is shown at its default value)."""
     a, b = config_identity(old), config_identity(new)
-    return None if a == b else _first_difference(a, b)
+    if a == b:
+        return None
+    if isinstance(old, dict) and isinstance(new, dict):
+        return _first_difference(config_identity_keep_defaults(old), config_identity_keep_defaults(new))
+    return _first_difference(a, b)
+
+
+def config_identity_keep_defaults(d: dict) -> dict:
+    """config_identity's execution-key filter only, on a dict completed with defaults (for messages)."""
+    full = _with_defaults(d)
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
+                  if isinstance(vals, dict) else vals) for sec, vals in full.items()}
