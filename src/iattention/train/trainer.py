@@ -368,8 +368,9 @@ class Trainer:
             test_loss=test_loss, test_ppl=test_ppl, epochs_run=s.epoch, steps=s.step,
             stopped_early=s.stopped_early, skipped_batches=s.skipped, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9), wall_time_s=s.wall_time,
-            device=str(self.ctx.device), world_size=self.ctx.world, torch=torch.__version__,
-            machine=platform.processor() or platform.machine(),
+            started_from=self.init_source, device=str(self.ctx.device), world_size=self.ctx.world,
+            torch=torch.__version__,
+            machine=platform.machine(),
         )
         if self.ctx.is_main:
             self._save_logs()
