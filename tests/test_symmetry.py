@@ -107,6 +107,8 @@ def test_identity_ko_expands_exactly_and_refuses_general_heads(heads):
     std = expand(model)
     assert std.config.attention == "standard"
     assert (std(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
+    canon = canonicalize(model, block="pivoted")  # symmetry tools take it as it is (via to_heads)
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
     # back into identity_ko only when W_K and W_O really are the identity
     back = copy.deepcopy(model)
     with torch.no_grad():
