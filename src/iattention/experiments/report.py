@@ -16,16 +16,19 @@ from iattention.experiments.results import find_runs, group  # noqa: E402
 from iattention.experiments.stats import mean_std, verdict, welch_difference  # noqa: E402
 from iattention.utils.atomic import write_text, write_with  # noqa: E402
 
-# Fixed colours for the usual arms; any other arm takes the next unused colour of tab10.
+# Fixed colours for the usual arms; any other arm takes the next colour of tab20 not used yet.
 COLORS = {"standard": "tab:blue", "canonical": "tab:orange", "identity_q": "tab:green", "canonical-matched": "tab:red",
           "identity_ko": "tab:purple"}
 
 
-def arm_colors(arms: list[str]) -> dict[str, str]:
-    spare = [c for c in (f"tab:{n}" for n in ("brown", "pink", "gray", "olive", "cyan")) if c not in COLORS.values()]
+def arm_colors(arms: list[str]) -> dict:
+    import matplotlib.colors as mcolors
+
+    used = {mcolors.to_hex(c) for c in COLORS.values()}
+    spare = [c for c in map(mcolors.to_hex, matplotlib.colormaps["tab20"].colors) if c not in used]
     out = {}
     for arm in arms:
-        out[arm] = COLORS.get(arm) or (spare.pop(0) if spare else None)
+        out[arm] = COLORS.get(arm) or spare[len([a for a in out if a not in COLORS]) % len(spare)]
     return out
 
 
