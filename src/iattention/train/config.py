@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -234,7 +235,9 @@ def config_from_dict(d: dict) -> RunConfig:
 EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
 
 
+@functools.cache
 def _defaults() -> dict[str, dict]:
+    """Each section's default values (read only)."""
     return {f.name: {x.name: getattr(f.default_factory(), x.name) for x in dataclasses.fields(f.default_factory())}
             for f in dataclasses.fields(RunConfig)}
 

@@ -59,9 +59,8 @@ def _config_dict(cfg: RunConfig) -> dict:
 
 
 def _check_out_dir(out: Path, resume: bool, cfg: RunConfig) -> bool:
-    """Refuse an --out that holds another run; True when --resume extends the run there to more epochs."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output path {out} is a file; choose a folder for --out")
+    """Refuse an --out that holds another run; True when --resume extends the run there to more epochs.
+    (An --out that is a file is refused before the run folder's lock is taken.)"""
     saved = out / "config.yaml"
     if saved.exists():
         if not resume:
