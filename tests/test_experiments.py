@@ -161,6 +161,39 @@ def test_report_refuses_a_missing_reference_arm(tmp_path, config):
         write_report([tmp_path], tmp_path / "out")
 
 
+def test_report_learning_rate_families_compare_seed_matched_rates(tmp_path, config):
+    """Arms that differ only in optim.lr form one family per head count; a cell averages only the seeds
+    run at every rate of its row; arms differing in another key (model.init) are another family."""
+    lr = config["optim"]["lr"]
+
+    def cfg(attention, rate, **model):
+        return dict(config, model=dict(config["model"], attention=attention, **model),
+                    optim=dict(config["optim"], lr=rate))
+
+    def run(arm, overrides, c, seed, best):
+        _armed_run(tmp_path, arm, overrides, 2, seed, [300, best, best + 10], c)
+
+    for seed in range(3):  # the reference with three seeds at the study's rate
+        run("standard", ["model.attention=standard"], cfg("standard", lr), seed, 150 + seed)
+    run("standard-lr2x", ["model.attention=standard", f"optim.lr={2 * lr}"], cfg("standard", 2 * lr), 0, 160)
+    run("canonical", ["model.attention=canonical"], cfg("canonical", lr), 0, 200)
+    run("canonical", ["model.attention=canonical"], cfg("canonical", lr), 1, 100)  # no other rate has seed 1
+    run("canonical-lr0.5x", ["model.attention=canonical", f"optim.lr={lr / 2}"], cfg("canonical", lr / 2), 0, 220)
+    run("canonical-lr2x", ["model.attention=canonical", f"optim.lr={2 * lr}"], cfg("canonical", 2 * lr), 0, 180)
+    run("canonical-matched", ["model.attention=canonical", "model.init=matched"],
+        cfg("canonical", lr, init="matched"), 0, 170)
+    report = write_report([tmp_path], tmp_path / "out").read_text()
+    section = report.split("## Learning rate")[1].split("##")[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ") and
+            not line.startswith("| family") and not line.startswith("| ---")}
+    assert set(rows) == {"standard", "canonical"}  # canonical-matched has one rate: not a family
+    assert f"lr 0.5× ({lr / 2:g}) | lr 1× ({lr:g}) | lr 2× ({2 * lr:g}) | best lr |" in section
+    assert rows["canonical"] == "| canonical | 2 | 0 | 220.00 | 200.00 | **180.00** | 2× |"  # seed 1 left out
+    assert rows["standard"] == "| standard | 2 | 0 | – | **150.00** | 160.00 | 1× |"
+    assert (tmp_path / "out" / "best_val_ppl_vs_lr.png").read_bytes()[:4] == b"\x89PNG"
+    assert "one-seed arms are in the tables and the learning-rate figure" in report
+
+
 def test_arms_resolve_and_collisions_are_refused(tmp_path):
     from iattention.experiments.arms import check_overrides, resolve_arms
 

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from iattention.experiments.lr_sweep import LrFamily, lr_families, lr_table  # noqa: E402
 from iattention.experiments.results import find_runs, group  # noqa: E402
 from iattention.experiments.stats import mean_std, verdict, welch_difference  # noqa: E402
 from iattention.utils.atomic import write_text, write_with  # noqa: E402
@@ -113,6 +114,24 @@ def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str,
     return _save(fig, out / fname)
 
 
+def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dict) -> str:
+    heads = sorted({f.n_head for f in families})
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False, sharey=True)
+    for ax, h in zip(axes[0], heads):
+        for f in (f for f in families if f.n_head == h):
+            lrs = sorted(f.by_lr)
+            ax.plot([lr / study_lr for lr in lrs], [f.best_val_ppl(lr)[0] for lr in lrs], "o-",
+                    color=colors.get(f.name, "black"), label=f"{f.name} (seeds {', '.join(map(str, f.seeds))})")
+        ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="learning rate / study's", xscale="log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(sorted({lr / study_lr for f in families for lr in f.by_lr}),
+                      [f"{m:g}" for m in sorted({lr / study_lr for f in families for lr in f.by_lr})])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("best validation perplexity")
+    return _save(fig, out / "best_val_ppl_vs_lr.png")
+
+
 def _ci(x, digits=2) -> str:
     return f"{x.mean:+.{digits}f} [{x.low:+.{digits}f}, {x.high:+.{digits}f}]" if x.has_ci \
         else f"{x.mean:+.{digits}f} [undefined: {x.undefined}]"
@@ -140,12 +159,20 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
     colors = arm_colors(arms)
     targets = reach_targets(groups, reference)
-    figs = [_curves(groups, out, colors),
-            _scaling(groups, out, colors, "best_val_ppl", "best validation perplexity", "best_val_ppl_vs_heads.png",
+    study_lr = float(next(r for r in runs if r.arm == reference).summary["config"]["optim"]["lr"])
+    families = lr_families(runs, study_lr)
+    # Arms run with one seed only (learning-rate probes) would crowd the figures over heads; they get
+    # the learning-rate figure. A study of one seed throughout keeps every arm.
+    multi = {a for (a, _), rs in groups.items() if len(rs) > 1}
+    plotted = {k: v for k, v in groups.items() if k[0] in multi} if multi else groups
+    figs = [_curves(plotted, out, colors),
+            _scaling(plotted, out, colors, "best_val_ppl", "best validation perplexity", "best_val_ppl_vs_heads.png",
                      "Best validation perplexity vs heads"),
-            _scaling(groups, out, colors, "best_epoch", "epoch of best validation", "best_epoch_vs_heads.png",
+            _scaling(plotted, out, colors, "best_epoch", "epoch of best validation", "best_epoch_vs_heads.png",
                      "Epoch of best validation vs heads")]
-    cfg = runs[0].summary["config"]
+    if families:
+        figs.append(_lr_figure(families, study_lr, out, colors))
+    cfg = next(r for r in runs if r.arm == reference).summary["config"]
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
     arm_lines = []
     for arm in arms:
@@ -205,6 +232,12 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
             censored = sum(r.censored for r in a + b)
             lines.append(f"| {arm} | {h} | {_ci(dp)} | {_ci(de, 1) if not censored else 'censored'} | {reach} | "
                          f"{dp.n_a}, {dp.n_b} | {verdict(dp, de, name=arm, censored=censored)} |")
+    if families:
+        lines += ["", "## Learning rate", "",
+                  f"Best validation perplexity of arms that differ only in `optim.lr`, as a multiple of the study's "
+                  f"{study_lr:g} (family: the arm at the study's rate). Each cell: mean over the seeds listed, the "
+                  "seeds run at every rate of that row (± std when there are several); bold: the row's best rate.",
+                  "", *lr_table(families, study_lr)]
     lines += ["", "## The paper's published numbers (not ours)", "",
               "GPT-2 small (12 layers, d=768), GPT-2 BPE, WikiText-2, 40 epochs, batch 32, one seed, as reported "
               "in the I-Attention paper:", "",
@@ -215,7 +248,11 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
                      f"{PAPER['standard']['best_epoch'][i]} | {PAPER['canonical']['best_epoch'][i]} |")
     lines += ["", "Our runs are far smaller models on a cut of the data, so absolute perplexities are not "
               "comparable with the paper's; compare directions and sizes of the differences.", "",
-              "## Figures", ""] + [f"![{f}]({f})" for f in figs]
+              "## Figures", ""]
+    if plotted != groups:
+        lines += ["Figures over heads and epochs show the arms run with several seeds; the one-seed arms are in the "
+                  "tables" + (" and the learning-rate figure." if families else "."), ""]
+    lines += [f"![{f}]({f})" for f in figs]
     lines += ["", "## Runs", "", "Every run this report read (each folder keeps config.yaml, summary.json, "
               "metrics.jsonl and arm.json):", ""] + [f"- `{_display(r.folder)}`" for r in runs] + [""]
     path = out / "report.md"

@@ -13,6 +13,7 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -107,11 +108,13 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
         check_finished(preset, specs, out, list(overrides))
     out.mkdir(parents=True, exist_ok=True)
     threads = threads or (0 if jobs == 1 else 1)
+    printing = threading.Lock()  # parallel jobs: one whole line at a time
 
     def work(spec):
         summary = run_one(spec, preset, out, list(overrides), threads, quiet)
-        log(f"{spec.name:<28} {summary['_status']:<20} best val ppl {summary['best_val_ppl']:8.2f} "
-            f"(epoch {summary['best_epoch']})")
+        with printing:
+            log(f"{spec.name:<28} {summary['_status']:<20} best val ppl {summary['best_val_ppl']:8.2f} "
+                f"(epoch {summary['best_epoch']})")
         return summary | {"_arm": spec.arm.name}
 
     if jobs == 1:
