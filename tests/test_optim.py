@@ -74,3 +74,29 @@ def test_trainer_applies_the_group_lr_scale(tmp_path):
     assert len({round(g["lr_scale"], 6) for g in groups}) > 2
     for g in groups:
         assert g["lr"] == pytest.approx(base * g["lr_scale"])
+
+
+def test_scales_reports_sizes_steps_and_the_decay_each_group_really_gets(tmp_path):
+    """`iattn scales`' numbers: step-0 RMS of each attention map, one AdamW step's change relative to it,
+    and the weight decay / lr multiplier the optimizer applies (standard: decayed; nowd: none)."""
+    from iattention.experiments.scales import measure
+
+    paths = write_corpus(tmp_path)
+
+    def run(**over):
+        cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **over))
+        return measure(cfg, steps=3)
+
+    std = run(**{"model.attention": "standard"})
+    assert set(std) == {"W_Q", "W_K", "W_V", "W_O"}
+    assert std["W_Q"]["rms0"] == pytest.approx(0.02, rel=0.1)
+    for m in std.values():
+        assert m["weight_decay"] == 0.1 and m["lr_scale"] == 1.0
+        assert m["relative"] == pytest.approx(m["update"] / m["rms0"]) and 0 < m["relative"] < 0.2
+    matched = run(**{"model.attention": "canonical", "model.init": "matched", "model.n_head": "2",
+                     "model.n_layer": "2", "optim.decay_attention": "false", "optim.attn_lr_by_init_rms": "true"})
+    assert {"W_Q", "W_V", "W_K_free", "W_O_free"} <= set(matched)
+    assert matched["W_K_free"]["rms0"] > 5 * matched["W_Q"]["rms0"]  # canonicalization moved the scale
+    for kind, m in matched.items():
+        assert m["weight_decay"] == 0.0, kind
+        assert m["lr_scale"] == pytest.approx(m["rms0"] / 0.02, rel=0.1), kind  # per layer; mean vs pooled

@@ -148,16 +148,18 @@ def cmd_scales(args) -> None:
             for kind, m in measure(cfg, args.steps).items():
                 rows.append(dict(arm=arm.name, n_head=h, kind=kind, **m))
                 print(f"{arm.name:<22} h={h:<2} {kind:<9} rms0 {m['rms0']:.4f}  update {m['update']:.2e}  "
-                      f"update/rms0 {m['relative']:.2e}", flush=True)
+                      f"update/rms0 {m['relative']:.2e}  decay {m['weight_decay']:g}  lr x{m['lr_scale']:.3g}",
+                      flush=True)
     if args.out:
         lines = [f"Attention weight scales, `iattn scales --preset {args.preset} --steps {args.steps} --seed "
                  f"{args.seed}` (arms {', '.join(a.name for a in arms)}): RMS of the entries at step 0, RMS of one "
-                 f"AdamW step's change averaged over the first {args.steps} steps, and their ratio (layers pooled).",
+                 f"AdamW step's change averaged over the first {args.steps} steps, and their ratio (layers pooled); "
+                 "the weight decay and learning-rate multiplier the optimizer applies to each.",
                  "",
-                 "| arm | heads | weights | RMS at step 0 | update RMS | update / RMS |",
-                 "| --- | ---: | --- | ---: | ---: | ---: |"]
+                 "| arm | heads | weights | RMS at step 0 | update RMS | update / RMS | weight decay | lr × |",
+                 "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
         lines += [f"| {r['arm']} | {r['n_head']} | {r['kind']} | {r['rms0']:.4f} | {r['update']:.2e} | "
-                  f"{r['relative']:.2e} |" for r in rows]
+                  f"{r['relative']:.2e} | {r['weight_decay']:g} | {r['lr_scale']:.3g} |" for r in rows]
         write_text(args.out, "\n".join(lines) + "\n")
         write_text(str(args.out).rsplit(".", 1)[0] + ".json", json.dumps(rows, indent=1))
         print(f"wrote {args.out}")

@@ -23,28 +23,43 @@ from iattention.train.optim import build_optimizer, is_matrix
 from iattention.train.schedule import lr_at
 
 
+FUSED = {"c_attn.weight": ("W_Q", "W_K", "W_V"), "c_kv.weight": ("W_K", "W_V"), "c_qv.weight": ("W_Q", "W_V")}
+
+
+def _kinds(name: str) -> tuple[str, ...]:
+    """The attention map kinds one stored matrix holds (a fused GEMM holds several, stacked by rows)."""
+    return FUSED.get(name) or ("W_O" if name == "c_proj.weight" else name.removesuffix(".weight"),)
+
+
+def attention_matrices(model: GPT):
+    """(kinds, parameter) for every attention weight matrix of every layer."""
+    for attn in model.attention_layers:
+        for name, p in attn.named_parameters():
+            if is_matrix(name, p) and p.numel():
+                yield _kinds(name), p
+
+
 def attention_groups(model: GPT) -> dict[str, list[torch.Tensor]]:
     """Attention matrices by kind, one tensor per layer; fused GEMMs are split into their maps.
     The tensors are detached views: they share storage with the parameters and follow their updates."""
     d = model.config.n_embd
     out: dict[str, list[torch.Tensor]] = defaultdict(list)
-    for attn in model.attention_layers:
-        for name, p in attn.named_parameters():
-            if not is_matrix(name, p) or not p.numel():
-                continue
-            p = p.detach()
-            if name == "c_attn.weight":
-                for kind, part in zip(("W_Q", "W_K", "W_V"), p.split(d, dim=0)):
-                    out[kind].append(part)
-            elif name == "c_kv.weight":
-                for kind, part in zip(("W_K", "W_V"), p.split(d, dim=0)):
-                    out[kind].append(part)
-            elif name == "c_qv.weight":
-                for kind, part in zip(("W_Q", "W_V"), p.split(d, dim=0)):
-                    out[kind].append(part)
-            else:
-                out["W_O" if name == "c_proj.weight" else name.removesuffix(".weight")].append(p)
+    for kinds, p in attention_matrices(model):
+        for kind, part in zip(kinds, p.detach().split(d, dim=0)):
+            out[kind].append(part)
     return dict(out)
+
+
+def optimizer_settings(model: GPT, opt: torch.optim.Optimizer) -> dict[str, dict[str, float]]:
+    """Per kind, what the optimizer really applies to it: weight decay and learning-rate multiplier
+    (attn_lr_by_init_rms gives each layer's matrix its own; this is their mean over layers)."""
+    group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
+    seen: dict[str, list[dict]] = defaultdict(list)
+    for kinds, p in attention_matrices(model):
+        for kind in kinds:
+            seen[kind].append(group_of[id(p)])
+    return {kind: dict(weight_decay=sum(g["weight_decay"] for g in gs) / len(gs),
+                       lr_scale=sum(g.get("lr_scale", 1.0) for g in gs) / len(gs)) for kind, gs in seen.items()}
 
 
 def _rms(ts: list[torch.Tensor]) -> float:
@@ -53,8 +68,8 @@ def _rms(ts: list[torch.Tensor]) -> float:
 
 
 def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
-    """Per kind: rms0 (weights at step 0), update (mean over steps of one step's RMS change) and
-    relative (update / rms0)."""
+    """Per kind: rms0 (weights at step 0), update (mean over steps of one step's RMS change),
+    relative (update / rms0), and the weight decay and lr multiplier its optimizer group applies."""
     data = load_data(cfg.data, splits=("train",))
     model_cfg: GPTConfig = cfg.model
     if model_cfg.vocab_size == 0:
@@ -68,6 +83,7 @@ def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
     total = n_windows // B * cfg.train.epochs
     order = epoch_order(n_windows, cfg.train.seed, 0)
     groups = attention_groups(model)
+    settings = optimizer_settings(model, opt)
     rms0 = {k: _rms(v) for k, v in groups.items()}
     updates: dict[str, list[float]] = defaultdict(list)
     for step in range(min(steps, n_windows // B)):
@@ -85,4 +101,4 @@ def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
         for k, v in groups.items():
             updates[k].append(_rms([a - b for a, b in zip(v, before[k])]))
     return {k: dict(rms0=rms0[k], update=sum(updates[k]) / len(updates[k]),
-                    relative=sum(updates[k]) / len(updates[k]) / rms0[k]) for k in groups}
+                    relative=sum(updates[k]) / len(updates[k]) / rms0[k], **settings[k]) for k in groups}
