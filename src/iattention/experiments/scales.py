@@ -22,7 +22,6 @@ from iattention.train.config import RunConfig
 from iattention.train.optim import build_optimizer, is_matrix
 from iattention.train.schedule import lr_at
 
-
 FUSED = {"c_attn.weight": ("W_Q", "W_K", "W_V"), "c_kv.weight": ("W_K", "W_V"), "c_qv.weight": ("W_Q", "W_V")}
 
 
