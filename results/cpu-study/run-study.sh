@@ -15,6 +15,13 @@ sweep --arms canonical --heads 1,2,4,8 --seeds 0,1,2
 sweep --arms identity_ko --heads 2,4,8 --seeds 0,1,2
 sweep --arms standard-lr0.5x,standard-lr2x,canonical-lr0.5x,canonical-lr2x,canonical-matched-lr0.5x,canonical-matched-lr2x \
       --heads 1,8 --seeds 0
+# §3 follow-up, decided on the lr runs above (seed 0; results/cpu-study/report.md, "Learning rate"): every
+# arm's best rate is the preset's except canonical at 1 head (2x: 273.0 vs 277.3, within canonical's seed
+# spread of ±7.9). So canonical-lr2x gets the other seeds at 1 head here; its other head counts come last.
+sweep --arms canonical-lr2x --heads 1 --seeds 1,2
 sweep --arms standard-nowd-attn,canonical-matched-nowd-attn --heads 1,8 --seeds 0,1,2
 sweep --arms canonical-matched-rmslr --heads 1,2,4,8 --seeds 0,1,2
 sweep --arms identity_q --heads 1,2,4,8 --seeds 0,1,2
+# canonical at 2x at the head counts where its best rate is 1x (8) or was not probed (2, 4): least
+# informative (the lr effect is ~4 ppl, the gap to standard 36-69), so last.
+sweep --arms canonical-lr2x --heads 2,4,8 --seeds 0,1,2
