@@ -192,6 +192,9 @@ def test_report_learning_rate_families_compare_seed_matched_rates(tmp_path, conf
     assert rows["standard"] == "| standard | 2 | 0 | – | **150.00** | 160.00 | 1× |"
     assert (tmp_path / "out" / "best_val_ppl_vs_lr.png").read_bytes()[:4] == b"\x89PNG"
     assert "one-seed arms are in the tables and the learning-rate figure" in report
+    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
+    assert "| canonical | 2 |" in diff and "canonical-lr2x" not in diff  # one seed: no interval, not listed
+    assert "one seed only are left out here" in diff
 
 
 def test_arms_resolve_and_collisions_are_refused(tmp_path):

@@ -209,7 +209,9 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
               f"## Each arm − `{reference}`, per head count", "",
               f"95% confidence intervals by Welch's t (unequal variances). Negative = the arm is lower than "
               f"`{reference}`. No interval (and no verdict) with fewer than 2 seeds in an arm or no spread at all; "
-              "no epoch verdict when a run's best came at its last epoch (censored).", "",
+              "no epoch verdict when a run's best came at its last epoch (censored)." +
+              (" Arms run with one seed only are left out here (no interval); they are in the table above" +
+               (" and under Learning rate." if families else ".") if plotted != groups else ""), "",
               "| arm | heads | Δ best val ppl [95% CI] | Δ epoch of best [95% CI] | Δ tokens to reach [95% CI] | "
               "seeds (ref, arm) | verdict |",
               "| --- | ---: | --- | --- | --- | --- | --- |"]
@@ -217,7 +219,7 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
         if arm == reference:
             continue
         for h in sorted({h for _, h in groups}):
-            if (reference, h) not in groups or (arm, h) not in groups:
+            if (reference, h) not in groups or (arm, h) not in groups or (arm, h) not in plotted:
                 continue
             a, b = groups[(reference, h)], groups[(arm, h)]
             dp = welch_difference([r.summary["best_val_ppl"] for r in a], [r.summary["best_val_ppl"] for r in b])
