@@ -25,3 +25,6 @@ sweep --arms identity_q --heads 1,2,4,8 --seeds 0,1,2
 # canonical at 2x at the head counts where its best rate is 1x (8) or was not probed (2, 4): least
 # informative (the lr effect is ~4 ppl, the gap to standard 36-69), so last.
 sweep --arms canonical-lr2x --heads 2,4,8 --seeds 0,1,2
+# The epoch-of-best intervals of canonical-matched straddle zero at 2, 4 and 8 heads with 3 seeds
+# (issue 12 §3: add seeds before calling it).
+sweep --arms standard,canonical-matched --heads 2,4,8 --seeds 3,4
