@@ -120,8 +120,9 @@ def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dic
     for ax, h in zip(axes[0], heads):
         for f in (f for f in families if f.n_head == h):
             lrs = sorted(f.by_lr)
+            seeds = f"seed{'s' if len(f.seeds) > 1 else ''} {', '.join(map(str, f.seeds))}"
             ax.plot([lr / study_lr for lr in lrs], [f.best_val_ppl(lr)[0] for lr in lrs], "o-",
-                    color=colors.get(f.name, "black"), label=f"{f.name} (seed{'s' if len(f.seeds) > 1 else ''} {', '.join(map(str, f.seeds))})")
+                    color=colors.get(f.name, "black"), label=f"{f.name} ({seeds})")
         ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="learning rate / study's", xscale="log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xticks(sorted({lr / study_lr for f in families for lr in f.by_lr}),
