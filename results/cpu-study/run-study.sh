@@ -21,6 +21,9 @@ sweep --arms standard-lr0.5x,standard-lr2x,canonical-lr0.5x,canonical-lr2x,canon
 sweep --arms canonical-lr2x --heads 1 --seeds 1,2
 sweep --arms standard-nowd-attn,canonical-matched-nowd-attn --heads 1,8 --seeds 0,1,2
 sweep --arms canonical-matched-rmslr --heads 1,2,4,8 --seeds 0,1,2
+# Added when canonical-matched-rmslr's first runs matched standard (seed 0: 203.4 at 1 head, 207.2 at 2):
+# the rule's control on standard, ahead of identity_q.
+sweep --arms standard-rmslr --heads 1,8 --seeds 0,1,2
 sweep --arms identity_q --heads 1,2,4,8 --seeds 0,1,2
 # canonical at 2x at the head counts where its best rate is 1x (8) or was not probed (2, 4): least
 # informative (the lr effect is ~4 ppl, the gap to standard 36-69), so last.
@@ -28,3 +31,4 @@ sweep --arms canonical-lr2x --heads 2,4,8 --seeds 0,1,2
 # The epoch-of-best intervals of canonical-matched straddle zero at 2, 4 and 8 heads with 3 seeds
 # (issue 12 §3: add seeds before calling it).
 sweep --arms standard,canonical-matched --heads 2,4,8 --seeds 3,4
+sweep --arms standard-rmslr --heads 2,4 --seeds 0,1,2
