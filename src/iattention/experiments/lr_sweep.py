@@ -12,15 +12,10 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from iattention.experiments.results import Run
+from iattention.experiments.results import Run, config_value
 from iattention.experiments.stats import mean_std
 
 LR_KEY = "optim.lr"
-
-
-def _value(cfg: dict, dotted: str):
-    section, key = dotted.split(".", 1)
-    return (cfg.get(section) or {}).get(key)
 
 
 @dataclass
@@ -43,7 +38,7 @@ def lr_families(runs: list[Run], study_lr: float) -> list[LrFamily]:
     varied = sorted({k for r in runs for k in r.arm_keys} - {LR_KEY})
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
-        signature = tuple(str(_value(r.summary["config"], k)) for k in varied)
+        signature = tuple(str(config_value(r.summary["config"], k)) for k in varied)
         groups[(signature, r.summary["n_head"])].append(r)
     out = []
     for (_, heads), members in groups.items():
@@ -63,14 +58,11 @@ def lr_families(runs: list[Run], study_lr: float) -> list[LrFamily]:
 
 
 def _multiplier(lr: float, study_lr: float) -> str:
-    m = lr / study_lr
-    return f"{m:g}×" if math.isfinite(m) else f"{lr:g}"
+    return f"{lr / study_lr:g}×"
 
 
 def lr_table(families: list[LrFamily], study_lr: float) -> list[str]:
     """Markdown lines: one row per family and head count, one column per learning-rate multiplier."""
-    if not families:
-        return []
     lrs = sorted({lr for f in families for lr in f.by_lr})
     head = " | ".join(f"lr {_multiplier(lr, study_lr)} ({lr:g})" for lr in lrs)
     lines = ["| family | heads | seeds | " + head + " | best lr |",

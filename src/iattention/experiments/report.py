@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from iattention.experiments.lr_sweep import LrFamily, lr_families, lr_table  # noqa: E402
-from iattention.experiments.results import find_runs, group  # noqa: E402
+from iattention.experiments.results import config_value, find_runs, group  # noqa: E402
 from iattention.experiments.stats import mean_std, verdict, welch_difference  # noqa: E402
 from iattention.utils.atomic import write_text, write_with  # noqa: E402
 
@@ -45,11 +45,6 @@ def _splits(d: dict) -> str:
     """How much of each split the runs used, in words."""
     part = lambda key, name: f"{name} first {d[key]:,} tokens" if d.get(key) else f"{name} whole"  # noqa: E731
     return f"{part('train_tokens', 'train')}, {part('valid_tokens', 'validation')}, test whole"
-
-
-def _get(cfg: dict, dotted: str):
-    section, key = dotted.split(".", 1)
-    return (cfg.get(section) or {}).get(key)
 
 
 def _display(folder: Path) -> str:
@@ -116,6 +111,7 @@ def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str,
 
 def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dict) -> str:
     heads = sorted({f.n_head for f in families})
+    ticks = sorted({lr / study_lr for f in families for lr in f.by_lr})
     fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False, sharey=True)
     for ax, h in zip(axes[0], heads):
         for f in (f for f in families if f.n_head == h):
@@ -125,8 +121,7 @@ def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dic
                     color=colors.get(f.name, "black"), label=f"{f.name} ({seeds})")
         ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="learning rate / study's", xscale="log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xticks(sorted({lr / study_lr for f in families for lr in f.by_lr}),
-                      [f"{m:g}" for m in sorted({lr / study_lr for f in families for lr in f.by_lr})])
+        ax.set_xticks(ticks, [f"{m:g}" for m in ticks])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("best validation perplexity")
@@ -160,7 +155,8 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
     colors = arm_colors(arms)
     targets = reach_targets(groups, reference)
-    study_lr = float(next(r for r in runs if r.arm == reference).summary["config"]["optim"]["lr"])
+    cfg = next(r for r in runs if r.arm == reference).summary["config"]  # the study config, at its own lr
+    study_lr = float(cfg["optim"]["lr"])
     families = lr_families(runs, study_lr)
     # Arms run with one seed only (learning-rate probes) would crowd the figures over heads; they get
     # the learning-rate figure. A study of one seed throughout keeps every arm.
@@ -173,12 +169,11 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
                      "Epoch of best validation vs heads")]
     if families:
         figs.append(_lr_figure(families, study_lr, out, colors))
-    cfg = next(r for r in runs if r.arm == reference).summary["config"]
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
     arm_lines = []
     for arm in arms:
         keys = sorted({k for r in runs if r.arm == arm for k in r.arm_keys})
-        sets = sorted({f"{k}={_get(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
+        sets = sorted({f"{k}={config_value(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
         arm_lines.append(f"- `{arm}`: {' '.join(f'`{x}`' for x in sets) or '(the study config as is)'}")
     lines = [f"# {title}", "",
              f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "

@@ -109,6 +109,12 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
     return runs
 
 
+def config_value(cfg: dict, dotted: str):
+    """cfg["optim"]["lr"] for "optim.lr"; None where the section or key is absent."""
+    section, key = dotted.split(".", 1)
+    return (cfg.get(section) or {}).get(key)
+
+
 def config_identity_json(cfg: dict) -> str:
     from iattention.train.config import config_identity
 
