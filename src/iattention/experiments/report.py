@@ -60,10 +60,22 @@ def _fmt(m: float, s: float, digits: int = 2) -> str:
 
 
 def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    # No tight_layout: it would shrink the axes to make room for a legend outside them (_legend);
+    # bbox_inches="tight" grows the image around it instead.
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
     return path.name
+
+
+def _legend(axes, **kw) -> None:
+    """One legend right of the last axes for the entries of all of them (each label once), so
+    that with many arms it covers no data."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    axes[-1].legend(entries.values(), entries.keys(), loc="upper left", bbox_to_anchor=(1.02, 1),
+                    borderaxespad=0, **kw)
 
 
 def _curves(groups, out: Path, colors: dict) -> str:
@@ -85,13 +97,13 @@ def _curves(groups, out: Path, colors: dict) -> str:
         ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="epoch", yscale="log")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("perplexity (log scale)")
-    axes[0][-1].legend(fontsize=7, title="solid: validation, dashed: train\nband: min–max over seeds",
-                       title_fontsize=7)
+    _legend(axes[0], fontsize=7, title="solid: validation, dashed: train\nband: min–max over seeds",
+            title_fontsize=7)
     return _save(fig, out / "perplexity_vs_epoch.png")
 
 
 def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str, title: str) -> str:
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for att in colors:
         pts = [(h, [r.summary[key] for r in runs]) for (a, h), runs in groups.items() if a == att]
         if not pts:
@@ -105,7 +117,7 @@ def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str,
     ax.set_xticks(hs_all, [str(h) for h in hs_all])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend([ax], fontsize=8)
     return _save(fig, out / fname)
 
 
@@ -123,7 +135,7 @@ def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dic
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xticks(ticks, [f"{m:g}" for m in ticks])
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    _legend(axes[0], fontsize=7)
     axes[0][0].set_ylabel("best validation perplexity")
     return _save(fig, out / "best_val_ppl_vs_lr.png")
 
