@@ -62,8 +62,26 @@ def cmd_compare(args) -> None:
 def cmd_report(args) -> None:
     from iattention.experiments.report import write_report
 
-    path = write_report(args.dirs, args.out, title=args.title, reference=args.reference)
+    added = read_added_seeds(args.added) if args.added else {}
+    path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
+                        added=added)
     print(f"wrote {path}")
+
+
+def read_added_seeds(path: str) -> dict:
+    """A YAML mapping `arm: {heads: [seeds]}` of seeds added after a result (comments say which)."""
+    from iattention.errors import UserError
+    from iattention.train.config import read_yaml_mapping
+
+    raw = read_yaml_mapping(path, "added-seeds file", "map arm names to {heads: [seeds]}, e.g. standard: {1: [3, 4]}")
+    for arm, by_heads in raw.items():
+        ok = isinstance(by_heads, dict) and all(
+            isinstance(h, int) and isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)
+            for h, seeds in by_heads.items())
+        if not ok:
+            raise UserError(f"added-seeds file {path}: arm {arm!r} must map head counts to lists of seeds, "
+                            "e.g. standard: {1: [3, 4]}")
+    return raw
 
 
 def register(sub) -> None:
@@ -124,6 +142,12 @@ def register(sub) -> None:
     r.add_argument("--out", required=True, help="folder for report.md and figures")
     r.add_argument("--title", default="I-Attention study")
     r.add_argument("--reference", default="standard", help="arm every other arm is compared with (default: standard)")
+    r.add_argument("--margin", type=float, default=2.0, metavar="PCT",
+                   help="equivalence margin, %% of the reference's mean best validation perplexity (default: 2); "
+                        "declare it before the runs")
+    r.add_argument("--added", metavar="FILE",
+                   help="YAML {arm: {heads: [seeds]}}: seeds added after a result; their comparisons are also given "
+                        "on the pre-declared seeds alone")
     r.set_defaults(func=cmd_report)
 
 

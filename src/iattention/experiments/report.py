@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 
 from iattention.experiments.lr_sweep import LrFamily, lr_families, lr_table  # noqa: E402
 from iattention.experiments.results import config_value, find_runs, group  # noqa: E402
-from iattention.experiments.stats import mean_std, verdict, welch_difference  # noqa: E402
+from iattention.experiments.stats import compare, holm, mean_std, verdict, welch_difference  # noqa: E402
 from iattention.utils.atomic import write_text, write_with  # noqa: E402
 
 # Fixed colours for the usual arms; any other arm takes the next colour of tab20 not used yet.
@@ -141,23 +141,145 @@ def _lr_figure(families: list[LrFamily], study_lr: float, out: Path, colors: dic
 
 
 def _ci(x, digits=2) -> str:
-    return f"{x.mean:+.{digits}f} [{x.low:+.{digits}f}, {x.high:+.{digits}f}]" if x.has_ci \
-        else f"{x.mean:+.{digits}f} [undefined: {x.undefined}]"
+    m, lo, hi = (round(v, digits) + 0.0 for v in (x.mean, x.low, x.high))  # + 0.0: no "-0.00"
+    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]" if x.has_ci \
+        else f"{m:+.{digits}f} [undefined: {x.undefined}]"
 
 
 def reach_targets(groups, reference: str) -> dict[int, float]:
-    """Per head count: the validation perplexity every reference seed reached (the worst of their bests)."""
-    return {h: max(r.summary["best_val_ppl"] for r in runs) for (arm, h), runs in groups.items() if arm == reference}
+    """Per head count: the reference arm's mean best validation perplexity (the bar of "tokens to reach"
+    in the arms table; the comparisons also use each seed's own reference best)."""
+    return {h: float(np.mean([r.summary["best_val_ppl"] for r in runs])) for (arm, h), runs in groups.items()
+            if arm == reference}
+
+
+def _by_seed(runs, key: str) -> dict[int, float]:
+    return {r.summary["seed"]: float(r.summary[key]) for r in runs}
+
+
+def _added_text(added: dict) -> str:
+    return "; ".join(f"`{arm}` at {h} head{'s' if int(h) > 1 else ''}: seed{'s' if len(seeds) > 1 else ''} "
+                     f"{', '.join(map(str, seeds))}" for arm, by_h in added.items() for h, seeds in by_h.items())
+
+
+def _added_seeds(added: dict, arm: str, h: int) -> set[int]:
+    return {int(s) for hh, seeds in (added.get(arm) or {}).items() if int(hh) == h for s in seeds}
+
+
+def _fmt_p(p: float) -> str:
+    return "–" if not math.isfinite(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def _reached_pairs(a, b) -> tuple[int, int]:
+    """(pairs where the arm's run reached its own seed's reference best, pairs)."""
+    ref = _by_seed(a, "best_val_ppl")
+    pairs = [r for r in b if r.summary["seed"] in ref]
+    return sum(r.summary["best_val_ppl"] <= ref[r.summary["seed"]] for r in pairs), len(pairs)
+
+
+def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added: dict) -> list[dict]:
+    """Every arm x head count against the reference at that head count (pure: numbers, no text). Rows on
+    the pre-declared seeds alone follow a row whose seeds include added ones. Holm adjusts the p values
+    of the difference tests and of the equivalence tests over the whole family of rows on all seeds."""
+    rows = []
+    for arm in arms:
+        if arm == reference:
+            continue
+        for h in sorted({h for _, h in groups}):
+            if (reference, h) not in groups or (arm, h) not in groups or (arm, h) not in plotted:
+                continue
+            extra = _added_seeds(added, arm, h) | _added_seeds(added, reference, h)
+            for subset in ("all", "declared") if extra else ("all",):
+                drop = extra if subset == "declared" else set()
+                a = [r for r in groups[(reference, h)] if r.summary["seed"] not in drop]
+                b = [r for r in groups[(arm, h)] if r.summary["seed"] not in drop]
+                if not a or not b:
+                    continue
+                pa, pb = _by_seed(a, "best_val_ppl"), _by_seed(b, "best_val_ppl")
+                margin = margin_pct / 100 * float(np.mean(list(pa.values())))
+                ppl = compare(pa, pb)
+                welch = welch_difference(list(pa.values()), list(pb.values()))
+                epoch = compare(_by_seed(a, "best_epoch"), _by_seed(b, "best_epoch"))
+                target = float(np.mean(list(pa.values())))
+                ta = {r.summary["seed"]: r.tokens_to_reach(target) for r in a}
+                tb = {r.summary["seed"]: r.tokens_to_reach(target) for r in b}
+                never = sum(v is None for v in tb.values())
+                reach = None if never or None in ta.values() else compare(
+                    {s: v / 1e6 for s, v in ta.items()}, {s: v / 1e6 for s, v in tb.items()})
+                rows.append(dict(arm=arm, heads=h, subset=subset, ppl=ppl, welch=welch, epoch=epoch, margin=margin,
+                                 censored=sum(r.censored for r in a + b), reach=reach, never=never, n_b=len(b),
+                                 reached_pairs=_reached_pairs(a, b), p=ppl.p, tost=ppl.tost_p(margin)))
+    main = [r for r in rows if r["subset"] == "all"]
+    for key in ("p", "tost"):
+        for r, adj in zip(main, holm([r[key] for r in main])):
+            r[f"{key}_holm"] = adj
+    for r in rows:  # a pre-declared-seed row is adjusted in the family as it would have been: its own p
+        if r["subset"] == "declared":  # in place of its all-seeds row's
+            parent = next(i for i, x in enumerate(main) if (x["arm"], x["heads"]) == (r["arm"], r["heads"]))
+            for key in ("p", "tost"):
+                ps = [x[key] for x in main]
+                ps[parent] = r[key]
+                r[f"{key}_holm"] = holm(ps)[parent]
+    return rows
+
+
+def comparison_section(groups, plotted, arms, reference: str, margin_pct: float, added: dict,
+                       has_lr: bool = False) -> list[str]:
+    rows = comparisons(groups, plotted, arms, reference, margin_pct, added)
+    kinds = {r["ppl"].kind for r in rows}
+    lines = [f"## Each arm − `{reference}`, per head count", "",
+             f"Negative = the arm is lower than `{reference}`. Arms that share seeds are compared **paired by "
+             "seed** (a seed fixes the data order and, for most arms, the starting function): the mean of the "
+             "per-seed differences with a t interval on pairs − 1 degrees of freedom; arms sharing fewer than two "
+             "seeds get Welch's interval. Welch's interval is shown beside the paired one for this release, so "
+             "readers can see what pairing changed. p: the two-sided paired (or Welch) t test of no difference; "
+             f"equivalence: two one-sided tests (TOST) that the difference lies within ±{margin_pct:g}% of "
+             f"`{reference}`'s mean best validation perplexity at that head count (the margin declared before "
+             f"the runs). Both p values are Holm-adjusted over the {sum(r['subset'] == 'all' for r in rows)} rows "
+             "on all seeds (the report's verdict family); the verdict uses the adjusted values at α = 0.05 and "
+             "names what the unadjusted intervals alone would say (a row on the pre-declared seeds alone is "
+             "adjusted in the family in place of its row). "
+             "\"Level\" means equivalence shown; \"no difference detected\" alone is not \"level\". Reached: pairs "
+             f"whose run reached its own seed's `{reference}` best. Tokens to reach: to `{reference}`'s mean "
+             "best, paired difference in millions. No epoch verdict when a run's best came at its last epoch "
+             "(censored)." + (" Arms run with one seed only are left out here (no interval); they are in the "
+                               "table above" + (" and under Learning rate." if has_lr else ".")
+                               if plotted != groups else ""), "",
+             "| arm | heads | seeds | Δ best val ppl [95% CI] | Welch [95% CI] | p (Holm) | margin | equivalence p "
+             "(Holm) | Δ epoch of best [95% CI] | reached | Δ tokens to reach [95% CI] | verdict |",
+             "| --- | ---: | --- | --- | --- | --- | ---: | --- | --- | ---: | --- | --- |"]
+    for r in rows:
+        ppl, epoch = r["ppl"], r["epoch"]
+        seeds = f"{ppl.n_a} pairs" if ppl.kind == "paired" else f"{ppl.n_a}, {ppl.n_b} (Welch)"
+        if r["subset"] == "declared":
+            seeds += ", pre-declared only"
+        reach = f"{r['never']} of {r['n_b']} never reached" if r["never"] else (
+            _ci(r["reach"]) + "M" if r["reach"] is not None else "–")
+        word = verdict(ppl, epoch, name=r["arm"], censored=r["censored"], p_adj=r["p_holm"],
+                       tost_adj=r["tost_holm"], margin=r["margin"])
+        lines.append(f"| {r['arm']} | {r['heads']} | {seeds} | {_ci(ppl)} | {_ci(r['welch'])} | "
+                     f"{_fmt_p(r['p'])} ({_fmt_p(r['p_holm'])}) | ±{r['margin']:.2f} | "
+                     f"{_fmt_p(r['tost'])} ({_fmt_p(r['tost_holm'])}) | "
+                     f"{_ci(epoch, 1) if not r['censored'] else 'censored'} | "
+                     f"{r['reached_pairs'][0]} of {r['reached_pairs'][1]} | {reach} | {word} |")
+    if "paired" in kinds:
+        lines += ["", "Verdicts that survive Holm (all seeds): " + (", ".join(
+            f"`{r['arm']}` at {r['heads']} ({'differs' if r['p_holm'] < 0.05 else 'level'})"
+            for r in rows if r["subset"] == "all" and (r["p_holm"] < 0.05 or r["tost_holm"] < 0.05)) or "none") + "."]
+    return lines
 
 
 def _millions(x: float) -> str:
     return f"{x / 1e6:.2f}M"
 
 
-def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard") -> Path:
+def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard",
+                 margin_pct: float = 2.0, added: dict | None = None) -> Path:
+    """report.md and figures. `margin_pct`: the equivalence margin, in % of the reference's mean best
+    validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result."""
     from iattention.errors import UserError
 
-    out = Path(out)
+    out, added = Path(out), added or {}
     runs = find_runs(dirs)
     groups = group(runs)
     arms = list(dict.fromkeys(a for a, _ in groups))
@@ -195,8 +317,8 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
              f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']} (unless an arm sets "
              "otherwise).", "", "Arms (what each sets on top of the study config):", "", *arm_lines, "",
              "## Results (ours)", "",
-             f"Tokens to reach: training tokens until validation perplexity first reached the level every "
-             f"`{reference}` seed reached at that head count (the worst of their bests), interpolated in log "
+             f"Tokens to reach: training tokens until validation perplexity first reached `{reference}`'s mean "
+             f"best validation perplexity at that head count, interpolated in log "
              "perplexity between evaluations; mean ± std over the runs that reached it.", "",
              "| arm | heads | learned params | best val ppl | epoch of best | best at last epoch | tokens to reach | "
              "test ppl | train tok/s | seeds |",
@@ -213,35 +335,14 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
                      f"{_fmt(*mean_std([x['test_ppl'] for x in s]))} | "
                      f"{np.mean([x['train_tokens_per_s'] for x in s]):,.0f} | {len(s)} |")
     lines += ["", "Mean ± sample standard deviation over seeds. \"Best at last epoch\": runs whose validation "
-              "perplexity was still falling when training ended, so their epoch of best is a lower bound.", "",
-              f"## Each arm − `{reference}`, per head count", "",
-              f"95% confidence intervals by Welch's t (unequal variances). Negative = the arm is lower than "
-              f"`{reference}`. No interval (and no verdict) with fewer than 2 seeds in an arm or no spread at all; "
-              "no epoch verdict when a run's best came at its last epoch (censored)." +
-              (" Arms run with one seed only are left out here (no interval); they are in the table above" +
-               (" and under Learning rate." if families else ".") if plotted != groups else ""), "",
-              "| arm | heads | Δ best val ppl [95% CI] | Δ epoch of best [95% CI] | Δ tokens to reach [95% CI] | "
-              "seeds (ref, arm) | verdict |",
-              "| --- | ---: | --- | --- | --- | --- | --- |"]
-    for arm in arms:
-        if arm == reference:
-            continue
-        for h in sorted({h for _, h in groups}):
-            if (reference, h) not in groups or (arm, h) not in groups or (arm, h) not in plotted:
-                continue
-            a, b = groups[(reference, h)], groups[(arm, h)]
-            dp = welch_difference([r.summary["best_val_ppl"] for r in a], [r.summary["best_val_ppl"] for r in b])
-            de = welch_difference([r.summary["best_epoch"] for r in a], [r.summary["best_epoch"] for r in b])
-            ra = [r.tokens_to_reach(targets[h]) for r in a]
-            rb = [r.tokens_to_reach(targets[h]) for r in b]
-            if None in rb:
-                reach = f"{rb.count(None)} of {len(rb)} never reached"
-            else:
-                dr = welch_difference(np.array(ra) / 1e6, np.array(rb) / 1e6)
-                reach = _ci(dr) + "M"
-            censored = sum(r.censored for r in a + b)
-            lines.append(f"| {arm} | {h} | {_ci(dp)} | {_ci(de, 1) if not censored else 'censored'} | {reach} | "
-                         f"{dp.n_a}, {dp.n_b} | {verdict(dp, de, name=arm, censored=censored)} |")
+              "perplexity was still falling when training ended, so their epoch of best is a lower bound. "
+              "\"train tok/s\" is the machine's throughput while the run trained (other runs shared its cores): "
+              "load noise, not a property of the arm; see BENCHMARKS.md for timed comparisons.", ""]
+    if added:
+        lines += [f"Seeds added after the study started because of a result (the rest were fixed before it): "
+                  f"{_added_text(added)}. Each comparison they touch is given twice below: on all seeds and on "
+                  "the pre-declared seeds alone.", ""]
+    lines += comparison_section(groups, plotted, arms, reference, margin_pct, added, has_lr=bool(families))
     if families:
         lines += ["", "## Learning rate", "",
                   f"Best validation perplexity of arms that differ only in `optim.lr`, as a multiple of the study's "
