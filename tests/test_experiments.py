@@ -336,3 +336,27 @@ def test_report_pairs_by_seed_holm_and_added_seeds(tmp_path, config):
     assert "| 4 of 4 |" in rows[0]  # every canonical run reached its own seed's standard best
     assert "Seeds added after the study started" in report and "`canonical` at 2 heads: seed 3" in report
     assert "Verdicts that survive Holm (all seeds): `canonical` at 2 (differs)" in report
+
+
+def test_report_holm_family_is_the_declared_arms(tmp_path, config):
+    """With --family, only the named arms' rows are Holm-adjusted; the others are exploratory."""
+    for seed, shift in enumerate((0.0, 10.0, 20.0)):
+        for arm, delta in (("standard", 0.0), ("canonical", -2.0 + (0, 1, -0.6)[seed]),
+                           ("identity_q", 5.0 + (0, 2, -1.5)[seed])):
+            c = dict(config, model=dict(config["model"], attention=arm))
+            _armed_run(tmp_path, arm, [f"model.attention={arm}"], 2, seed,
+                       [300, 150 + shift + delta, 160 + shift + delta], c)
+    everything = write_report([tmp_path], tmp_path / "all").read_text()
+    declared = write_report([tmp_path], tmp_path / "fam", family=["canonical"]).read_text()
+    assert "Holm-adjusted over the 2 rows on all seeds (the report's verdict family)" in everything
+    assert "Holm-adjusted over the 1 rows on all seeds of the declared verdict family (canonical)" in declared
+
+    def p_cells(report, arm):
+        section = report.split("## Each arm")[1]
+        row = next(line for line in section.splitlines() if line.startswith(f"| {arm} | 2 |"))
+        return row.split("|")[6].strip()  # "p (Holm)"
+
+    raw, adjusted = p_cells(everything, "identity_q").replace(")", "").split(" (")
+    assert float(adjusted) > float(raw)  # adjusted in a family of two
+    raw, adjusted = p_cells(declared, "identity_q").replace(")", "").split(" (")
+    assert raw == adjusted  # exploratory: left unadjusted

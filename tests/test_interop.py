@@ -14,7 +14,7 @@ from iattention.symmetry import canonicalize
 tf = pytest.importorskip("transformers")
 
 SHAPES = [dict(n_layer=2, n_embd=96, n_head=3), dict(n_layer=4, n_embd=64, n_head=1),
-          dict(n_layer=1, n_embd=40, n_head=4)]
+          dict(n_layer=1, n_embd=40, n_head=4), dict(n_layer=1, n_embd=32, n_head=2, n_inner=100)]
 
 
 def _hf(dtype=torch.float64, **shape):

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from conftest import make_model, max_rel
+from iattention.config import GPTConfig
 from iattention.errors import SingularBlockError
+from iattention.model.gpt import GPT
 from iattention.symmetry import balancedness, canonicalize, condition_numbers, expand, random_gauge
 
 SHAPES = [dict(n_head=3, n_embd=48), dict(n_head=1, n_embd=32), dict(n_head=4, n_embd=40, bias=False)]
@@ -141,3 +143,18 @@ def test_minimal_canonicalize_folds_b_v_drops_b_k_and_keeps_the_function(heads):
     hw = canon.attention_layers[0].to_heads()
     assert hw.b_V.abs().max() > 0.1
     assert (expand(minimal)(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+
+
+@pytest.mark.parametrize("attention,heads", [("canonical", 1), ("canonical", 4), ("identity_ko", 4), ("identity_q", 2)])
+def test_iso_param_mlp_width_spends_the_saved_parameters_on_the_mlp(attention, heads):
+    from iattention.symmetry import iso_param_mlp_hidden, param_count
+
+    std = GPTConfig(n_layer=2, n_head=heads, n_embd=32, vocab_size=64, block_size=16)
+    reduced = std.replace(attention=attention)
+    wide = reduced.replace(mlp_hidden=iso_param_mlp_hidden(reduced))
+    assert wide.mlp_hidden > 4 * std.n_embd
+    model = GPT(wide)
+    assert model.transformer.h[0].mlp.c_fc.weight.shape == (wide.mlp_hidden, 32)
+    assert model.num_params() == param_count(wide)  # closed form and the model agree at any width
+    per_unit = std.n_layer * (2 * std.n_embd + 1)  # one hidden unit: a row of c_fc, its bias, a column of c_proj
+    assert abs(param_count(wide) - param_count(std)) <= per_unit / 2

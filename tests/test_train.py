@@ -9,10 +9,12 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import tiny_overrides, write_corpus
+from iattention.config import ATTENTION_VARIANTS
 from iattention.interop.load import load_model
 from iattention.train import load_config, train
 
@@ -206,3 +208,30 @@ def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
     fewer, _ = _cfg(tmp_path, **{"train.epochs": 1})
     with pytest.raises(UserError, match="holds a run with another config"):
         train(fewer, tmp_path / "run", resume=True, quiet=True)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_VARIANTS)
+def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_reloads(tmp_path, attention):
+    """The GPU path (paper preset: 12 layers, d=768, GPT-2 vocabulary; torch.compile, bf16 autocast)
+    exercised on CPU: two optimizer steps on a tiny batch and block, for every variant."""
+    from iattention.train.trainer import Trainer
+
+    # 76 bytes of train text: 4 windows of 17 = 2 steps of 2; 33 of valid and test: 2 whole windows of 16
+    # (one evaluation shape, so torch.compile builds one eval graph)
+    paths = write_corpus(tmp_path, n_train=75, n_eval=32)
+    overrides = tiny_overrides(paths, tmp_path / "cache", **{
+        "model.attention": attention, "model.block_size": 16, "train.batch_size": 2, "train.eval_batch_size": 2,
+        "train.epochs": 1, "train.device": "cpu", "train.compile": "true", "train.amp_cpu": "true",
+        "train.tensorboard": "false"})
+    cfg = load_config("paper", None, overrides)
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.vocab_size) == (12, 768, 50257)
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    summary = trainer.run()
+    losses = [s["loss"] for s in _steps(tmp_path / "run")]
+    assert summary["steps"] == len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert math.isfinite(summary["best_val_ppl"]) and math.isfinite(summary["test_ppl"])
+    reloaded, _ = load_model(tmp_path / "run" / "last.safetensors")
+    trained = trainer.model.state_dict()
+    assert reloaded.config.attention == attention
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name

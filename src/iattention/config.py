@@ -32,6 +32,8 @@ class GPTConfig:
         rows sum to one), which folds into b_O. `canonicalize(..., minimal=True)` folds them away.
     vocab_pad_multiple: the embedding table is padded to a multiple of this for speed;
         padded rows are never predicted (logits are cut to vocab_size) nor counted.
+    mlp_hidden: width of each MLP's hidden layer (0: GPT-2's 4 * n_embd). `symmetry.iso_param_mlp_hidden`
+        gives the width that spends the parameters a reduced attention saves on the MLP instead.
     """
 
     n_layer: int = 12
@@ -46,6 +48,7 @@ class GPTConfig:
     init: str = "gpt2"
     minimal_bias: bool = False
     vocab_pad_multiple: int = 64
+    mlp_hidden: int = 0
 
     def __post_init__(self) -> None:
         self.validate(allow_auto_vocab=True)
@@ -79,12 +82,18 @@ class GPTConfig:
         if self.init == "matched" and self.attention not in FULL_CLASS_VARIANTS:
             raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
+        if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
+            raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
     @property
     def d_head(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def d_mlp(self) -> int:
+        return self.mlp_hidden or 4 * self.n_embd
 
     @property
     def padded_vocab_size(self) -> int:

@@ -8,7 +8,7 @@ forward pass, per token of a length-T sequence:
     canonical "qk" or "vo" at H = 1 skip one of the two (6 d^2); identity_q runs K,V and O (6 d^2);
   identity_ko runs Q and V only (4 d^2) at every head count;
   attention scores and weighted sum: 2*T*d + 2*T*d (full T x T, as SDPA's FLOP counters report it);
-  MLP: 16 d^2;  LM head: 2 d V_padded.
+  MLP: 4 d d_mlp (16 d^2 at GPT-2's width);  LM head: 2 d V_padded.
 Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nanoGPT's MFU formula,
 6 N + 12 L H Q T with N = parameters without position embeddings, used for MFU comparisons.
 """
@@ -34,7 +34,7 @@ def attention_projection_flops(cfg: GPTConfig) -> int:
 def executed_flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> int:
     T = seq_len or cfg.block_size
     d = cfg.n_embd
-    per_layer = attention_projection_flops(cfg) + 4 * T * d + 16 * d * d
+    per_layer = attention_projection_flops(cfg) + 4 * T * d + 4 * d * cfg.d_mlp
     fwd = cfg.n_layer * per_layer + 2 * d * cfg.padded_vocab_size
     return 3 * fwd if training else fwd
 

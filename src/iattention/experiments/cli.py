@@ -64,7 +64,7 @@ def cmd_report(args) -> None:
 
     added = read_added_seeds(args.added) if args.added else {}
     path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
-                        added=added)
+                        added=added, family=args.family)
     print(f"wrote {path}")
 
 
@@ -145,6 +145,9 @@ def register(sub) -> None:
     r.add_argument("--margin", type=float, default=2.0, metavar="PCT",
                    help="equivalence margin, %% of the reference's mean best validation perplexity (default: 2); "
                         "declare it before the runs")
+    r.add_argument("--family", type=_str_list, default=None, metavar="ARMS",
+                   help="arms whose comparisons form the Holm-corrected verdict family (default: every arm); "
+                        "the others are reported unadjusted, as exploratory")
     r.add_argument("--added", metavar="FILE",
                    help="YAML {arm: {heads: [seeds]}}: seeds added after a result; their comparisons are also given "
                         "on the pre-declared seeds alone")

@@ -177,10 +177,12 @@ def _reached_pairs(a, b) -> tuple[int, int]:
     return sum(r.summary["best_val_ppl"] <= ref[r.summary["seed"]] for r in pairs), len(pairs)
 
 
-def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added: dict) -> list[dict]:
+def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added: dict,
+                family: list[str] | None = None) -> list[dict]:
     """Every arm x head count against the reference at that head count (pure: numbers, no text). Rows on
     the pre-declared seeds alone follow a row whose seeds include added ones. Holm adjusts the p values
-    of the difference tests and of the equivalence tests over the whole family of rows on all seeds."""
+    of the difference tests and of the equivalence tests over the family: the rows on all seeds of the
+    arms in `family` (default: every arm); rows outside it keep their unadjusted p values."""
     rows = []
     for arm in arms:
         if arm == reference:
@@ -209,12 +211,16 @@ def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added:
                 rows.append(dict(arm=arm, heads=h, subset=subset, ppl=ppl, welch=welch, epoch=epoch, margin=margin,
                                  censored=sum(r.censored for r in a + b), reach=reach, never=never, n_b=len(b),
                                  reached_pairs=_reached_pairs(a, b), p=ppl.p, tost=ppl.tost_p(margin)))
-    main = [r for r in rows if r["subset"] == "all"]
+    for r in rows:
+        r["in_family"] = family is None or r["arm"] in family
+    main = [r for r in rows if r["subset"] == "all" and r["in_family"]]
     for key in ("p", "tost"):
         for r, adj in zip(main, holm([r[key] for r in main])):
             r[f"{key}_holm"] = adj
     for r in rows:  # a pre-declared-seed row is adjusted in the family as it would have been: its own p
-        if r["subset"] == "declared":  # in place of its all-seeds row's
+        if not r["in_family"]:  # in place of its all-seeds row's; rows outside the family stay unadjusted
+            r["p_holm"], r["tost_holm"] = r["p"], r["tost"]
+        elif r["subset"] == "declared":
             parent = next(i for i, x in enumerate(main) if (x["arm"], x["heads"]) == (r["arm"], r["heads"]))
             for key in ("p", "tost"):
                 ps = [x[key] for x in main]
@@ -224,8 +230,12 @@ def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added:
 
 
 def comparison_section(groups, plotted, arms, reference: str, margin_pct: float, added: dict,
-                       has_lr: bool = False) -> list[str]:
-    rows = comparisons(groups, plotted, arms, reference, margin_pct, added)
+                       has_lr: bool = False, family: list[str] | None = None) -> list[str]:
+    rows = comparisons(groups, plotted, arms, reference, margin_pct, added, family)
+    n_family = sum(r["subset"] == "all" and r["in_family"] for r in rows)
+    family_text = (f"over the {n_family} rows on all seeds (the report's verdict family)" if family is None else
+                   f"over the {n_family} rows on all seeds of the declared verdict family ({', '.join(family)}); "
+                   "rows of other arms are exploratory, unadjusted (p and its \"adjusted\" value are equal)")
     kinds = {r["ppl"].kind for r in rows}
     lines = [f"## Each arm − `{reference}`, per head count", "",
              f"Negative = the arm is lower than `{reference}`. Arms that share seeds are compared **paired by "
@@ -235,10 +245,9 @@ def comparison_section(groups, plotted, arms, reference: str, margin_pct: float,
              "readers can see what pairing changed. p: the two-sided paired (or Welch) t test of no difference; "
              f"equivalence: two one-sided tests (TOST) that the difference lies within ±{margin_pct:g}% of "
              f"`{reference}`'s mean best validation perplexity at that head count (the margin declared before "
-             f"the runs). Both p values are Holm-adjusted over the {sum(r['subset'] == 'all' for r in rows)} rows "
-             "on all seeds (the report's verdict family); the verdict uses the adjusted values at α = 0.05 and "
-             "names what the unadjusted intervals alone would say (a row on the pre-declared seeds alone is "
-             "adjusted in the family in place of its row). "
+             f"the runs). Both p values are Holm-adjusted {family_text}; the verdict uses the adjusted values at "
+             "α = 0.05 and names what the unadjusted intervals alone would say (a row on the pre-declared seeds "
+             "alone is adjusted in the family in place of its row). "
              "\"Level\" means equivalence shown; \"no difference detected\" alone is not \"level\". Reached: pairs "
              f"whose run reached its own seed's `{reference}` best. Tokens to reach: to `{reference}`'s mean "
              "best, paired difference in millions. No epoch verdict when a run's best came at its last epoch "
@@ -265,7 +274,8 @@ def comparison_section(groups, plotted, arms, reference: str, margin_pct: float,
     if "paired" in kinds:
         lines += ["", "Verdicts that survive Holm (all seeds): " + (", ".join(
             f"`{r['arm']}` at {r['heads']} ({'differs' if r['p_holm'] < 0.05 else 'level'})"
-            for r in rows if r["subset"] == "all" and (r["p_holm"] < 0.05 or r["tost_holm"] < 0.05)) or "none") + "."]
+            for r in rows if r["subset"] == "all" and r["in_family"] and (r["p_holm"] < 0.05 or r["tost_holm"] < 0.05))
+            or "none") + "."]
     return lines
 
 
@@ -274,9 +284,10 @@ def _millions(x: float) -> str:
 
 
 def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard",
-                 margin_pct: float = 2.0, added: dict | None = None) -> Path:
+                 margin_pct: float = 2.0, added: dict | None = None, family: list[str] | None = None) -> Path:
     """report.md and figures. `margin_pct`: the equivalence margin, in % of the reference's mean best
-    validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result."""
+    validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result;
+    `family`: the arms whose comparisons form the Holm family (default: all)."""
     from iattention.errors import UserError
 
     out, added = Path(out), added or {}
@@ -342,7 +353,8 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
         lines += [f"Seeds added after the study started because of a result (the rest were fixed before it): "
                   f"{_added_text(added)}. Each comparison they touch is given twice below: on all seeds and on "
                   "the pre-declared seeds alone.", ""]
-    lines += comparison_section(groups, plotted, arms, reference, margin_pct, added, has_lr=bool(families))
+    lines += comparison_section(groups, plotted, arms, reference, margin_pct, added, has_lr=bool(families),
+                                family=family)
     if families:
         lines += ["", "## Learning rate", "",
                   f"Best validation perplexity of arms that differ only in `optim.lr`, as a multiple of the study's "

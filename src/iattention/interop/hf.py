@@ -67,7 +67,8 @@ def from_hf(model_or_path) -> GPT:
     hc = hf.config
     _check_supported(hc)
     cfg = GPTConfig(n_layer=hc.n_layer, n_head=hc.n_head, n_embd=hc.n_embd, vocab_size=hc.vocab_size,
-                    block_size=hc.n_positions, dropout=float(hc.resid_pdrop), bias=True, attention="standard")
+                    block_size=hc.n_positions, dropout=float(hc.resid_pdrop), bias=True, attention="standard",
+                    mlp_hidden=0 if hc.n_inner in (None, 4 * hc.n_embd) else int(hc.n_inner))
     dtype = next(hf.parameters()).dtype
     model = GPT(cfg).to(dtype)
     src = {k: v for k, v in hf.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
@@ -88,6 +89,7 @@ def hf_config(cfg: GPTConfig):
     tf = _transformers()
     return tf.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd,
                          n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu_new",
+                         n_inner=cfg.mlp_hidden or None,
                          resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
                          layer_norm_epsilon=1e-5, tie_word_embeddings=True,
                          bos_token_id=50256 if cfg.vocab_size == 50257 else None,

@@ -20,8 +20,8 @@ from iattention.config import GPTConfig
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.c_proj.residual_scale = True
         self.dropout = nn.Dropout(config.dropout)
 

@@ -5,6 +5,7 @@ from iattention.symmetry.blocks import BLOCKS, condition_numbers, select_blocks
 from iattention.symmetry.counts import (
     bias_redundancy,
     fully_reduced_count,
+    iso_param_mlp_hidden,
     param_count,
     redundancy,
     standard_param_count,
@@ -13,5 +14,6 @@ from iattention.symmetry.transforms import canonicalize, expand, fold_biases, ra
 
 __all__ = [
     "BLOCKS", "balancedness", "bias_redundancy", "canonicalize", "condition_numbers", "expand", "fold_biases",
-    "fully_reduced_count", "param_count", "random_gauge", "redundancy", "select_blocks", "standard_param_count",
+    "fully_reduced_count", "iso_param_mlp_hidden", "param_count", "random_gauge", "redundancy", "select_blocks",
+    "standard_param_count",
 ]

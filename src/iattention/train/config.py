@@ -69,6 +69,7 @@ class LoopConfig:
     compile: bool = False
     device: str = "auto"  # auto | cpu | cuda
     amp: bool = True  # bf16 autocast on CUDA
+    amp_cpu: bool = False  # bf16 autocast on CPU too (AMX: 1.3-1.8x faster here, but other numbers; BENCHMARKS.md)
     threads: int = 0  # torch CPU threads (0: torch default)
     tensorboard: bool = True
     skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping

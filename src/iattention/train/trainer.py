@@ -170,8 +170,9 @@ class Trainer:
             train_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         self.train_model = torch.compile(train_model) if t.compile else train_model
-        use_amp = t.amp and ctx.device.type == "cuda"
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else nullcontext
+        use_amp = t.amp and ctx.device.type == "cuda" or t.amp_cpu and ctx.device.type == "cpu"
+        kind = ctx.device.type
+        self.autocast = (lambda: torch.autocast(kind, dtype=torch.bfloat16)) if use_amp else nullcontext
         if ctx.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
