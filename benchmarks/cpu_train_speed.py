@@ -172,6 +172,8 @@ def main() -> None:
         return
     import torch
 
+    from iattention.utils.hardware import cpu_name
+
     load = os.getloadavg()
     configs = [(p, m, th) for p in SHAPES for m in MODES for th in (1, 2)]
     rounds = []
@@ -201,7 +203,7 @@ def main() -> None:
                          speedup_vs_1_thread=statistics.median(thread_ratio),
                          fraction_of_fp32_gemm_peak=statistics.median(x["gflops"] for x in per) / peak[th]))
     result = dict(kind="cpu-train-speed", date=datetime.date.today().isoformat(), torch=torch.__version__,
-                  cpu=_cpu_name(), heads=a.heads, rounds=a.rounds, windows=a.windows, steps_per_window=a.steps,
+                  cpu=cpu_name(), heads=a.heads, rounds=a.rounds, windows=a.windows, steps_per_window=a.steps,
                   loadavg_before=load, loadavg_after=os.getloadavg(), fp32_gemm_peak_gflops=peak,
                   eval={f"{p}/{th}": v for (p, th), v in evals.items()}, shared_cores=shared, rows=rows,
                   command=" ".join(["python", *sys.argv]))
@@ -212,18 +214,6 @@ def main() -> None:
     tmp.replace(out)
     print(markdown(result))
     print(f"wrote {out}")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def markdown(r: dict) -> str:

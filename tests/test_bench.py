@@ -25,6 +25,7 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
         assert r["train_tokens_per_s"] > 0 and r["forward_tokens_per_s"] > 0
         assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
     assert "| iattention | canonical | 1 |" in md.read_text()
+    assert len(data["loadavg_before"]) == 3 and len(data["loadavg_after"]) == 3  # the machine's load, recorded
     from iattention.bench.cli import device_name
 
     assert data["device_name"] == device_name(torch.device("cpu"))  # not "hf", the last comparison's name
@@ -72,3 +73,23 @@ def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys
         ("iattention", "canonical", True), ("iattention", "canonical", False)}
     assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 4 for r in rows)
     assert "<!-- bench:generate:tiny -->" in md.read_text() and "| iattention | canonical | 2 | yes |" in md.read_text()
+
+
+def test_bench_ratios_have_one_definition_and_a_huge_spread_is_flagged():
+    from iattention.bench.cli import bench_ratio, table
+
+    steady = bench_ratio([100.0, 105.0, 98.0], [50.0, 51.0, 49.0])  # 2.0, 2.059, 2.0
+    assert steady["ratio"] == pytest.approx(2.0) and not steady["noisy"]
+    wild = bench_ratio([100.0, 30.0, 200.0], [50.0, 100.0, 60.0])  # a busy machine: 2.0, 0.3, 3.33
+    assert wild["ratio"] == pytest.approx(2.0) and wild["noisy"]
+    row = dict(model="iattention", attention="canonical", n_head=4, params=10, train_tokens_per_s=110.0,
+               forward_tokens_per_s=300.0, executed_flops_per_token=1e6,
+               train_tokens_per_s_vs_standard=wild["ratio"], train_tokens_per_s_vs_standard_rounds=wild["rounds"],
+               train_tokens_per_s_vs_standard_noisy=wild["noisy"],
+               forward_tokens_per_s_vs_standard=steady["ratio"],
+               forward_tokens_per_s_vs_standard_rounds=steady["rounds"],
+               forward_tokens_per_s_vs_standard_noisy=steady["noisy"])
+    text = table(dict(peak_bf16_tflops=None, rows=[row], loadavg_before=(3.5, 2.0, 1.0)))
+    line = next(x for x in text.splitlines() if x.startswith("| iattention"))
+    assert "| 2.000 [0.300, 3.333] **noisy** |" in line and "| 2.000 [2.000, 2.059] |" in line
+    assert "1 ratio(s) marked **noisy**" in text and "Load average before the run: 3.50" in text

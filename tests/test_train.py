@@ -38,7 +38,8 @@ def test_loss_decreases_and_logs_are_complete(tmp_path):
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
     for key in ("step", "epoch", "lr", "train_loss", "val_loss", "val_ppl", "train_ppl", "tokens_per_s", "wall_time"):
         assert key in metrics[0]
-    for key in ("params", "best_val_ppl", "best_epoch", "test_ppl", "wall_time_s", "train_tokens_per_s", "config"):
+    for key in ("params", "best_val_ppl", "best_epoch", "test_ppl", "wall_time_s", "train_tokens_per_s", "config",
+                "hardware"):
         assert key in summary
     assert summary["best_val_ppl"] == min(m["val_ppl"] for m in metrics)
     assert (tmp_path / "run" / "tb").is_dir() or not cfg.train.tensorboard

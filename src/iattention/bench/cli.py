@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import platform
+import os
 import re
 import statistics
 import sys
@@ -13,9 +13,22 @@ import torch
 
 from iattention.cli import _int_list, _str_list, int_at_least
 from iattention.errors import UserError
+from iattention.utils.hardware import device_name
 
 # Micro-batch (windows) timed per step: the preset's batch, at most this many.
 MAX_BENCH_BATCH = 16
+# A ratio whose rounds spread by more than this (largest / smallest round ratio - 1) is flagged noisy.
+NOISE_SPREAD = 0.15
+
+
+def bench_ratio(a_rounds: list[float], b_rounds: list[float]) -> dict:
+    """a / b for rates timed back to back in each round: the median over rounds of the within-round
+    ratio (the one ratio definition of the benchmark), the per-round ratios, and `noisy` when the rounds
+    disagree by more than NOISE_SPREAD, so one figure must not be read as a finding."""
+    rounds = [a / b for a, b in zip(a_rounds, b_rounds)]
+    ratio = statistics.median(rounds)
+    noisy = len(rounds) > 1 and max(rounds) / min(rounds) - 1 > NOISE_SPREAD
+    return dict(ratio=ratio, rounds=rounds, noisy=noisy)
 
 
 def bench_spec(preset: str) -> dict:
@@ -25,12 +38,6 @@ def bench_spec(preset: str) -> dict:
     model = preset_model(preset)
     shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size")}
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
@@ -49,6 +56,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         torch.backends.cudnn.allow_tf32 = True
     name = device_name(dev)
     peak = device_peak_tflops(name) if amp else None
+    load_before = os.getloadavg()
     rows = []
 
     def record(label, attention, h, cfg, timing, n_params):
@@ -93,8 +101,9 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
                         max((t.peak_memory_mb or 0) for t in ts) or None)
         record(label, attention, h, cfg, merged, n_params)
     # Ratios are paired: within each round every configuration was timed back to back, so the
-    # ratio of two round medians cancels drift of the machine that is slower than a round; the
-    # reported ratio is the median over rounds, with the smallest and largest round's ratio.
+    # ratio of two round medians cancels drift of the machine that is slower than a round. Every ratio
+    # the table prints is this one definition: the median over rounds of the within-round ratio, with
+    # the smallest and largest round's ratio (bench_ratio).
     round_rate = {i: {key: [getattr(t, key) for t in timings[i]]
                       for key in ("train_tokens_per_s", "forward_tokens_per_s")} for i in timings}
     for i, row in enumerate(rows):
@@ -105,19 +114,27 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
             for against, j in (("standard", std), ("hf", ref)):
                 if j is None:
                     continue
-                paired = [a / b for a, b in zip(round_rate[i][key], round_rate[j][key])]
-                row[f"{key}_vs_{against}"] = statistics.median(paired)
-                row[f"{key}_vs_{against}_rounds"] = paired
+                r = bench_ratio(round_rate[i][key], round_rate[j][key])
+                row[f"{key}_vs_{against}"] = r["ratio"]
+                row[f"{key}_vs_{against}_rounds"] = r["rounds"]
+                row[f"{key}_vs_{against}_noisy"] = r["noisy"]
+    load_after = os.getloadavg()
     return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
+                loadavg_before=load_before, loadavg_after=load_after, noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
                 date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]) if
                 sys.argv[1:2] == ["bench"] else "iattn bench", rows=rows)
 
 
-def _spread(row: dict, key: str) -> str:
-    rounds = row.get(f"{key}_rounds")
-    return f"[{min(rounds):.3f}, {max(rounds):.3f}] " if rounds and len(rounds) > 1 else ""
+def _ratio(row: dict, key: str) -> str:
+    """A ratio cell: median over rounds [min, max], and a flag when the rounds disagree."""
+    value = row.get(key)
+    if value is None:
+        return "–"
+    rounds = row.get(f"{key}_rounds") or []
+    spread = f" [{min(rounds):.3f}, {max(rounds):.3f}]" if len(rounds) > 1 else ""
+    return f"{value:.3f}{spread}" + (" **noisy**" if row.get(f"{key}_noisy") else "")
 
 
 def table(result: dict) -> str:
@@ -125,14 +142,22 @@ def table(result: dict) -> str:
     head = ("| model | attention | heads | params | train tok/s | × standard [min, max over rounds] | × HF | "
             "forward tok/s | × standard | executed GFLOP/token" + (" | MFU (nanoGPT) |" if mfu else " |"))
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
-    nan = float("nan")
     for r in result["rows"]:
         lines.append(
             f"| {r['model']} | {r['attention']} | {r['n_head']} | {r['params']:,} | {r['train_tokens_per_s']:,.0f} | "
-            f"{r.get('train_tokens_per_s_vs_standard', nan):.3f} {_spread(r, 'train_tokens_per_s_vs_standard')}| "
-            f"{r.get('train_tokens_per_s_vs_hf', nan):.3f} | "
-            f"{r['forward_tokens_per_s']:,.0f} | {r.get('forward_tokens_per_s_vs_standard', nan):.3f} | "
+            f"{_ratio(r, 'train_tokens_per_s_vs_standard')} | {_ratio(r, 'train_tokens_per_s_vs_hf')} | "
+            f"{r['forward_tokens_per_s']:,.0f} | {_ratio(r, 'forward_tokens_per_s_vs_standard')} | "
             f"{r['executed_flops_per_token'] / 1e9:.4g}" + (f" | {r['mfu_nanogpt']:.1%} |" if mfu else " |"))
+    noisy = sum(bool(r.get(f"{k}_noisy")) for r in result["rows"] for k in
+                ("train_tokens_per_s_vs_standard", "train_tokens_per_s_vs_hf", "forward_tokens_per_s_vs_standard"))
+    load = result.get("loadavg_before")
+    lines += ["", "Every ratio is the median over rounds of the ratio within a round ([min, max] over rounds); "
+              "tok/s columns are medians over all timed windows, so their quotient can differ from a ratio when "
+              "rounds drift." + (f" Load average before the run: {load[0]:.2f} (1 min)." if load else "")]
+    if noisy:
+        threshold = result.get("noise_threshold", NOISE_SPREAD)
+        lines.append(f"{noisy} ratio(s) marked **noisy**: their rounds disagree by more than {threshold:.0%}; "
+                     "rerun on an idle machine before reading them.")
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from iattention.train.optim import build_optimizer
 from iattention.train.schedule import lr_at
 from iattention.utils.atomic import write_json, write_text
 from iattention.utils.faults import fault_point
+from iattention.utils.hardware import hardware
 
 
 class NonFiniteLoss(UserError):
@@ -368,7 +369,8 @@ class Trainer:
             test_loss=test_loss, test_ppl=test_ppl, epochs_run=s.epoch, steps=s.step,
             stopped_early=s.stopped_early, skipped_batches=s.skipped, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9), wall_time_s=s.wall_time,
-            started_from=self.init_source, device=str(self.ctx.device), world_size=self.ctx.world,
+            started_from=self.init_source, device=str(self.ctx.device), hardware=hardware(self.ctx.device),
+            world_size=self.ctx.world,
             torch=torch.__version__,
             machine=platform.machine(),
         )
