@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
-from conftest import tiny_overrides, write_corpus
+from conftest import shared_data_dir, tiny_overrides, write_corpus
 from iattention.config import ATTENTION_VARIANTS
 from iattention.interop.load import load_model
 from iattention.train import load_config, train
@@ -236,3 +237,23 @@ def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_re
     assert reloaded.config.attention == attention
     for name, tensor in reloaded.state_dict().items():
         assert torch.equal(tensor, trained[name]), name
+
+
+@pytest.mark.skipif(shared_data_dir() is None, reason="../shared/data not present")
+def test_a_run_remembers_its_data_folder_for_later_commands(tmp_path, monkeypatch, capsys):
+    """Trained with the data folder in $IATTN_DATA_DIR only (as `make demo` does), the run records the
+    resolved folder, so `iattn eval RUN` works later in a shell without the variable."""
+    from iattention.cli import main
+
+    monkeypatch.setenv("IATTN_DATA_DIR", os.path.relpath(shared_data_dir()))
+    cfg = load_config("tiny", None, ["train.epochs=1", f"data.cache_dir={tmp_path / 'cache'}"])
+    assert cfg.data.data_dir == ""
+    train(cfg, tmp_path / "run", quiet=True)
+    assert cfg.data.data_dir == ""  # the caller's config is left as it was
+    recorded = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
+    assert recorded == os.path.realpath(shared_data_dir())
+    monkeypatch.delenv("IATTN_DATA_DIR")
+    assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 0
+    assert "valid perplexity" in capsys.readouterr().out
+    monkeypatch.setenv("IATTN_DATA_DIR", str(tmp_path / "nowhere"))  # told otherwise: that folder is used
+    assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 2

@@ -15,6 +15,20 @@ def data_dir(cfg: DataConfig) -> Path | None:
     return Path(d).expanduser() if d else None
 
 
+def resolved_data_dir(cfg: DataConfig) -> str:
+    """The data folder a run reads (its data_dir, else $IATTN_DATA_DIR) as an absolute path, "" for none:
+    what a run records in its config.yaml, so later commands on the run find its data."""
+    d = data_dir(cfg)
+    return str(d.resolve()) if d else ""
+
+
+def data_dir_told(flag: str | None) -> str | None:
+    """A data folder the user gave now (--data-dir, else $IATTN_DATA_DIR), absolute; None if neither.
+    Commands on an existing run use it instead of the folder the run recorded."""
+    d = flag or os.environ.get("IATTN_DATA_DIR")
+    return str(Path(d).expanduser().resolve()) if d else None
+
+
 def _local_wikitext(cfg: DataConfig, split: str) -> Path | None:
     root = data_dir(cfg)
     if root is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from iattention.cli import int_at_least
@@ -25,13 +24,13 @@ def cmd_generate(args) -> None:
     import torch
 
     from iattention.data.dataset import tokenizer_of
+    from iattention.data.sources import data_dir_told
     from iattention.interop.load import data_config_for, load_any
 
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
     model, data, _ = load_any(args.model)
-    tok = tokenizer_of(data_config_for(data, args.model, args.tokenizer,
-                                       data_dir=os.path.abspath(args.data_dir) if args.data_dir else None,
+    tok = tokenizer_of(data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                                        tokenizer_file=args.tokenizer_file))
     if tok.vocab_size > model.config.vocab_size:
         raise UserError(f"tokenizer {tok.name} has {tok.vocab_size} tokens, more than the model's "

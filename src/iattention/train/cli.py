@@ -10,7 +10,8 @@ from iattention.errors import UserError
 
 
 def add_data_flags(p) -> None:
-    p.add_argument("--data-dir", help="folder with WikiText-2 files (default: $IATTN_DATA_DIR, else download)")
+    p.add_argument("--data-dir", help="folder with WikiText-2 files (default: $IATTN_DATA_DIR, else the folder a run "
+                                      "recorded, else download)")
     p.add_argument("--tokenizer-file", help="local r50k_base.tiktoken for the gpt2 tokenizer "
                                             "(default: $IATTN_TOKENIZER_FILE or DATA_DIR/tokenizers/)")
 
@@ -39,6 +40,7 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from iattention.data import load_data
+    from iattention.data.sources import data_dir_told
     from iattention.interop.load import data_config_for, load_any
     from iattention.train.distributed import DistContext
     from iattention.train.evaluate import perplexity, split_nll, strided_nll
@@ -50,8 +52,7 @@ def cmd_eval(args) -> None:
                         f"use at most {model.config.block_size}")
     if args.stride and args.stride > block:
         raise UserError(f"--stride {args.stride} is larger than the window ({block}); use at most {block}")
-    data_cfg = data_config_for(run_data, args.checkpoint, args.tokenizer,
-                               data_dir=os.path.abspath(args.data_dir) if args.data_dir else None,
+    data_cfg = data_config_for(run_data, args.checkpoint, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                                tokenizer_file=args.tokenizer_file)
     cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
     cut = getattr(data_cfg, cut_key) if cut_key else 0

@@ -100,6 +100,11 @@ def _jsonl(records: list[dict]) -> str:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, out: str | Path, resume: bool = False, quiet: bool = False):
+        from iattention.data.sources import resolved_data_dir
+
+        # The run records the data folder it really reads (an execution key: not part of its identity),
+        # on a copy, so the caller's config is left as it was.
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, data_dir=resolved_data_dir(cfg.data)))
         self.cfg, self.out, self.resume, self.quiet = cfg, Path(out), resume, quiet
         self.finished: dict | None = None
         self._lock = None
