@@ -257,3 +257,26 @@ def test_a_run_remembers_its_data_folder_for_later_commands(tmp_path, monkeypatc
     assert "valid perplexity" in capsys.readouterr().out
     monkeypatch.setenv("IATTN_DATA_DIR", str(tmp_path / "nowhere"))  # told otherwise: that folder is used
     assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 2
+
+
+def test_resume_keeps_the_runs_own_epochs_and_says_when_it_extends_or_starts_fresh(tmp_path, capsys):
+    """`--resume --preset P` on a run trained for fewer epochs than P's does not extend it (the run's own
+    config wins); an explicit train.epochs=N does, and says so; a folder with no checkpoint says it starts
+    fresh. Without --preset, --resume continues the saved config."""
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache")
+    run = str(tmp_path / "run")
+    assert main(["train", "--preset", "tiny", "--out", run, "--quiet", *ov, "train.epochs=1"]) == 0
+    first = json.loads(open(os.path.join(run, "summary.json")).read())
+    capsys.readouterr()
+    assert main(["train", "--preset", "tiny", "--out", run, "--resume", "--quiet", *ov]) == 0  # tiny: 2 epochs
+    assert json.loads(open(os.path.join(run, "summary.json")).read()) == first  # not extended, not rewritten
+    assert main(["train", "--out", run, "--resume", "--quiet"]) == 0  # no preset: the saved config
+    assert "extending" not in capsys.readouterr().err
+    assert main(["train", "--preset", "tiny", "--out", run, "--resume", "--quiet", *ov, "train.epochs=2"]) == 0
+    assert f"iattn: extending {run} from 1 to 2 epochs" in capsys.readouterr().err
+    assert json.loads(open(os.path.join(run, "summary.json")).read())["epochs_run"] == 2
+    fresh = str(tmp_path / "fresh")
+    assert main(["train", "--preset", "tiny", "--out", fresh, "--resume", "--quiet", *ov, "train.epochs=1"]) == 0
+    assert "holds no checkpoint to resume; starting a fresh run there" in capsys.readouterr().err

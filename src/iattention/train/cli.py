@@ -25,13 +25,31 @@ def data_overrides(args) -> list[str]:
     return out
 
 
+def resumed_config(out: str) -> dict | None:
+    """The config a run folder saved (config.yaml), or None when there is none to resume."""
+    from pathlib import Path
+
+    from iattention.train.config import read_yaml_mapping
+
+    path = Path(out) / "config.yaml"
+    if not path.is_file():
+        return None
+    return read_yaml_mapping(path, "run config", "hold the run's config sections (model:, data:, optim:, train:)")
+
+
 def cmd_train(args) -> None:
     from iattention.train import load_config, train
 
-    if not args.preset and not args.config:
-        raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)")
     extra = [f"train.init_from={args.init_from}"] if args.init_from else []
-    cfg = load_config(args.preset, args.config, list(args.overrides) + data_overrides(args) + extra)
+    overrides = list(args.overrides) + data_overrides(args) + extra
+    saved = resumed_config(args.out) if args.resume else None
+    if not args.preset and not args.config and saved is None:
+        raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)" +
+                        (f"; {args.out} holds no run to resume" if args.resume else ""))
+    if saved is not None and "train.epochs" not in {o.split("=", 1)[0].strip() for o in overrides}:
+        # --resume continues the run's own schedule: a preset's epochs never extend it; train.epochs=N does.
+        overrides.append(f"train.epochs={(saved.get('train') or {}).get('epochs', 1)}")
+    cfg = load_config(args.preset, args.config, overrides, base=saved)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
           f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  test ppl {summary['test_ppl']:.2f}  "
@@ -92,8 +110,9 @@ def register(sub) -> None:
     p.add_argument("--config", help="YAML file with sections model/data/optim/train")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its last checkpoint; with a larger train.epochs, extend a "
-                        "finished run (the cosine schedule is recomputed over the new total)")
+                   help="continue the run in --out from its last checkpoint, with the run's saved config (--preset "
+                        "is then optional; a preset's train.epochs never extends the run); an explicit larger "
+                        "train.epochs=N extends a finished run (the cosine schedule is recomputed over the new total)")
     p.add_argument("--init-from", metavar="PATH",
                    help="start from these weights (run folder, checkpoint, converted or HF GPT-2 folder); with "
                         "model.attention=canonical they are canonicalized exactly (pivoted blocks)")

@@ -217,8 +217,10 @@ def read_yaml_mapping(path: str | Path, what: str, shape: str) -> dict:
     return loaded
 
 
-def load_config(preset: str | None = None, config_file: str | None = None, overrides: list[str] = ()) -> RunConfig:
-    raw: dict = _preset_dict(preset) if preset else {}
+def load_config(preset: str | None = None, config_file: str | None = None, overrides: list[str] = (),
+                base: dict | None = None) -> RunConfig:
+    """preset (or `base`, a saved run's config), then the YAML file, then KEY=VALUE overrides."""
+    raw: dict = _preset_dict(preset) if preset else dict(base or {})
     if config_file:
         raw = _merge(raw, read_yaml_mapping(config_file, "config file",
                                             "hold a mapping of sections (model:, data:, optim:, train:)"))
