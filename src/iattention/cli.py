@@ -76,11 +76,20 @@ def cmd_params(args) -> None:
           "model.minimal_bias for canonical)")
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, unless it has none or its help already names it."""
+
+    def _get_help_string(self, action):
+        if any(action.default is x for x in (None, False, argparse.SUPPRESS)) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (not the usage block) and exit code 2."""
 
     def error(self, message):
-        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        print(f"iattn: error: {message} (see '{self.prog} --help')", file=sys.stderr)
         sys.exit(2)
 
 

@@ -42,6 +42,11 @@ def cmd_compare(args) -> None:
     _check_heads(args)
     summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
                           jobs=args.jobs, quiet=True, threads=args.threads)
+    print_summary_table(summaries, args.out)
+
+
+def print_summary_table(summaries: list[dict], out) -> None:
+    """The table `compare` and `sweep` end with: one line per run of the grid."""
     print()
     running = [s for s in summaries if "params" not in s]
     summaries = [s for s in summaries if "params" in s]
@@ -56,7 +61,7 @@ def cmd_compare(args) -> None:
         print(f"{s['_arm']:<{width}} {s['n_head']:>5} {s['seed']:>4} {s['params']:>11,} {s['best_val_ppl']:>12.2f} "
               f"{s['best_epoch']:>13} {s['test_ppl']:>9.2f} {s['train_tokens_per_s']:>7.0f}")
     tb = ", tb/" if any(s["config"]["train"].get("tensorboard") for s in summaries) else ""
-    print(f"\nrun folders: {args.out}/<arm>-h<heads>-s<seed>/ (metrics.jsonl, summary.json{tb})")
+    print(f"\nrun folders: {out}/<arm>-h<heads>-s<seed>/ (metrics.jsonl, summary.json{tb})")
 
 
 def cmd_report(args) -> None:
@@ -127,9 +132,12 @@ def register(sub) -> None:
     sc.add_argument("--preset", default="cpu-study", help=f"one of: {', '.join(preset_names())}")
     sc.add_argument("--arms", type=_str_list, default=["standard", "canonical", "canonical-matched"])
     sc.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
-    sc.add_argument("--heads", type=_int_list, default=[1, 8])
-    sc.add_argument("--seed", type=int_at_least(0), default=0)
-    sc.add_argument("--steps", type=int_at_least(1), default=20)
+    sc.add_argument("--heads", type=_int_list, default=None,
+                    help="comma-separated head counts to measure (default: the preset's n_head)")
+    sc.add_argument("--seed", type=int_at_least(0), default=0,
+                    help="seed of the initialisation and batches (default 0)")
+    sc.add_argument("--steps", type=int_at_least(1), default=20,
+                    help="AdamW steps whose update sizes are averaged (default 20)")
     sc.add_argument("--out", help="write a markdown table here (and the numbers as .json beside it)")
     add_data_flags(sc)
     sc.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
@@ -166,7 +174,8 @@ def cmd_scales(args) -> None:
     arms = resolve_arms(args.arms, args.arms_file)
     check_overrides(list(args.overrides), arms)
     rows = []
-    for h in args.heads:
+    heads = args.heads or [load_config(args.preset, None, list(args.overrides)).model.n_head]
+    for h in heads:
         for arm in arms:
             cfg = load_config(args.preset, None, [*arm.overrides, f"model.n_head={h}", f"train.seed={args.seed}",
                                                   *args.overrides, *data_overrides(args)])
@@ -199,6 +208,7 @@ def cmd_sweep(args) -> None:
     _check_heads(args)
     specs = _specs(args)
     print(f"sweep {args.preset}: {len(specs)} runs -> {args.out}")
-    run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=args.jobs,
-              threads=args.threads)
-    print(f"done; make the report with: iattn report {args.out} --out {args.out}/report")
+    summaries = run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=args.jobs,
+                          threads=args.threads)
+    print_summary_table(summaries, args.out)
+    print(f"make the report with: iattn report {args.out} --out {args.out}/report")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from iattention.cli import int_at_least
+from iattention.cli import DefaultsFormatter, int_at_least
 from iattention.errors import UserError
 
 
 def _nonneg_float(text: str) -> float:
-    import argparse
 
     try:
         value = float(text)
@@ -65,17 +65,18 @@ def register(sub) -> None:
     from iattention.train.cli import add_data_flags
 
     g = sub.add_parser("generate", help="sample text from a checkpoint or Hugging Face GPT-2 folder (streamed)",
+                       formatter_class=DefaultsFormatter,
                        description="Continue a prompt with a trained or converted model, printing tokens as they "
                                    "come. Uses a key/value cache (every attention variant); --temperature 0 is "
                                    "greedy. The tokenizer is the one the model was trained with.")
     g.add_argument("model", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
     g.add_argument("--prompt", required=True, help="text to continue")
-    g.add_argument("--max-new-tokens", type=int_at_least(1), default=100)
+    g.add_argument("--max-new-tokens", type=int_at_least(1), default=100, help="tokens to generate")
     g.add_argument("--temperature", type=_nonneg_float, default=1.0, help="0: greedy (argmax)")
     g.add_argument("--top-k", type=int_at_least(1), default=None, help="sample among the k most likely tokens")
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
-    g.add_argument("--seed", type=int_at_least(0), default=0)
-    g.add_argument("--num-samples", type=int_at_least(1), default=1)
+    g.add_argument("--seed", type=int_at_least(0), default=0, help="sampling seed")
+    g.add_argument("--num-samples", type=int_at_least(1), default=1, help="independent samples from the same prompt")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole window every step")
     g.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
     add_data_flags(g)

@@ -1,0 +1,50 @@
+"""The command line as a user meets it: one error prefix, defaults in --help, the README's Python block."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_overrides, write_corpus
+from iattention.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_python_api_block_runs():
+    block = README.read_text().split("## Python API")[1].split("```python")[1].split("```")[0]
+    assert "redundancy(canon.config)" in block
+    exec(compile(block, "README.md", "exec"), {})
+
+
+def test_usage_errors_of_subcommands_have_the_documented_prefix(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "some/model", "--prompt", "x", "--temperature", "abc"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("iattn: error: argument --temperature")
+
+
+def test_generate_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    out = capsys.readouterr().out
+    assert "tokens to generate (default: 100)" in out and "sampling seed (default: 0)" in out
+
+
+def test_scales_measures_the_presets_own_head_count(tmp_path, capsys):
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache")
+    assert main(["scales", "--preset", "tiny", "--arms", "standard", "--steps", "1", *ov]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("standard")]
+    assert lines and all("h=2 " in x for x in lines)  # tiny has n_head 2 (not the old fixed 1 and 8)
+
+
+def test_sweep_ends_with_the_table_compare_prints(tmp_path, capsys):
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
+    out = str(tmp_path / "sw")
+    assert main(["sweep", "--preset", "tiny", "--arms", "standard", "--heads", "1", "--seeds", "0", "--out", out,
+                 *ov]) == 0
+    text = capsys.readouterr().out
+    header = next(x for x in text.splitlines() if x.startswith("arm "))
+    assert "best val ppl" in header and "epoch of best" in header
+    assert any(x.startswith("standard ") and " 1    0 " in x for x in text.splitlines())
+    assert f"iattn report {out} --out {out}/report" in text
