@@ -168,3 +168,33 @@ def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
     data = load_data(cfg.data, splits=("valid",))
     nll, n = split_nll(from_hf(tmp_path / "hf").float(), data.splits["valid"], 32, 64, DistContext())
     assert first["kind"] == "start" and math.isclose(first["val_loss"], nll / n, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
+def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tmp_path, capsys, tokenizer):
+    """`iattn convert --to hf` writes the run's tokenizer in transformers' form: AutoTokenizer and
+    pipeline("text-generation") load the folder offline, and greedy text equals `iattn generate
+    --temperature 0` on the run."""
+    from conftest import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"data.tokenizer": tokenizer,
+                                                                        "train.epochs": 1})
+    run, hf = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov]) == 0
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(hf)]) == 0
+    assert (hf / "tokenizer.json").is_file() and (hf / "tokenizer_config.json").is_file()
+    capsys.readouterr()
+    prompt = "the cat sat"  # 11 tokens + 16 new: within the block of 32 (HF GPT-2 cannot go past it)
+    assert main(["generate", str(run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "16"]) == 0
+    ours = capsys.readouterr().out.rstrip("\n")
+    tok = tf.AutoTokenizer.from_pretrained(str(hf))
+    from iattention.data import DataConfig
+    from iattention.data.dataset import tokenizer_of
+
+    own = tokenizer_of(DataConfig(dataset="text", train=str(tmp_path / "train.txt"), tokenizer=tokenizer,
+                                  cache_dir=str(tmp_path / "cache")))
+    assert tok(prompt)["input_ids"] == own.encode(prompt).tolist()  # the same ids as the run's tokenizer
+    pipe = tf.pipeline("text-generation", model=str(hf))
+    theirs = pipe(prompt, max_new_tokens=16, do_sample=False)[0]["generated_text"]
+    assert theirs == ours

@@ -10,10 +10,18 @@ def cmd_convert(args) -> None:
     from iattention.interop.load import load_any
 
     src, data, _ = load_any(args.src)
+    tokenizer = None
+    if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
+        from iattention.data.dataset import tokenizer_of
+        from iattention.data.sources import data_dir_told
+        from iattention.interop.load import data_config_for
+
+        tokenizer = tokenizer_of(data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
+                                                 tokenizer_file=args.tokenizer_file))
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
-    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data)
+    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer)
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{args.dtype}] at {args.out}")
     if rep.conditioning:
@@ -35,6 +43,7 @@ def cmd_convert(args) -> None:
 def register(sub) -> None:
     from iattention.interop.convert import DTYPES, TARGETS
     from iattention.symmetry.blocks import BLOCKS
+    from iattention.train.cli import add_data_flags
 
     p = sub.add_parser("convert", help="exact conversion: HF GPT-2 / standard <-> canonical",
                        description="Read an HF GPT-2 folder or an iattention checkpoint and write it as a "
@@ -49,4 +58,5 @@ def register(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
     p.add_argument("--out", required=True, help="output folder (must not exist)")
+    add_data_flags(p)
     p.set_defaults(func=cmd_convert)

@@ -89,9 +89,10 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
-                   data: dict | None = None) -> None:
+                   data: dict | None = None, tokenizer=None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
-    source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json."""
+    source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
+    `tokenizer` (for an HF folder): written in transformers' form beside the weights."""
     from iattention.interop.load import DATA_SPEC_FILE
     out = Path(out)
     if out.exists():
@@ -105,6 +106,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     try:
         if to == "hf":
             model.save_pretrained(str(tmp), safe_serialization=True)
+            if tokenizer is not None:
+                from iattention.interop.hf_tokenizer import save_hf_tokenizer
+
+                save_hf_tokenizer(tokenizer, tmp)
         else:
             meta = {"config": {"model": model.config.to_dict(), **({"data": data} if data else {})},
                     "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}
