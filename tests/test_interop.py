@@ -1,5 +1,6 @@
 """Exact conversion to and from Hugging Face GPT-2 (random models built from GPT2Config, no downloads)."""
 
+import os
 import subprocess
 import sys
 
@@ -198,3 +199,28 @@ def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tm
     pipe = tf.pipeline("text-generation", model=str(hf))
     theirs = pipe(prompt, max_new_tokens=16, do_sample=False)[0]["generated_text"]
     assert theirs == ours
+
+
+def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
+    """iattention.load_run: a run folder (or its checkpoint) -> (model, its tokenizer); a bpe run keeps its
+    tokenizer.json, so this works after the train text and the tokenizer cache are gone."""
+    import shutil
+
+    from conftest import tiny_overrides, write_corpus
+    from iattention import load_run
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"data.tokenizer": "bpe:300", "train.epochs": 1})
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov]) == 0
+    model, tok = load_run(run)
+    ids = tok.encode("the cat sat on the mat")
+    assert tok.name == "bpe:300" and tok.decode(ids) == "the cat sat on the mat" and len(ids) < 22
+    logits, _ = model(torch.as_tensor(ids)[None])
+    assert logits.shape == (1, len(ids), model.config.vocab_size) and tok.vocab_size == model.config.vocab_size
+    os.remove(paths["train"])
+    shutil.rmtree(tmp_path / "cache")
+    model2, tok2 = load_run(run / "best.safetensors")
+    assert tok2.encode("the cat sat on the mat").tolist() == ids.tolist()
+    assert torch.equal(model2(torch.as_tensor(ids)[None])[0], logits)

@@ -3,4 +3,12 @@
 from iattention.model import GPT, GPTConfig, model_preset
 
 __version__ = "0.1.0"
-__all__ = ["GPT", "GPTConfig", "model_preset", "__version__"]
+__all__ = ["GPT", "GPTConfig", "load_run", "model_preset", "__version__"]
+
+
+def load_run(path, data_dir=None):
+    """(model, tokenizer) of a run folder, checkpoint, converted or HF GPT-2 folder: see
+    `iattention.interop.load.load_run`."""
+    from iattention.interop.load import load_run as _load_run
+
+    return _load_run(path, data_dir)

@@ -120,3 +120,26 @@ def load_tokenizer(cfg: DataConfig, train_text: str | None = None) -> Tokenizer:
             raise ValueError("bpe tokenizer needs the train text")
         return _bpe(cfg, size, train_text)
     raise UserError(f"unknown tokenizer {spec!r}; choose gpt2, bpe:N (e.g. bpe:4096) or byte")
+
+
+def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
+    """A bpe:N tokenizer from the tokenizer.json a run folder keeps (no train text needed)."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    path = Path(path)
+    try:
+        tok = HFTokenizer.from_file(str(path))
+    except Exception as e:
+        raise UserError(f"{path} is not a readable tokenizer file ({type(e).__name__}); delete it to rebuild the "
+                        "tokenizer from the run's data") from None
+    key = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return Tokenizer(spec, tok.get_vocab_size(), f"{spec}:file:{key}", tok)
+
+
+def save_tokenizer_file(tok: Tokenizer, path: str | Path) -> bool:
+    """Write a bpe:N tokenizer as tokenizer.json (True), so a run folder is self-contained; False for the
+    tokenizers that need no file (byte) or have their own (gpt2: the r50k ranks)."""
+    if not tok.name.startswith("bpe:"):
+        return False
+    write_text(Path(path), tok._impl.to_str())
+    return True

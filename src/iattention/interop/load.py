@@ -75,3 +75,21 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
     if tokenizer:
         spec["tokenizer"] = tokenizer
     return DataConfig(**{**spec, **{k: v for k, v in paths.items() if v}})
+
+
+def load_run(path: str | Path, data_dir: str | None = None):
+    """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
+    folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
+    rebuilt from its data spec; GPT-2's BPE for an HF folder). `data_dir` overrides where data files are
+    read (default: $IATTN_DATA_DIR, else the folder the run recorded)."""
+    from iattention.data.dataset import tokenizer_of
+    from iattention.data.sources import data_dir_told
+    from iattention.data.tokenizers import tokenizer_from_file
+
+    model, data, _ = load_any(path)
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    spec = (data or {}).get("tokenizer", "")
+    if spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
+        return model, tokenizer_from_file(folder / "tokenizer.json", spec)
+    return model, tokenizer_of(data_config_for(data, str(path), data_dir=data_dir_told(data_dir)))

@@ -147,6 +147,10 @@ class Trainer:
 
             self._lock = RunLock(self.out).acquire()
         self.extending = _check_out_dir(self.out, self.resume, cfg)
+        if ctx.is_main and not (self.out / "tokenizer.json").exists():  # the run carries its bpe tokenizer
+            from iattention.data.tokenizers import save_tokenizer_file
+
+            save_tokenizer_file(self.data.tokenizer, self.out / "tokenizer.json")
         if self.resume and (self.out / "summary.json").exists() and not self.extending:
             self.finished = json.loads((self.out / "summary.json").read_text())
             return
