@@ -122,7 +122,7 @@ def _subcommand_registrars():
     import importlib
 
     for module in ("iattention.train.cli", "iattention.model.cli", "iattention.experiments.cli",
-                   "iattention.interop.cli", "iattention.bench.cli", "iattention.lab.cli"):
+                   "iattention.interop.cli", "iattention.bench.cli", "iattention.lab.cli", "iattention.lab.inspect"):
         yield importlib.import_module(module).register
 
 

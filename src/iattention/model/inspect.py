@@ -1,0 +1,58 @@
+"""A look inside a model: every layer's residual stream and attention pattern for an input, in one
+forward pass (like TransformerLens' `run_with_cache`), built on the model directly with forward hooks.
+
+Names follow TransformerLens: `blocks.{l}.hook_resid_pre` (B, T, d), `blocks.{l}.attn.hook_pattern`
+(B, H, T_query, T_key: softmax of the scores, causal), `blocks.{l}.hook_attn_out` (B, T, d),
+`blocks.{l}.hook_resid_post` (B, T, d), and `ln_final.hook_normalized`. The pattern is recomputed from
+the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+@torch.no_grad()
+def attention_pattern(attn, x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d)."""
+    B, T, _ = x.shape
+    q, k, _ = attn.qkv(x)
+    q, k = (t.reshape(B, T, attn.n_head, attn.d_head).transpose(1, 2).double() for t in (q, k))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.d_head)
+    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1).to(x.dtype)
+
+
+@torch.no_grad()
+def run_with_cache(model, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(logits, cache) for token ids idx (B, T), the model in eval mode (no dropout)."""
+    cache: dict[str, torch.Tensor] = {}
+    handles = []
+    for layer, block in enumerate(model.transformer.h):
+        def pre(_, args, layer=layer):
+            cache[f"blocks.{layer}.hook_resid_pre"] = args[0].detach()
+
+        def post(_, args, out, layer=layer):
+            cache[f"blocks.{layer}.hook_resid_post"] = out.detach()
+
+        def attn_in(module, args, layer=layer):
+            cache[f"blocks.{layer}.attn.hook_pattern"] = attention_pattern(module, args[0])
+
+        def attn_out(_, args, out, layer=layer):
+            cache[f"blocks.{layer}.hook_attn_out"] = out.detach()
+
+        handles += [block.register_forward_pre_hook(pre), block.register_forward_hook(post),
+                    block.attn.register_forward_pre_hook(attn_in), block.attn.register_forward_hook(attn_out)]
+    handles.append(model.transformer.ln_f.register_forward_hook(
+        lambda _, args, out: cache.__setitem__("ln_final.hook_normalized", out.detach())))
+    was_training = model.training
+    model.eval()
+    try:
+        logits, _ = model(idx)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return logits, cache
