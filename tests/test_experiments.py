@@ -360,3 +360,14 @@ def test_report_holm_family_is_the_declared_arms(tmp_path, config):
     assert float(adjusted) > float(raw)  # adjusted in a family of two
     raw, adjusted = p_cells(declared, "identity_q").replace(")", "").split(" (")
     assert raw == adjusted  # exploratory: left unadjusted
+
+
+def test_report_plots_loss_per_step_when_runs_kept_their_steps(tmp_path, config):
+    _study(tmp_path / "a", config)
+    assert "loss_vs_step.png" not in write_report([tmp_path / "a"], tmp_path / "o1").read_text()
+    for run in (tmp_path / "a").iterdir():
+        (run / "steps.jsonl").write_text("".join(json.dumps(dict(step=i + 1, loss=5.0 - i / 50, lr=1e-3)) + "\n"
+                                                 for i in range(80)))
+    report = write_report([tmp_path / "a"], tmp_path / "o2").read_text()
+    assert "](loss_vs_step.png)" in report
+    assert (tmp_path / "o2" / "loss_vs_step.png").read_bytes()[:4] == b"\x89PNG"

@@ -89,9 +89,11 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
                                 sum(p.numel() for p in model.parameters())))
     # Rounds interleave the configurations so that drift of the machine hits all of them alike;
     # each configuration's figure is the median over all its timed windows.
+    # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
     timings: dict[int, list] = {i: [] for i in range(len(entries))}
-    for _ in range(rounds):
-        for i, (_, _, _, cfg, model, loss_fn, _) in enumerate(entries):
+    for rnd in range(rounds):
+        order = list(enumerate(entries))
+        for i, (_, _, _, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
             timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
                                          windows, steps, amp=amp))
     for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):

@@ -78,6 +78,15 @@ def _legend(axes, **kw) -> None:
                     borderaxespad=0, **kw)
 
 
+def _log_axis(ax) -> None:
+    """Readable log-scale ticks: plain numbers at 1-2-5 steps, so a narrow range still has labels."""
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.5, 3.0, 4.0, 7.0)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.tick_params(axis="y", which="minor", labelsize=6)
+
+
 def _curves(groups, out: Path, colors: dict) -> str:
     heads = sorted({h for _, h in groups})
     fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False, sharey=True)
@@ -89,33 +98,82 @@ def _curves(groups, out: Path, colors: dict) -> str:
             if n_ep == 0:
                 continue
             ep = np.arange(1, n_ep + 1)
-            for key, style in (("val_ppl", "-"), ("train_ppl", "--")):
+            every = max(1, n_ep // 16)  # markers on at most ~16 epochs, so long runs stay readable
+            for key, style, marker in (("val_ppl", "-", "o"), ("train_ppl", "--", "x")):
                 y = np.array([[r.epochs[i][key] for i in range(n_ep)] for r in runs])
-                ax.plot(ep, y.mean(0), style, color=colors[att], label=f"{att} {key[:-4]}")
+                ax.plot(ep, y.mean(0), style, color=colors[att], marker=marker, ms=3, markevery=every,
+                        label=f"{att} {key[:-4]}")
                 if len(runs) > 1:
                     ax.fill_between(ep, y.min(0), y.max(0), color=colors[att], alpha=0.15)
         ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="epoch", yscale="log")
-        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        _log_axis(ax)
+        ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("perplexity (log scale)")
-    _legend(axes[0], fontsize=7, title="solid: validation, dashed: train\nband: min–max over seeds",
+    _legend(axes[0], fontsize=7, title="solid, o: validation; dashed, x: train\nband: min–max over seeds",
             title_fontsize=7)
     return _save(fig, out / "perplexity_vs_epoch.png")
 
 
+def _loss_steps(groups, out: Path, colors: dict) -> str | None:
+    """Training loss per optimizer step (steps.jsonl), mean over seeds, smoothed over a window; None when
+    no run kept its steps."""
+    import json
+
+    heads = sorted({h for _, h in groups})
+    curves = {}
+    for key, runs in groups.items():
+        losses = []
+        for r in runs:
+            path = r.folder / "steps.jsonl"
+            if path.is_file():
+                losses.append([json.loads(x)["loss"] for x in path.read_text().splitlines() if x.strip()])
+        if losses:
+            n = min(map(len, losses))
+            curves[key] = np.array([x[:n] for x in losses], dtype=float).mean(0)
+    if not curves:
+        return None
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False, sharey=True)
+    for ax, h in zip(axes[0], heads):
+        for (att, hh), y in curves.items():
+            if hh != h:
+                continue
+            w = max(1, len(y) // 50)
+            smooth = np.convolve(y, np.ones(w) / w, mode="valid")
+            ax.plot(np.arange(w, len(y) + 1), smooth, color=colors[att], lw=1, label=att)
+        ax.set(title=f"{h} head{'s' if h > 1 else ''}", xlabel="optimizer step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("training loss (nats; mean over seeds,\nmoving average over ~2% of the run)")
+    _legend(axes[0], fontsize=7)
+    return _save(fig, out / "loss_vs_step.png")
+
+
 def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str, title: str) -> str:
+    """An arm's mean ± std over seeds per head count. Arms are offset sideways a little so equal values do
+    not hide each other; on the epoch-of-best figure a hollow marker means some run's best was its last
+    epoch (censored: a lower bound)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for att in colors:
-        pts = [(h, [r.summary[key] for r in runs]) for (a, h), runs in groups.items() if a == att]
-        if not pts:
-            continue
-        hs = [h for h, _ in pts]
-        ms = [mean_std(v) for _, v in pts]
-        ax.errorbar(hs, [m for m, _ in ms], yerr=[0 if not math.isfinite(s) else s for _, s in ms], marker="o",
-                    capsize=4, color=colors[att], label=f"{att} (mean ± std over seeds)")
-    ax.set(xscale="log", xlabel="number of heads", ylabel=ylabel, title=title)
+    arms = [a for a in colors if any(k[0] == a for k in groups)]
+    for i, att in enumerate(arms):
+        pts = [(h, runs) for (a, h), runs in groups.items() if a == att]
+        offset = 1.0 + 0.035 * (i - (len(arms) - 1) / 2)  # multiplicative: the x axis is logarithmic
+        for j, (h, runs) in enumerate(pts):
+            m, sd = mean_std([r.summary[key] for r in runs])
+            censored = key == "best_epoch" and any(r.censored for r in runs)
+            ax.errorbar([h * offset], [m], yerr=[0 if not math.isfinite(sd) else sd], marker="o", capsize=4,
+                        color=colors[att], mfc="white" if censored else colors[att],
+                        label=f"{att} (mean ± std over seeds)" if j == 0 else None)
+        ms = [mean_std([r.summary[key] for r in runs])[0] for _, runs in pts]
+        ax.plot([h * offset for h, _ in pts], ms, "-", color=colors[att], lw=1)
+    ax.set(xscale="log", xlabel="number of heads (arms offset sideways)", ylabel=ylabel, title=title)
     hs_all = sorted({h for _, h in groups})
     ax.set_xticks(hs_all, [str(h) for h in hs_all])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    if key == "best_epoch":
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, math.floor(lo) - 0.5), max(hi, math.ceil(hi) + 0.5))
+        ax.plot([], [], "o", mfc="white", color="gray", label="hollow: some run's best at its last epoch (censored)")
     ax.grid(alpha=0.3)
     _legend([ax], fontsize=8)
     return _save(fig, out / fname)
@@ -312,6 +370,9 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
                      "Best validation perplexity vs heads"),
             _scaling(plotted, out, colors, "best_epoch", "epoch of best validation", "best_epoch_vs_heads.png",
                      "Epoch of best validation vs heads")]
+    loss_fig = _loss_steps(plotted, out, colors)
+    if loss_fig:
+        figs.append(loss_fig)
     if families:
         figs.append(_lr_figure(families, study_lr, out, colors))
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
@@ -332,7 +393,7 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
              f"best validation perplexity at that head count, interpolated in log "
              "perplexity between evaluations; mean ± std over the runs that reached it.", "",
              "| arm | heads | learned params | best val ppl | epoch of best | best at last epoch | tokens to reach | "
-             "test ppl | train tok/s | seeds |",
+             "test ppl | train tok/s (load-dependent) | seeds |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (arm, h), rs in groups.items():
         s = [r.summary for r in rs]

@@ -28,7 +28,7 @@ def plot_copy(r, path):
         b.semilogy(r.deltas, r.copy_error[n], "o", ms=4, label=f"n={n}")
         b.semilogy(r.deltas, r.copy_bound[n], "--", lw=1, color=b.lines[-1].get_color())
     a.set(title="Copying: attention weight on the winning key", xlabel="score margin Δ (nats)",
-          ylabel="α_j  (dots: softmax, lines: 1/(1+Σe^{-Δ}))")
+          ylabel=r"$\alpha_j$  (dots: softmax, lines: $1/(1+\sum_i e^{-\Delta_i})$)")
     b.set(title="Copy error ‖c − v_j‖ (dashed: (1−α_j)·max‖v_i−v_j‖)", xlabel="score margin Δ (nats)",
           ylabel="‖c − v_j‖")
     a.legend(fontsize=8)
@@ -52,12 +52,12 @@ def plot_subspace(r, path):
 def plot_average(r, path):
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(r.betas, r.alpha_a_measured, "o", ms=4, label="measured α_a")
-    a.plot(r.betas, r.alpha_a_predicted, "-", label="e^β / (2e^β + n − 2)")
+    a.plot(r.betas, r.alpha_a_predicted, "-", label=r"$e^\beta / (2e^\beta + n - 2)$")
     a.axhline(0.5, color="gray", ls=":")
     a.set(title=f"Averaging two keys (n={r.n})", xlabel="query scale β", ylabel="α_a (= α_b)")
     b.semilogy(r.betas, r.error, "o", ms=4, label="measured ‖c − ½(v_a+v_b)‖")
-    b.semilogy(r.betas, r.error_exact, "-", label="exact: (n−2)/(2e^β+n−2)·‖v̄_others − m‖")
-    b.semilogy(r.betas, r.bound, "--", label="bound: (n−2)/(2e^β+n−2)·max‖v_i − m‖")
+    b.semilogy(r.betas, r.error_exact, "-", label=r"exact: $\frac{n-2}{2e^\beta+n-2}\,\|\bar v_{others} - m\|$")
+    b.semilogy(r.betas, r.bound, "--", label=r"bound: $\frac{n-2}{2e^\beta+n-2}\,\max_i \|v_i - m\|$")
     b.set(title="Distance from the average", xlabel="query scale β", ylabel="‖c − ½(v_a+v_b)‖")
     a.legend(fontsize=8)
     b.legend(fontsize=8)
