@@ -191,3 +191,35 @@ def test_odd_shapes_forward_backward():
         logits, loss = model(x, x)
         loss.backward()
         assert logits.shape == (2, 8, 11)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_canonical_memo_follows_in_place_weight_updates(heads):
+    """Canonical memoises its assembled weights outside autograd, keyed on the tensors' versions: after an
+    in-place update (an optimizer step, a copy_) evaluation must match a freshly built model, never the
+    stale weights."""
+    from iattention import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention="canonical")
+    model = GPT(cfg)
+    x = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = model(x)[0]  # fills the memo
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    _, loss = model(x, x)
+    loss.backward()
+    opt.step()  # in place
+    with torch.no_grad():
+        model.transformer.h[0].attn.W_V.mul_(1.5)  # in place, outside the optimizer
+        after = model(x)[0]
+        fresh = GPT(cfg)
+        fresh.load_state_dict(model.state_dict())
+        expected = fresh(x)[0]
+    assert not torch.allclose(after, before)
+    assert torch.allclose(after, expected, atol=1e-6)
+    if heads > 1:
+        with torch.no_grad():
+            model.transformer.h[1].attn.W_K_free.copy_(torch.randn_like(model.transformer.h[1].attn.W_K_free))
+            fresh.load_state_dict(model.state_dict())
+            assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
