@@ -224,3 +224,20 @@ def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
     model2, tok2 = load_run(run / "best.safetensors")
     assert tok2.encode("the cat sat on the mat").tolist() == ids.tolist()
     assert torch.equal(model2(torch.as_tensor(ids)[None])[0], logits)
+
+
+def test_gpt2_tokenizer_exports_to_transformers_with_the_same_ids(tmp_path):
+    from conftest import shared_data_dir
+    from iattention.data import DataConfig
+    from iattention.data.tokenizers import load_tokenizer
+    from iattention.interop.hf_tokenizer import save_hf_tokenizer
+
+    if shared_data_dir() is None:
+        pytest.skip("../shared/data not present")
+    ours = load_tokenizer(DataConfig(tokenizer="gpt2", data_dir=shared_data_dir()))
+    save_hf_tokenizer(ours, tmp_path)
+    theirs = tf.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert theirs("Hello world")["input_ids"] == [15496, 995]
+    text = " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 )"
+    assert theirs(text)["input_ids"] == ours.encode(text).tolist()
+    assert theirs.eos_token_id == theirs.bos_token_id == 50256 and len(theirs) == 50257

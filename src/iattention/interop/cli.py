@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+
+from iattention.errors import UserError
 
 
 def cmd_convert(args) -> None:
@@ -16,8 +20,12 @@ def cmd_convert(args) -> None:
         from iattention.data.sources import data_dir_told
         from iattention.interop.load import data_config_for
 
-        tokenizer = tokenizer_of(data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
-                                                 tokenizer_file=args.tokenizer_file))
+        try:
+            tokenizer = tokenizer_of(data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
+                                                     tokenizer_file=args.tokenizer_file))
+        except UserError as e:  # the weights convert anyway; say what the folder lacks and how to add it
+            print(f"iattn: warning: {args.out} gets no tokenizer ({e}); pass --data-dir / --tokenizer-file "
+                  "and convert again to include it", file=sys.stderr)
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)

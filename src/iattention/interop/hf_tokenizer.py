@@ -1,8 +1,10 @@
 """A run's tokenizer in the form transformers reads (tokenizer.json + tokenizer_config.json), so an
 exported folder works with `AutoTokenizer`, `AutoModelForCausalLM` and `pipeline` offline.
 
-- gpt2: the GPT-2 BPE built from the local r50k ranks by transformers' own tiktoken converter, with
-  `<|endoftext|>` (50256) as bos/eos, as the Hub's gpt2 tokenizer has.
+- gpt2: the GPT-2 BPE built from the r50k ranks by transformers' own tiktoken converter
+  (`TikTokenConverter`), with `<|endoftext|>` (50256) as bos/eos, as the Hub's gpt2 tokenizer has.
+  The ranks are written to a temporary file in tiktoken's format first (transformers' one-call helper
+  would need the `blobfile` package for that step).
 - bpe:N: the byte-level BPE the run trained (Hugging Face `tokenizers`), as is; it has no special
   tokens, so bos/eos stay unset.
 - byte: a byte-level BPE with the 256 byte tokens at their byte values and no merges (ids = bytes).
@@ -28,18 +30,29 @@ def _byte_tokenizer():
     return tok
 
 
+def _gpt2_tokenizer(encoding):
+    """A `tokenizers` GPT-2 BPE from a tiktoken Encoding, through transformers' TikTokenConverter."""
+    import base64
+    import tempfile
+
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = sorted(encoding._mergeable_ranks.items(), key=lambda kv: kv[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r50k_base.tiktoken"
+        path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in ranks))
+        return TikTokenConverter(vocab_file=str(path), pattern=encoding._pat_str,
+                                 extra_special_tokens=encoding._special_tokens).converted()
+
+
 def save_hf_tokenizer(tok: Tokenizer, folder: str | Path) -> None:
     try:
         from transformers import PreTrainedTokenizerFast
     except ImportError:
         raise UserError("exporting the tokenizer needs transformers; pip install 'iattention[hf]'") from None
     if tok.name == "gpt2":
-        from transformers.integrations.tiktoken import convert_tiktoken_to_fast
-
-        convert_tiktoken_to_fast(tok._impl, str(folder))
-        fast = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"),
-                                       bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                       unk_token="<|endoftext|>")
+        fast = PreTrainedTokenizerFast(tokenizer_object=_gpt2_tokenizer(tok._impl), bos_token="<|endoftext|>",
+                                       eos_token="<|endoftext|>", unk_token="<|endoftext|>")
     elif tok.name == "byte":
         fast = PreTrainedTokenizerFast(tokenizer_object=_byte_tokenizer())
     else:
