@@ -168,6 +168,7 @@ def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str,
     ax.set(xscale="log", xlabel="number of heads (arms offset sideways)", ylabel=ylabel, title=title)
     hs_all = sorted({h for _, h in groups})
     ax.set_xticks(hs_all, [str(h) for h in hs_all])
+    ax.set_xlim(min(hs_all) / 1.6, max(hs_all) * 1.6)  # fixed margins: one head count must not zoom in on the offsets
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     if key == "best_epoch":
         ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
