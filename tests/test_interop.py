@@ -241,3 +241,45 @@ def test_gpt2_tokenizer_exports_to_transformers_with_the_same_ids(tmp_path):
     text = " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 )"
     assert theirs(text)["input_ids"] == ours.encode(text).tolist()
     assert theirs.eos_token_id == theirs.bos_token_id == 50256 and len(theirs) == 50257
+
+
+def test_hf_folder_missing_a_tensor_is_refused_naming_it(tmp_path):
+    """transformers would fill a missing tensor with a random init (a silently different model)."""
+    from safetensors.torch import load_file, save_file
+
+    from iattention.errors import UserError
+
+    hf = _hf(dtype=torch.float32, **SHAPES[0])
+    hf.save_pretrained(str(tmp_path / "ok"), safe_serialization=True)
+    from_hf(tmp_path / "ok")  # intact: loads
+    tensors = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    del tensors["transformer.h.1.mlp.c_fc.weight"]
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "config.json").write_bytes((tmp_path / "ok" / "config.json").read_bytes())
+    save_file(tensors, str(tmp_path / "cut" / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"missing tensor\(s\) .*h\.1\.mlp\.c_fc\.weight"):
+        from_hf(tmp_path / "cut")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16])
+def test_checkpoint_with_weights_of_another_dtype_is_refused(tmp_path, dtype):
+    """A checkpoint whose weights were cast (int64, or fp16 among fp32 tensors) must not load silently."""
+    from safetensors.torch import load_file, save_file
+
+    from conftest import make_model
+    from iattention.errors import UserError
+    from iattention.train import checkpoint as ckpt
+
+    model = make_model(dtype=torch.float32)
+    ckpt.save_checkpoint(tmp_path / "m.safetensors", model, {"config": {"model": model.config.to_dict()}})
+    load_model(tmp_path / "m.safetensors")  # as saved: loads
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "m.safetensors"), "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(tmp_path / "m.safetensors"))
+    key = next(k for k in tensors if k.endswith("mlp.c_fc.weight"))
+    tensors[key] = tensors[key].to(dtype)
+    save_file(tensors, str(tmp_path / "bad.safetensors"), metadata=metadata)
+    with pytest.raises(UserError, match="holds .*mlp.c_fc.weight as"):
+        load_model(tmp_path / "bad.safetensors")

@@ -40,10 +40,23 @@ def _load_hf(model_or_path):
                         "save_pretrained")
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
-        return tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True)
+        model, info = tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
     except OSError as e:
         raise UserError(f"cannot load {path} as GPT-2 from safetensors ({str(e).splitlines()[0][:100]}); "
                         "re-save it with save_pretrained(safe_serialization=True)") from None
+    # transformers fills a missing or wrongly shaped tensor with a fresh random init and only warns: a
+    # silently different model. Refuse it, naming the tensor.
+    missing = [k for k in info.get("missing_keys", []) if k != "lm_head.weight"]  # tied to wte
+    problems = [(what, list(keys)) for what, keys in (("missing", missing),
+                                                      ("unexpected", info.get("unexpected_keys", [])),
+                                                      ("wrongly shaped", [k[0] if isinstance(k, tuple) else k for k
+                                                                          in info.get("mismatched_keys", [])]))
+                if keys]
+    if problems:
+        what, keys = problems[0]
+        raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, keys[:3]))} for GPT-2 "
+                        "with its config.json; re-save the model with save_pretrained")
+    return model
 
 
 def _check_supported(hc) -> None:

@@ -31,7 +31,11 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
     model = GPT(GPTConfig.from_dict(model_cfg))
-    ckpt.load_model_state(model, ckpt.load_tensors(path), path)
+    tensors = ckpt.load_tensors(path)
+    wte = tensors.get("model/transformer.wte.weight")
+    if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
+        model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
+    ckpt.load_model_state(model, tensors, path)
     return model.eval(), meta
 
 

@@ -82,7 +82,14 @@ def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     state = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
     for k in TIED:
-        state[k] = state["transformer.wte.weight"]
+        state[k] = state["transformer.wte.weight"] if "transformer.wte.weight" in state else None
+    own = model.state_dict()
+    for k, v in state.items():  # load_state_dict would cast silently: an fp16 or int64 file is another model
+        if k in own and v is not None and v.dtype != own[k].dtype:
+            raise UserError(f"checkpoint {path} holds {k} as {str(v.dtype).replace('torch.', '')}, the model holds "
+                            f"{str(own[k].dtype).replace('torch.', '')}; convert the checkpoint explicitly "
+                            "(iattn convert --dtype) or use the file as it was saved")
+    state = {k: v for k, v in state.items() if v is not None}
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
