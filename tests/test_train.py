@@ -280,3 +280,18 @@ def test_resume_keeps_the_runs_own_epochs_and_says_when_it_extends_or_starts_fre
     fresh = str(tmp_path / "fresh")
     assert main(["train", "--preset", "tiny", "--out", fresh, "--resume", "--quiet", *ov, "train.epochs=1"]) == 0
     assert "holds no checkpoint to resume; starting a fresh run there" in capsys.readouterr().err
+
+
+def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resume(tmp_path):
+    """Extending to 2 epochs rewrites config.yaml, then drops the old summary; a crash between the two
+    leaves a 1-epoch summary beside a 2-epoch config. The next identical --resume must train epoch 2,
+    not return the old summary as finished."""
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 1})
+    first = train(cfg, tmp_path / "run", quiet=True)
+    longer, _ = _cfg(tmp_path, **{"train.epochs": 2})
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved["train"]["epochs"] = 2  # the state the crash leaves: new config, old summary, last checkpoint
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    again = train(longer, tmp_path / "run", resume=True, quiet=True)
+    assert (first["epochs_run"], again["epochs_run"]) == (1, 2)
+    assert again["steps"] == 2 * first["steps"]

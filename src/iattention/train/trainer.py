@@ -152,8 +152,13 @@ class Trainer:
 
             save_tokenizer_file(self.data.tokenizer, self.out / "tokenizer.json")
         if self.resume and (self.out / "summary.json").exists() and not self.extending:
-            self.finished = json.loads((self.out / "summary.json").read_text())
-            return
+            summary = json.loads((self.out / "summary.json").read_text())
+            if summary.get("epochs_run", 0) >= t.epochs or summary.get("stopped_early"):
+                self.finished = summary
+                return
+            # "Finished" means a summary of the config's epochs. A shorter one is what an extension leaves
+            # when it dies after rewriting config.yaml but before dropping the old summary: go on extending.
+            self.extending = True
         torch.manual_seed(t.seed)
         self.model = GPT(cfg.model).to(ctx.device)
         if t.init_from:
