@@ -17,7 +17,7 @@ def _cfg(paths, cache, tokenizer="byte"):
 
 
 def _cache_files(cache):
-    return sorted(os.listdir(os.path.join(cache, "tokens")))
+    return sorted(f for f in os.listdir(os.path.join(cache, "tokens")) if f.endswith(".bin"))
 
 
 def test_token_cache_hits_and_invalidates(tmp_path):
@@ -93,3 +93,20 @@ def test_missing_split_offline_is_a_clear_error(tmp_path):
     cfg = DataConfig(dataset="wikitext-2-raw-v1", data_dir=str(tmp_path), tokenizer="byte")
     with pytest.raises(UserError, match=r"wikitext-2-raw-v1 train split not found.*wiki\.train\.raw"):
         load_data(cfg)
+
+
+def test_a_truncated_token_cache_is_rebuilt_not_read_as_a_shorter_split(tmp_path, capsys):
+    paths = write_corpus(tmp_path)
+    cfg = _cfg(paths, tmp_path / "c")
+    whole = load_data(cfg).splits["test"].copy()
+    tokens = os.path.join(tmp_path / "c", "tokens")
+    from iattention.data.cache import cache_key
+    from iattention.data.sources import read_split
+
+    name = f"{cache_key(read_split(cfg, 'test'), 'byte')}.uint16.bin"
+    assert os.path.getsize(os.path.join(tokens, name)) == 2 * len(whole)
+    with open(os.path.join(tokens, name), "r+b") as f:  # cut the test split's cache to half
+        f.truncate(len(whole))
+    again = load_data(cfg).splits["test"]
+    assert np.array_equal(again, whole)
+    assert "does not hold the" in capsys.readouterr().err

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from iattention.utils.atomic import write_with
+from iattention.utils.atomic import write_text, write_with
 
 
 def cache_root(cfg) -> Path:
@@ -24,12 +25,28 @@ def cache_key(text: str, tokenizer_fingerprint: str) -> str:
 
 
 def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
-    """Token ids of `text` as a read-only memmap (uint16 when the vocabulary fits)."""
+    """Token ids of `text` as a read-only memmap (uint16 when the vocabulary fits). Each cache file has a
+    `.len` file beside it with its token count, written after it: a file whose size does not match (cut
+    short, or from before the count was kept) is rebuilt, never read as a shorter split."""
     dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
     path = cache_root(cfg) / "tokens" / f"{cache_key(text, tokenizer.fingerprint)}.{np.dtype(dtype).name}.bin"
+    count = path.with_name(path.name + ".len")
+    if path.is_file() and not _intact(path, count, np.dtype(dtype).itemsize):
+        if count.is_file():
+            print(f"iattn: token cache {path} does not hold the {count.read_text().strip()} tokens it recorded; "
+                  "rebuilding it", file=sys.stderr)
+        path.unlink()
     if not path.is_file():
         ids = tokenizer.encode(text).astype(dtype)
         write_with(path, lambda tmp: ids.tofile(tmp))
+        write_text(count, f"{len(ids)}\n")
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
+
+
+def _intact(path: Path, count: Path, itemsize: int) -> bool:
+    try:
+        return count.is_file() and path.stat().st_size == int(count.read_text().strip()) * itemsize
+    except (ValueError, UnicodeDecodeError, OSError):
+        return False
