@@ -371,3 +371,21 @@ def test_report_plots_loss_per_step_when_runs_kept_their_steps(tmp_path, config)
     report = write_report([tmp_path / "a"], tmp_path / "o2").read_text()
     assert "](loss_vs_step.png)" in report
     assert (tmp_path / "o2" / "loss_vs_step.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_path):
+    """A run trained with model.vocab_size=512 is not the run a sweep with the automatic vocabulary (256
+    for the byte tokenizer) asks for, and the refusal leaves the run's arm.json as it was."""
+    from conftest import tiny_overrides, write_corpus
+    from iattention.experiments.arms import resolve_arms
+    from iattention.experiments.sweep import grid, run_sweep
+
+    base = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
+    specs = grid(resolve_arms(["standard"]), [1], [0])
+    run_sweep("tiny", specs, tmp_path / "sw", base + ["model.vocab_size=512"], log=lambda *_: None)
+    arm_json = (tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_bytes()
+    with pytest.raises(UserError, match="model.vocab_size: 512 there vs 256 here"):
+        run_sweep("tiny", specs, tmp_path / "sw", base, log=lambda *_: None)
+    assert (tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_bytes() == arm_json
+    again = run_sweep("tiny", specs, tmp_path / "sw", base + ["model.vocab_size=512"], log=lambda *_: None)
+    assert again[0]["_status"] == "skipped (finished)"

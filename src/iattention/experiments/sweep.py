@@ -9,6 +9,7 @@ committed results folder; `report` merges the folders afterwards. Each run folde
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import subprocess
@@ -57,9 +58,23 @@ def finished_mismatch(spec: RunSpec, folder: Path, preset: str, overrides: list[
     summary = json.loads((folder / "summary.json").read_text())
     want = expected_config(spec, preset, overrides)
     have = summary.get("config") or {}
-    if want["model"].get("vocab_size") == 0:  # "from the tokenizer": the run recorded the resolved size
-        want["model"]["vocab_size"] = (have.get("model") or {}).get("vocab_size")
+    if want["model"].get("vocab_size") == 0:  # "from the tokenizer": compare with what it resolves to now
+        want["model"]["vocab_size"] = _auto_vocab(json.dumps(want["data"], sort_keys=True))
     return config_mismatch(have, want)
+
+
+@functools.cache
+def _auto_vocab(data_json: str) -> int:
+    """The vocabulary `model.vocab_size=0` resolves to for a data config: exact for gpt2 and byte; a bpe:N
+    tokenizer is built (or read from the cache) from its train split, since it can hold fewer than N."""
+    from iattention.data import DataConfig
+    from iattention.data.dataset import tokenizer_of
+    from iattention.data.tokenizers import vocab_size_of
+
+    data = json.loads(data_json)
+    if not str(data.get("tokenizer", "")).startswith("bpe:"):
+        return vocab_size_of(data["tokenizer"])
+    return tokenizer_of(DataConfig(**data)).vocab_size
 
 
 def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
@@ -70,7 +85,16 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     if pid:  # another sweep (another terminal or machine) is training it now
         return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "arm.json", {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)})
+    arm = {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)}
+    if (folder / "arm.json").exists():  # a refused run keeps its arm.json as it was
+        try:
+            old = json.loads((folder / "arm.json").read_text()).get("arm")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            old = None
+        if old != spec.arm.name:
+            raise UserError(f"{folder} holds a run of arm {old!r}, not {spec.arm.name!r}; choose another --out")
+    else:
+        write_json(folder / "arm.json", arm)
     cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--out", str(folder), "--resume",
            *spec.overrides(), *overrides]
     if threads:
@@ -82,6 +106,7 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         raise UserError(f"run {spec.name} failed (exit {proc.returncode}): {err[-1] if err else 'see its output'}")
+    write_json(folder / "arm.json", arm)  # the arm's overrides as this sweep ran it
     summary = json.loads((folder / "summary.json").read_text())
     return summary | {"_status": f"ran in {time.time() - t0:.0f}s"}
 
