@@ -157,14 +157,15 @@ def _scaling(groups, out: Path, colors: dict, key: str, ylabel: str, fname: str,
     for i, att in enumerate(arms):
         pts = [(h, runs) for (a, h), runs in groups.items() if a == att]
         offset = 1.0 + 0.035 * (i - (len(arms) - 1) / 2)  # multiplicative: the x axis is logarithmic
+        means = []
         for j, (h, runs) in enumerate(pts):
             m, sd = mean_std([r.summary[key] for r in runs])
+            means.append(m)
             censored = key == "best_epoch" and any(r.censored for r in runs)
             ax.errorbar([h * offset], [m], yerr=[0 if not math.isfinite(sd) else sd], marker="o", capsize=4,
                         color=colors[att], mfc="white" if censored else colors[att],
                         label=f"{att} (mean ± std over seeds)" if j == 0 else None)
-        ms = [mean_std([r.summary[key] for r in runs])[0] for _, runs in pts]
-        ax.plot([h * offset for h, _ in pts], ms, "-", color=colors[att], lw=1)
+        ax.plot([h * offset for h, _ in pts], means, "-", color=colors[att], lw=1)
     ax.set(xscale="log", xlabel="number of heads (arms offset sideways)", ylabel=ylabel, title=title)
     hs_all = sorted({h for _, h in groups})
     ax.set_xticks(hs_all, [str(h) for h in hs_all])

@@ -174,10 +174,9 @@ class Trainer:
                 stale.unlink()
         if self.resume and (self.out / "last.safetensors").exists():
             self._load_last()
-            if self.extending and ctx.is_main:
+            if self.extending and ctx.is_main:  # the longer run's config; its summary comes when it ends
                 print(f"iattn: extending {self.out} from {self.state.epoch} to {t.epochs} epochs "
                       f"(train.epochs={t.epochs})", file=sys.stderr)
-            if self.extending and ctx.is_main:  # the longer run's config; its summary comes when it ends
                 write_text(self.out / "config.yaml", yaml.safe_dump(_config_dict(cfg), sort_keys=False))
                 (self.out / "summary.json").unlink(missing_ok=True)
                 self.state.stopped_early = False
