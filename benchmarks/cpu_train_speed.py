@@ -32,10 +32,10 @@ MODES = ("eager", "compile", "bf16")  # bf16: autocast to bfloat16 on CPU (AMX h
 def _model(preset: str, heads: int):
     import torch
 
+    from iattention.config import load_config, model_preset
     from iattention.model.gpt import GPT
-    from iattention.train.config import load_config, preset_model
 
-    cfg = preset_model(preset, n_head=heads)
+    cfg = model_preset(preset, n_head=heads)
     batch = load_config(preset).train.batch_size
     torch.manual_seed(0)
     return GPT(cfg), cfg, batch
@@ -47,7 +47,7 @@ def child(preset: str, mode: str, threads: int, heads: int, windows: int, steps:
     import torch.nn.functional as F  # noqa: F401  (imported for the compiled graph's sake)
 
     from iattention.bench.flops import executed_flops_per_token
-    from iattention.train.config import OptimConfig
+    from iattention.config import OptimConfig
     from iattention.train.optim import build_optimizer
 
     torch.set_num_threads(threads)
@@ -89,7 +89,7 @@ def eval_cost(preset: str, heads: int, threads: int) -> dict:
     import numpy as np
     import torch
 
-    from iattention.train.config import load_config
+    from iattention.config import load_config
     from iattention.train.distributed import setup
     from iattention.train.evaluate import split_nll
 

@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from conftest import make_model
+from helpers import make_model
 from iattention import GPT, GPTConfig
 from iattention.attention.canonical import CanonicalAttention
+from iattention.attention.registry import variant_names
 from iattention.symmetry import param_count, redundancy
 
-VARIANTS = ["standard", "canonical", "identity_q", "identity_ko"]
+VARIANTS = variant_names()
 
 
 @pytest.mark.parametrize("d,heads,layers,bias", [(48, 3, 2, True), (64, 1, 3, False), (96, 4, 1, True),

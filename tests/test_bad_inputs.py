@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import tiny_overrides, write_corpus
+from helpers import tiny_overrides, write_corpus
 from iattention.cli import main
 from iattention.train import load_config, train
 
@@ -79,7 +79,7 @@ CASES = {
     "output folder that is a file": (lambda e: _train(e, out="a_file"), "is a file"),
     "a --heads value the model cannot take": (
         lambda e: ["sweep", "--preset", "tiny", "--heads", "3", "--out", str(e["root"] / "sw"), *e["ov"]],
-        "not divisible by 3"),
+        "not divisible by n_head=3"),
     "bad --heads syntax": (lambda e: ["params", "--heads", "four"], "expected comma-separated integers"),
     "batch too large for the data": (lambda e: _train(e, "train.batch_size=4096"), "fewer than one batch"),
     "negative learning rate": (lambda e: _train(e, "optim.lr=-1"), "optim.lr must be > 0"),
@@ -108,7 +108,7 @@ CASES = {
     "unknown arm": (lambda e: ["sweep", "--preset", "tiny", "--arms", "fancy", "--out", str(e["root"] / "sw"),
                                *e["ov"]], "unknown arm 'fancy'"),
     "params of a preset with heads it cannot take": (lambda e: ["params", "--preset", "tiny", "--heads", "3"],
-                                                     "not divisible by 3"),
+                                                     "not divisible by n_head=3"),
     "unrecognized argument": (lambda e: _train(e, "--fast"), "unrecognized arguments: --fast"),
     "convert to an existing folder": (
         lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out", str(e["root"] / "done")],
@@ -143,7 +143,7 @@ def test_unwritable_output_folder(env, capsys):
 def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch, capsys):
     import errno
 
-    from iattention.train import checkpoint
+    from iattention.checkpoint import state as checkpoint
 
     real_save, calls = checkpoint.save_file, []
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from iattention import GPT, GPTConfig
+from iattention.attention.registry import variant_names
 from iattention.bench.flops import executed_flops_per_token, nanogpt_flops_per_token
 from iattention.cli import main
 
@@ -26,7 +27,7 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
         assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
     assert "| iattention | canonical | 1 |" in md.read_text()
     assert len(data["loadavg_before"]) == 3 and len(data["loadavg_after"]) == 3  # the machine's load, recorded
-    from iattention.bench.cli import device_name
+    from iattention.utils.hardware import device_name
 
     assert data["device_name"] == device_name(torch.device("cpu"))  # not "hf", the last comparison's name
     assert f"on {data['device_name']} (cpu" in md.read_text()
@@ -52,7 +53,7 @@ def test_flop_counter_matches_hand_count():
     assert nanogpt_flops_per_token(cfg) == 6 * n + 12 * 2 * 2 * 4 * 4
 
 
-@pytest.mark.parametrize("attention", ["standard", "canonical", "identity_q"])
+@pytest.mark.parametrize("attention", variant_names())
 @pytest.mark.parametrize("heads", [1, 2])
 def test_compiled_matches_eager(attention, heads):
     torch.manual_seed(0)
@@ -76,7 +77,8 @@ def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys
 
 
 def test_bench_ratios_have_one_definition_and_a_huge_spread_is_flagged():
-    from iattention.bench.cli import bench_ratio, table
+    from iattention.bench.runner import bench_ratio
+    from iattention.bench.tables import table
 
     steady = bench_ratio([100.0, 105.0, 98.0], [50.0, 51.0, 49.0])  # 2.0, 2.059, 2.0
     assert steady["ratio"] == pytest.approx(2.0) and not steady["noisy"]
@@ -93,3 +95,14 @@ def test_bench_ratios_have_one_definition_and_a_huge_spread_is_flagged():
     line = next(x for x in text.splitlines() if x.startswith("| iattention"))
     assert "| 2.000 [0.300, 3.333] **noisy** |" in line and "| 2.000 [2.000, 2.059] |" in line
     assert "1 ratio(s) marked **noisy**" in text and "Load average before the run: 3.50" in text
+
+
+def test_bench_times_the_preset_model_as_trained():
+    """The benchmarked shape keeps what changes the work of a step: the paper preset's dropout 0.1 too."""
+    from iattention.bench.runner import bench_spec
+    from iattention.config import model_preset
+
+    shape = bench_spec("paper")["model"]
+    want = model_preset("paper")
+    assert shape["dropout"] == want.dropout == 0.1
+    assert (shape["bias"], shape["mlp_hidden"]) == (want.bias, want.mlp_hidden)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_overrides, write_corpus
+from helpers import tiny_overrides, write_corpus
 from iattention.cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import shared_data_dir, write_corpus
+from helpers import shared_data_dir, write_corpus
 from iattention.data import DataConfig, epoch_order, eval_windows, load_data, load_tokenizer
 from iattention.data.cache import cache_root
 from iattention.errors import UserError

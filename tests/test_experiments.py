@@ -248,7 +248,7 @@ def test_committed_study_reports_name_only_committed_runs():
 
 def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
     """A finished run is skipped only if it is the run asked for; else one line names the differing key."""
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention.experiments.arms import resolve_arms
     from iattention.experiments.sweep import grid, run_sweep
 
@@ -266,7 +266,7 @@ def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
 
 
 def test_compare_footer_names_tb_only_when_tensorboard_is_on(tmp_path, capsys):
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention.cli import main
 
     paths = write_corpus(tmp_path)
@@ -376,7 +376,7 @@ def test_report_plots_loss_per_step_when_runs_kept_their_steps(tmp_path, config)
 def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_path):
     """A run trained with model.vocab_size=512 is not the run a sweep with the automatic vocabulary (256
     for the byte tokenizer) asks for, and the refusal leaves the run's arm.json as it was."""
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention.experiments.arms import resolve_arms
     from iattention.experiments.sweep import grid, run_sweep
 

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from conftest import make_model
+from helpers import make_model
 from iattention.attention.cache import KVCache
+from iattention.attention.registry import variant_names
 from iattention.model.generate import filter_logits
 
-CASES = [("standard", 3), ("canonical", 1), ("canonical", 3), ("identity_q", 3), ("identity_ko", 1),
-         ("identity_ko", 3)]
+CASES = [(attention, heads) for attention in variant_names() for heads in (1, 3)]
 
 
 @pytest.mark.parametrize("attention,heads", CASES)

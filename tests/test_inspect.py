@@ -6,14 +6,14 @@ import copy
 import pytest
 import torch
 
-from conftest import make_model, tiny_overrides, write_corpus
-from iattention.config import ATTENTION_VARIANTS
+from helpers import make_model, tiny_overrides, write_corpus
+from iattention.attention.registry import variant_names
 from iattention.model.inspect import run_with_cache
 from iattention.symmetry import canonicalize, random_gauge
 from iattention.symmetry.spectra import head_spectra
 
 
-@pytest.mark.parametrize("attention", ATTENTION_VARIANTS)
+@pytest.mark.parametrize("attention", variant_names())
 def test_cached_patterns_reproduce_each_layers_attention_output(attention):
     model = make_model(attention=attention, n_head=1 if attention == "identity_ko" else 3)
     idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import max_rel
+from helpers import max_rel
 from iattention.errors import SingularBlockError
 from iattention.interop import from_hf, load_model, to_hf
 from iattention.symmetry import canonicalize
@@ -117,7 +117,7 @@ def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path,
     computation to 1e-4 relative, and so does the same model converted to canonical."""
     import json
 
-    from conftest import write_corpus
+    from helpers import write_corpus
     from iattention.cli import main
     from iattention.data import DataConfig, load_data
 
@@ -148,7 +148,7 @@ def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
     import json
     import math
 
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention.data import load_data
     from iattention.interop import from_hf
     from iattention.train import load_config, train
@@ -176,7 +176,7 @@ def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tm
     """`iattn convert --to hf` writes the run's tokenizer in transformers' form: AutoTokenizer and
     pipeline("text-generation") load the folder offline, and greedy text equals `iattn generate
     --temperature 0` on the run."""
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention.cli import main
 
     ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"data.tokenizer": tokenizer,
@@ -206,7 +206,7 @@ def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
     tokenizer.json, so this works after the train text and the tokenizer cache are gone."""
     import shutil
 
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
     from iattention import load_run
     from iattention.cli import main
 
@@ -227,7 +227,7 @@ def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
 
 
 def test_gpt2_tokenizer_exports_to_transformers_with_the_same_ids(tmp_path):
-    from conftest import shared_data_dir
+    from helpers import shared_data_dir
     from iattention.data import DataConfig
     from iattention.data.tokenizers import load_tokenizer
     from iattention.interop.hf_tokenizer import save_hf_tokenizer
@@ -266,9 +266,9 @@ def test_checkpoint_with_weights_of_another_dtype_is_refused(tmp_path, dtype):
     """A checkpoint whose weights were cast (int64, or fp16 among fp32 tensors) must not load silently."""
     from safetensors.torch import load_file, save_file
 
-    from conftest import make_model
+    from helpers import make_model
+    from iattention.checkpoint import state as ckpt
     from iattention.errors import UserError
-    from iattention.train import checkpoint as ckpt
 
     model = make_model(dtype=torch.float32)
     ckpt.save_checkpoint(tmp_path / "m.safetensors", model, {"config": {"model": model.config.to_dict()}})

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import max_rel
+from helpers import max_rel
 from iattention import GPT, GPTConfig
 from iattention.errors import UserError
 

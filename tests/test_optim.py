@@ -5,10 +5,11 @@ import json
 import pytest
 import torch
 
-from conftest import tiny_overrides, write_corpus
+from helpers import tiny_overrides, write_corpus
 from iattention import GPT, GPTConfig
+from iattention.attention.registry import variant_names
+from iattention.config import OptimConfig
 from iattention.train import load_config, train
-from iattention.train.config import OptimConfig
 from iattention.train.optim import build_optimizer
 
 
@@ -22,7 +23,7 @@ def _group_of(opt, param):
     return next(g for g in opt.param_groups if any(p is param for p in g["params"]))
 
 
-@pytest.mark.parametrize("attention", ["standard", "canonical", "identity_ko"])
+@pytest.mark.parametrize("attention", variant_names())
 def test_default_groups_decay_weight_matrices_only(attention):
     """Biases are never decayed, also canonical's per-head (H, r) biases, which are 2-d tensors."""
     model = _model(attention)
@@ -66,7 +67,7 @@ def test_trainer_applies_the_group_lr_scale(tmp_path):
         "model.attention": "canonical", "model.init": "matched", "optim.attn_lr_by_init_rms": "true",
         "train.epochs": 1}))
     train(cfg, tmp_path / "run", quiet=True)
-    from iattention.train.checkpoint import read_meta
+    from iattention.checkpoint.state import read_meta
 
     groups = read_meta(tmp_path / "run" / "last.safetensors")["optimizer"]["param_groups"]
     steps = [json.loads(line) for line in open(tmp_path / "run" / "steps.jsonl")]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import tiny_overrides, write_corpus
+from helpers import tiny_overrides, write_corpus
 from iattention.cli import main
 from iattention.train import load_config, train
 
@@ -149,7 +149,7 @@ def test_nonfinite_loss_stops_and_names_the_checkpoint(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "non-finite loss" in err[0] and "last good checkpoint" in err[0]
-    from iattention.train.checkpoint import read_meta
+    from iattention.checkpoint.state import read_meta
 
     meta = read_meta(tmp_path / "run" / "last.safetensors")  # intact and readable
     assert f"(step {meta['state']['step']})" in err[0]

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from conftest import make_model, max_rel
+from helpers import make_model, max_rel
 from iattention.config import GPTConfig
 from iattention.errors import SingularBlockError
 from iattention.model.gpt import GPT

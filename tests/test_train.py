@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import shared_data_dir, tiny_overrides, write_corpus
-from iattention.config import ATTENTION_VARIANTS
+from helpers import shared_data_dir, tiny_overrides, write_corpus
+from iattention.attention.registry import variant_names
 from iattention.interop.load import load_model
 from iattention.train import load_config, train
 
@@ -138,18 +138,18 @@ def test_overrides_may_follow_options(tmp_path):
 def test_every_command_takes_every_preset(capsys):
     """One set of preset names: params and bench take the training presets (and gpt2-small), with
     default heads from the preset."""
-    from iattention.bench.cli import bench_spec
+    from iattention.bench.runner import bench_spec
     from iattention.cli import main
-    from iattention.train.config import preset_model, preset_names
+    from iattention.config import model_preset, preset_names
 
     for name in preset_names():
         assert main(["params", "--preset", name, "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
-        model = preset_model(name)
+        model = model_preset(name)
         assert max(r["n_head"] for r in rows) == model.n_head
         assert bench_spec(name)["model"]["n_embd"] == model.n_embd
         load_config(name)
-    assert preset_model("gpt2-small").n_embd == 768 and preset_model("cpu-study").vocab_size == 4096
+    assert model_preset("gpt2-small").n_embd == 768 and model_preset("cpu-study").vocab_size == 4096
 
 
 def test_version(capsys):
@@ -212,7 +212,7 @@ def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
         train(fewer, tmp_path / "run", resume=True, quiet=True)
 
 
-@pytest.mark.parametrize("attention", ATTENTION_VARIANTS)
+@pytest.mark.parametrize("attention", variant_names())
 def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_reloads(tmp_path, attention):
     """The GPU path (paper preset: 12 layers, d=768, GPT-2 vocabulary; torch.compile, bf16 autocast)
     exercised on CPU: two optimizer steps on a tiny batch and block, for every variant."""

@@ -1,6 +1,7 @@
 """iattention: symmetry-reduced attention (I-Attention) for GPT-style language models."""
 
-from iattention.model import GPT, GPTConfig, model_preset
+from iattention.config import GPTConfig, model_preset
+from iattention.model import GPT
 
 __version__ = "0.1.0"
 __all__ = ["GPT", "GPTConfig", "load_run", "model_preset", "__version__"]

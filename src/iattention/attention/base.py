@@ -8,13 +8,28 @@ from torch import nn
 
 from iattention.attention.cache import KVCache
 from iattention.attention.heads import HeadWeights
-from iattention.config import GPTConfig
 
 
 class CausalSelfAttention(nn.Module):
-    """Subclasses define how q, k, v are made from x and how heads are mapped back to d."""
+    """One attention layer. A variant is a subclass in its own file plus one line in `registry.py`; all
+    the generic code (config checks, parameter counts, FLOPs, symmetry tools, training) asks the class.
 
-    def __init__(self, config: GPTConfig):
+    A subclass defines how q, k, v are made from x (`qkv`), how the merged heads are mapped back to d
+    (`project_out`), and its weights in math form (`to_heads` / `load_heads`). It states:
+      variant: its registry name;
+      full_class: whether it holds every standard head exactly (on an open dense set), which
+        `model.init=matched` needs;
+      removed_params(config): learned parameters it removes relative to standard, whole model;
+      projection_flops(config): matmul FLOPs per token of its projections, one layer, forward pass.
+    The defaults of the last two measure a layer built from `config` (fine for small shapes).
+
+    `config` is a GPTConfig (read: n_head, n_embd, d_head, n_layer, dropout, bias and the variant's keys).
+    """
+
+    variant = "abstract"
+    full_class = False
+
+    def __init__(self, config):
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
@@ -22,10 +37,25 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
+    @classmethod
+    def removed_params(cls, config) -> int:
+        """Parameters removed relative to standard (4 d^2 + 4 d per layer with biases): measured on a
+        layer built from `config`, times n_layer."""
+        d = config.n_embd
+        standard = 4 * d * d + (4 * d if config.bias else 0)
+        return config.n_layer * (standard - sum(p.numel() for p in cls(config).parameters()))
+
+    @classmethod
+    def projection_flops(cls, config) -> int:
+        """2 FLOPs per learned matrix entry per token: what a layer that applies each matrix once runs."""
+        return 2 * sum(p.numel() for p in cls(config).parameters() if p.dim() >= 2)
+
     def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> q, k, v, each (B, T, d): all heads side by side (head h in [h r, (h+1) r))."""
         raise NotImplementedError
 
     def project_out(self, y: torch.Tensor) -> torch.Tensor:
+        """Merged head outputs (B, T, d) -> the layer's output (B, T, d), before residual dropout."""
         raise NotImplementedError
 
     def to_heads(self) -> HeadWeights:

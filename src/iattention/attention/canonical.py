@@ -57,6 +57,22 @@ def take_free(full: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
 
 class CanonicalAttention(CausalSelfAttention):
     variant = "canonical"
+    full_class = True
+
+    @classmethod
+    def removed_params(cls, config) -> int:
+        """r^2 per head per canonical half, per layer."""
+        halves = 2 if config.canonical == "both" else 1
+        return halves * config.d_head**2 * config.n_head * config.n_layer
+
+    @classmethod
+    def projection_flops(cls, config) -> int:
+        """With H > 1 the full W_K / W_O are assembled and the standard GEMMs run (8 d^2); at H = 1 keys
+        and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
+        if config.n_head > 1:
+            return 8 * config.n_embd**2
+        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical]
+        return (8 - 2 * skipped) * config.n_embd**2
 
     def __init__(self, config):
         super().__init__(config)

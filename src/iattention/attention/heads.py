@@ -54,3 +54,45 @@ def merge_heads_out(W: torch.Tensor) -> torch.Tensor:
     """(H, r, d) -> nn.Linear weight (d, H*r)."""
     H, r, d = W.shape
     return W.reshape(H * r, d).t()
+
+
+def eye_heads_in(d: int, n_head: int, like: torch.Tensor) -> torch.Tensor:
+    """I_d as per-head input maps (H, d, r): head h reads coordinates [h r, (h+1) r)."""
+    return split_heads_in(torch.eye(d, dtype=like.dtype, device=like.device), n_head)
+
+
+def eye_heads_out(d: int, n_head: int, like: torch.Tensor) -> torch.Tensor:
+    """I_d as per-head output maps (H, r, d): head h writes coordinates [h r, (h+1) r)."""
+    return split_heads_out(torch.eye(d, dtype=like.dtype, device=like.device), n_head)
+
+
+def fused_to_heads(linear, names: str, n_head: int) -> dict:
+    """A fused input projection (an nn.Linear with len(names) * d outputs, e.g. names "QKV") in math form:
+    {"W_Q": (H, d, r), "b_Q": (H, r) or None, ...}."""
+    d = linear.in_features
+    biases = linear.bias.split(d) if linear.bias is not None else [None] * len(names)
+    out = {}
+    for name, W, b in zip(names, linear.weight.split(d, dim=0), biases):
+        out[f"W_{name}"] = split_heads_in(W, n_head)
+        out[f"b_{name}"] = None if b is None else b.reshape(n_head, -1)
+    return out
+
+
+@torch.no_grad()
+def heads_to_fused(linear, hw: HeadWeights, names: str) -> None:
+    """Inverse of `fused_to_heads`: copy hw's W_<name>, b_<name> into the fused nn.Linear."""
+    linear.weight.copy_(torch.cat([merge_heads_in(getattr(hw, f"W_{n}")) for n in names], dim=0))
+    if linear.bias is not None:
+        linear.bias.copy_(torch.cat([getattr(hw, f"b_{n}").reshape(-1) for n in names]))
+
+
+def out_to_heads(linear, n_head: int) -> dict:
+    """The output projection (nn.Linear H r -> d) in math form: {"W_O": (H, r, d), "b_O": (d,) or None}."""
+    return {"W_O": split_heads_out(linear.weight, n_head), "b_O": linear.bias}
+
+
+@torch.no_grad()
+def heads_to_out(linear, hw: HeadWeights) -> None:
+    linear.weight.copy_(merge_heads_out(hw.W_O))
+    if linear.bias is not None:
+        linear.bias.copy_(hw.b_O)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from iattention.attention.base import CausalSelfAttention
-from iattention.attention.heads import HeadWeights, merge_heads_in, split_heads_in, split_heads_out
+from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, fused_to_heads, heads_to_fused
 from iattention.errors import UserError
 
 
@@ -30,6 +30,16 @@ class IdentityKOAttention(CausalSelfAttention):
         self.b_K = nn.Parameter(torch.zeros(d)) if config.bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if config.bias else None
 
+    @classmethod
+    def removed_params(cls, config) -> int:
+        """W_K and W_O (d^2 each) per layer, whatever the head count."""
+        return config.n_layer * 2 * config.n_embd**2
+
+    @classmethod
+    def projection_flops(cls, config) -> int:
+        """Q and V only (4 d^2), at every head count."""
+        return 4 * config.n_embd**2
+
     def qkv(self, x):
         q, v = self.c_qv(x).split(self.n_embd, dim=2)
         k = x if self.b_K is None else x + self.b_K
@@ -38,31 +48,22 @@ class IdentityKOAttention(CausalSelfAttention):
     def project_out(self, y):
         return y if self.b_O is None else y + self.b_O
 
-    def _eye_in(self, like: torch.Tensor) -> torch.Tensor:
-        """W_K = I_d split into heads: (H, d, r), head h picks coordinates [h r, (h+1) r)."""
-        return split_heads_in(torch.eye(self.n_embd, dtype=like.dtype, device=like.device), self.n_head)
-
-    def _eye_out(self, like: torch.Tensor) -> torch.Tensor:
-        """W_O = I_d split into heads: (H, r, d)."""
-        return split_heads_out(torch.eye(self.n_embd, dtype=like.dtype, device=like.device), self.n_head)
-
     def to_heads(self) -> HeadWeights:
-        H, r = self.n_head, self.d_head
-        Wq, Wv = self.c_qv.weight.split(self.n_embd, dim=0)
-        hw = HeadWeights(W_Q=split_heads_in(Wq, H), W_K=self._eye_in(Wq), W_V=split_heads_in(Wv, H),
-                         W_O=self._eye_out(Wq))
-        if self.c_qv.bias is not None:
-            bq, bv = self.c_qv.bias.split(self.n_embd)
-            hw.b_Q, hw.b_K, hw.b_V, hw.b_O = bq.reshape(H, r), self.b_K.reshape(H, r), bv.reshape(H, r), self.b_O
+        H, d = self.n_head, self.n_embd
+        qv = fused_to_heads(self.c_qv, "QV", H)
+        like = qv["W_Q"]
+        hw = HeadWeights(W_K=eye_heads_in(d, H, like), W_O=eye_heads_out(d, H, like), **qv)
+        if self.b_K is not None:
+            hw.b_K, hw.b_O = self.b_K.reshape(H, -1), self.b_O
         return hw
 
     @torch.no_grad()
     def load_heads(self, hw: HeadWeights) -> None:
-        if not (torch.equal(hw.W_K, self._eye_in(hw.W_K)) and torch.equal(hw.W_O, self._eye_out(hw.W_O))):
+        H, d = self.n_head, self.n_embd
+        if not (torch.equal(hw.W_K, eye_heads_in(d, H, hw.W_K)) and torch.equal(hw.W_O, eye_heads_out(d, H, hw.W_O))):
             raise UserError("identity_ko attention can only hold heads whose W_K and W_O are the identity "
                             "(a smaller class than standard); keep the model as standard or canonical")
-        self.c_qv.weight.copy_(torch.cat([merge_heads_in(hw.W_Q), merge_heads_in(hw.W_V)], dim=0))
-        if self.c_qv.bias is not None:
-            self.c_qv.bias.copy_(torch.cat([hw.b_Q.reshape(-1), hw.b_V.reshape(-1)]))
+        heads_to_fused(self.c_qv, hw, "QV")
+        if self.b_K is not None:
             self.b_K.copy_(hw.b_K.reshape(-1))
             self.b_O.copy_(hw.b_O)

@@ -1,7 +1,8 @@
 """Attention registry: variant name -> module class.
 
 Adding a variant is one new file and one line here. The registry imports the variants; the
-variants never import the registry, so there is no import cycle.
+variants never import the registry, so there is no import cycle. Everything generic asks the class
+(see `CausalSelfAttention`): names, `full_class`, `removed_params`, `projection_flops`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ ATTENTION_REGISTRY: dict[str, type] = {
     "identity_q": IdentityQAttention,
     "identity_ko": IdentityKOAttention,
 }
+
+
+def variant_names() -> tuple[str, ...]:
+    """Every registered variant, in registry order (read at call time, so later registrations count)."""
+    return tuple(ATTENTION_REGISTRY)
+
+
+def full_class_variants() -> tuple[str, ...]:
+    """The variants that can hold every standard head exactly (on an open dense set)."""
+    return tuple(name for name, cls in ATTENTION_REGISTRY.items() if cls.full_class)
 
 
 def build_attention(config):

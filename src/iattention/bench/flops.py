@@ -2,11 +2,9 @@
 
 `executed_flops_per_token` counts the matmul FLOPs the implementation really runs (2 per multiply-add),
 forward pass, per token of a length-T sequence:
-  attention projections per layer: standard 2*d*3d + 2*d*d = 8 d^2;
-    canonical with H > 1 builds the full W_K / W_O and runs the same GEMMs (8 d^2);
-    canonical with H = 1 runs only the fused Q,V GEMM (4 d^2): keys and output are index copies;
-    canonical "qk" or "vo" at H = 1 skip one of the two (6 d^2); identity_q runs K,V and O (6 d^2);
-  identity_ko runs Q and V only (4 d^2) at every head count;
+  attention projections per layer: the variant's class says (`projection_flops`): standard
+    2*d*3d + 2*d*d = 8 d^2; canonical 8 d^2 with H > 1 (it builds the full W_K / W_O), 4 d^2 at H = 1
+    (keys and output are index copies; 6 d^2 for "qk" or "vo"); identity_q 6 d^2; identity_ko 4 d^2;
   attention scores and weighted sum: 2*T*d + 2*T*d (full T x T, as SDPA's FLOP counters report it);
   MLP: 4 d d_mlp (16 d^2 at GPT-2's width);  LM head: 2 d V_padded.
 Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nanoGPT's MFU formula,
@@ -15,20 +13,13 @@ Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nano
 
 from __future__ import annotations
 
-from iattention.config import GPTConfig
+from iattention.attention.registry import ATTENTION_REGISTRY
+from iattention.config.model import GPTConfig
 from iattention.symmetry.counts import param_count
 
 
 def attention_projection_flops(cfg: GPTConfig) -> int:
-    d = cfg.n_embd
-    if cfg.attention == "identity_q":
-        return 6 * d * d
-    if cfg.attention == "identity_ko":  # Q and V only, at every head count
-        return 4 * d * d
-    if cfg.attention == "canonical" and cfg.n_head == 1:
-        skipped = {"both": 2, "qk": 1, "vo": 1}[cfg.canonical]
-        return (8 - 2 * skipped) * d * d
-    return 8 * d * d
+    return ATTENTION_REGISTRY[cfg.attention].projection_flops(cfg)
 
 
 def executed_flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> int:

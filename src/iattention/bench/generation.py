@@ -23,11 +23,11 @@ def _time(fn) -> float:
 @torch.no_grad()
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
                      rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
+    from iattention.config import model_preset
     from iattention.interop.hf import to_hf
     from iattention.model.gpt import GPT
-    from iattention.train.config import preset_model
 
-    shape = preset_model(preset)
+    shape = model_preset(preset)
     if prompt_len + new_tokens > shape.block_size:
         from iattention.errors import UserError
 

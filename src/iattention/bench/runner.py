@@ -1,8 +1,12 @@
-"""Timing one configuration: training step and forward-only tokens/s, peak memory."""
+"""Timing: one configuration (training step and forward-only tokens/s, peak memory), and `run_bench`, every
+variant x head count in one process with paired ratios to standard and to HF GPT-2."""
 
 from __future__ import annotations
 
+import datetime
+import os
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -10,10 +14,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from iattention.config import GPTConfig
+from iattention.config import GPTConfig, OptimConfig
+from iattention.errors import UserError
 from iattention.model.gpt import GPT
-from iattention.train.config import OptimConfig
 from iattention.train.optim import build_optimizer
+from iattention.utils.hardware import allow_tf32, device_name
 
 
 @dataclass
@@ -103,3 +108,115 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
 
     return model, loss_fn
+
+
+# Micro-batch (windows) timed per step: the preset's batch, at most this many.
+MAX_BENCH_BATCH = 16
+# A ratio whose rounds spread by more than this (largest / smallest round ratio - 1) is flagged noisy.
+NOISE_SPREAD = 0.15
+
+
+def bench_ratio(a_rounds: list[float], b_rounds: list[float]) -> dict:
+    """a / b for rates timed back to back in each round: the median over rounds of the within-round
+    ratio (the one ratio definition of the benchmark), the per-round ratios, and `noisy` when the rounds
+    disagree by more than NOISE_SPREAD, so one figure must not be read as a finding."""
+    rounds = [a / b for a, b in zip(a_rounds, b_rounds)]
+    ratio = statistics.median(rounds)
+    noisy = len(rounds) > 1 and max(rounds) / min(rounds) - 1 > NOISE_SPREAD
+    return dict(ratio=ratio, rounds=rounds, noisy=noisy)
+
+
+def bench_spec(preset: str) -> dict:
+    """Model shape (the preset's model, vocabulary from its tokenizer) and the timed micro-batch."""
+    from iattention.config import load_config, model_preset
+
+    model = model_preset(preset)
+    shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
+                                            "mlp_hidden")}
+    return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
+
+
+def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
+              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
+    from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
+    from iattention.config import GPTConfig
+
+    spec = bench_spec(preset)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
+    dev = torch.device(device)
+    amp = dev.type == "cuda"
+    allow_tf32(dev)
+    name = device_name(dev)
+    peak = device_peak_tflops(name) if amp else None
+    load_before = os.getloadavg()
+    rows = []
+
+    def record(label, attention, h, cfg, timing, n_params):
+        flops = executed_flops_per_token(cfg)
+        row = dict(model=label, attention=attention, n_head=h, params=n_params,
+                   train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
+                   train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
+                   executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
+                   achieved_tflops=flops * timing.train_tokens_per_s / 1e12)
+        if peak:
+            row["mfu_nanogpt"] = row["nanogpt_flops_per_token"] * timing.train_tokens_per_s / (peak * 1e12)
+            row["mfu_executed"] = flops * timing.train_tokens_per_s / (peak * 1e12)
+        rows.append(row)
+        log(f"{label:<13} {attention:<11} h={h:<3} train {timing.train_tokens_per_s:>10,.0f} tok/s   "
+            f"forward {timing.forward_tokens_per_s:>10,.0f} tok/s")
+
+    entries = []  # (label, attention, heads, cfg, model, loss_fn, params)
+    for h in heads:
+        base = GPTConfig(n_head=h, **spec["model"])
+        for attention in attentions:
+            cfg = base.replace(attention=attention)
+            torch.manual_seed(0)
+            model, loss_fn = ours(cfg, dev, compile=compile)
+            entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params()))
+        if reference:
+            cfg = base.replace(attention="standard")
+            model, loss_fn = hf_reference(cfg, dev, compile=compile)
+            if model is not None:
+                entries.append(("hf-gpt2", "standard", h, cfg, model, loss_fn,
+                                sum(p.numel() for p in model.parameters())))
+    # Rounds interleave the configurations so that drift of the machine hits all of them alike;
+    # each configuration's figure is the median over all its timed windows.
+    # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
+    timings: dict[int, list] = {i: [] for i in range(len(entries))}
+    for rnd in range(rounds):
+        order = list(enumerate(entries))
+        for i, (_, _, _, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+            timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
+                                         windows, steps, amp=amp))
+    for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
+        ts = timings[i]
+        train = [r for t in ts for r in t.train_window_tokens_per_s]
+        merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
+                        max((t.peak_memory_mb or 0) for t in ts) or None)
+        record(label, attention, h, cfg, merged, n_params)
+    # Ratios are paired: within each round every configuration was timed back to back, so the
+    # ratio of two round medians cancels drift of the machine that is slower than a round. Every ratio
+    # the table prints is this one definition: the median over rounds of the within-round ratio, with
+    # the smallest and largest round's ratio (bench_ratio).
+    round_rate = {i: {key: [getattr(t, key) for t in timings[i]]
+                      for key in ("train_tokens_per_s", "forward_tokens_per_s")} for i in timings}
+    for i, row in enumerate(rows):
+        same = [j for j, r in enumerate(rows) if r["n_head"] == row["n_head"]]
+        std = next((j for j in same if rows[j]["model"] == "iattention" and rows[j]["attention"] == "standard"), None)
+        ref = next((j for j in same if rows[j]["model"] == "hf-gpt2"), None)
+        for key in ("train_tokens_per_s", "forward_tokens_per_s"):
+            for against, j in (("standard", std), ("hf", ref)):
+                if j is None:
+                    continue
+                r = bench_ratio(round_rate[i][key], round_rate[j][key])
+                row[f"{key}_vs_{against}"] = r["ratio"]
+                row[f"{key}_vs_{against}_rounds"] = r["rounds"]
+                row[f"{key}_vs_{against}_noisy"] = r["noisy"]
+    load_after = os.getloadavg()
+    return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
+                loadavg_before=load_before, loadavg_after=load_after, noise_threshold=NOISE_SPREAD,
+                torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
+                peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
+                date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]) if
+                sys.argv[1:2] == ["bench"] else "iattn bench", rows=rows)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from iattention.config import ATTENTION_VARIANTS
+from iattention.attention.registry import variant_names
+from iattention.config import parse_override, read_yaml_mapping
 from iattention.errors import UserError
-from iattention.train.config import parse_override, read_yaml_mapping
 
 # The axes of a sweep's grid: an arm or an override must not set them (they name the run folder).
 GRID_KEYS = {"model.n_head": "--heads", "train.seed": "--seeds"}
@@ -28,7 +28,7 @@ class Arm:
         return {override_key(o) for o in self.overrides}
 
 
-BUILTIN_ARMS: dict[str, Arm] = {v: Arm(v, (f"model.attention={v}",)) for v in ATTENTION_VARIANTS} | {
+BUILTIN_ARMS: dict[str, Arm] = {v: Arm(v, (f"model.attention={v}",)) for v in variant_names()} | {
     "canonical-matched": Arm("canonical-matched", ("model.attention=canonical", "model.init=matched")),
 }
 

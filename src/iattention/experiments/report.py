@@ -343,30 +343,8 @@ def _millions(x: float) -> str:
     return f"{x / 1e6:.2f}M"
 
 
-def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard",
-                 margin_pct: float = 2.0, added: dict | None = None, family: list[str] | None = None) -> Path:
-    """report.md and figures. `margin_pct`: the equivalence margin, in % of the reference's mean best
-    validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result;
-    `family`: the arms whose comparisons form the Holm family (default: all)."""
-    from iattention.errors import UserError
-
-    out, added = Path(out), added or {}
-    runs = find_runs(dirs)
-    groups = group(runs)
-    arms = list(dict.fromkeys(a for a, _ in groups))
-    if reference not in arms:
-        raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
-    arms = [reference] + [a for a in arms if a != reference]  # the reference first in every table
-    groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
-    colors = arm_colors(arms)
-    targets = reach_targets(groups, reference)
-    cfg = next(r for r in runs if r.arm == reference).summary["config"]  # the study config, at its own lr
-    study_lr = float(cfg["optim"]["lr"])
-    families = lr_families(runs, study_lr)
-    # Arms run with one seed only (learning-rate probes) would crowd the figures over heads; they get
-    # the learning-rate figure. A study of one seed throughout keeps every arm.
-    multi = {a for (a, _), rs in groups.items() if len(rs) > 1}
-    plotted = {k: v for k, v in groups.items() if k[0] in multi} if multi else groups
+def _figures(groups, plotted, families, study_lr: float, out: Path, colors: dict) -> list[str]:
+    """Every figure of the report (file names under `out`)."""
     figs = [_curves(plotted, out, colors),
             _scaling(plotted, out, colors, "best_val_ppl", "best validation perplexity", "best_val_ppl_vs_heads.png",
                      "Best validation perplexity vs heads"),
@@ -377,20 +355,30 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
         figs.append(loss_fig)
     if families:
         figs.append(_lr_figure(families, study_lr, out, colors))
+    return figs
+
+
+def header_section(title: str, runs, dirs, arms: list[str], cfg: dict) -> list[str]:
+    """Title, the study config, and what each arm sets."""
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
     arm_lines = []
     for arm in arms:
         keys = sorted({k for r in runs if r.arm == arm for k in r.arm_keys})
         sets = sorted({f"{k}={config_value(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
         arm_lines.append(f"- `{arm}`: {' '.join(f'`{x}`' for x in sets) or '(the study config as is)'}")
-    lines = [f"# {title}", "",
-             f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "
-             f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
-             f"{d['dataset']} ({_splits(d)})" +
-             f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
-             f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']} (unless an arm sets "
-             "otherwise).", "", "Arms (what each sets on top of the study config):", "", *arm_lines, "",
-             "## Results (ours)", "",
+    return [f"# {title}", "",
+            f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "
+            f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
+            f"{d['dataset']} ({_splits(d)})" +
+            f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
+            f"steps, cosine to {o['min_lr_ratio']}×lr, weight decay {o['weight_decay']} (unless an arm sets "
+            "otherwise).", "", "Arms (what each sets on top of the study config):", "", *arm_lines, ""]
+
+
+def results_section(groups, reference: str, added: dict) -> list[str]:
+    """The table of every (arm, heads): parameters, best validation, epoch of best, tokens to reach, test."""
+    targets = reach_targets(groups, reference)
+    lines = ["## Results (ours)", "",
              f"Tokens to reach: training tokens until validation perplexity first reached `{reference}`'s mean "
              f"best validation perplexity at that head count, interpolated in log "
              "perplexity between evaluations; mean ± std over the runs that reached it.", "",
@@ -416,31 +404,70 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
         lines += [f"Seeds added after the study started because of a result (the rest were fixed before it): "
                   f"{_added_text(added)}. Each comparison they touch is given twice below: on all seeds and on "
                   "the pre-declared seeds alone.", ""]
-    lines += comparison_section(groups, plotted, arms, reference, margin_pct, added, has_lr=bool(families),
-                                family=family)
-    if families:
-        lines += ["", "## Learning rate", "",
-                  f"Best validation perplexity of arms that differ only in `optim.lr`, as a multiple of the study's "
-                  f"{study_lr:g} (family: the arm at the study's rate). Each cell: mean over the seeds listed, the "
-                  "seeds run at every rate of that row (± std when there are several); bold: the row's best rate.",
-                  "", *lr_table(families, study_lr)]
-    lines += ["", "## The paper's published numbers (not ours)", "",
-              "GPT-2 small (12 layers, d=768), GPT-2 BPE, WikiText-2, 40 epochs, batch 32, one seed, as reported "
-              "in the I-Attention paper:", "",
-              "| heads | standard best val ppl | canonical best val ppl | standard epoch of best | "
-              "canonical epoch of best |", "| ---: | ---: | ---: | ---: | ---: |"]
+    return lines
+
+
+def lr_section(families, study_lr: float) -> list[str]:
+    if not families:
+        return []
+    return ["", "## Learning rate", "",
+            f"Best validation perplexity of arms that differ only in `optim.lr`, as a multiple of the study's "
+            f"{study_lr:g} (family: the arm at the study's rate). Each cell: mean over the seeds listed, the "
+            "seeds run at every rate of that row (± std when there are several); bold: the row's best rate.",
+            "", *lr_table(families, study_lr)]
+
+
+def paper_section() -> list[str]:
+    lines = ["", "## The paper's published numbers (not ours)", "",
+             "GPT-2 small (12 layers, d=768), GPT-2 BPE, WikiText-2, 40 epochs, batch 32, one seed, as reported "
+             "in the I-Attention paper:", "",
+             "| heads | standard best val ppl | canonical best val ppl | standard epoch of best | "
+             "canonical epoch of best |", "| ---: | ---: | ---: | ---: | ---: |"]
     for i, h in enumerate(PAPER["heads"]):
         lines.append(f"| {h} | {PAPER['standard']['best_val_ppl'][i]} | {PAPER['canonical']['best_val_ppl'][i]} | "
                      f"{PAPER['standard']['best_epoch'][i]} | {PAPER['canonical']['best_epoch'][i]} |")
-    lines += ["", "Our runs are far smaller models on a cut of the data, so absolute perplexities are not "
-              "comparable with the paper's; compare directions and sizes of the differences.", "",
-              "## Figures", ""]
-    if plotted != groups:
+    return lines + ["", "Our runs are far smaller models on a cut of the data, so absolute perplexities are not "
+                    "comparable with the paper's; compare directions and sizes of the differences.", ""]
+
+
+def figures_section(figs: list[str], runs, one_seed_arms_left_out: bool, has_lr: bool) -> list[str]:
+    lines = ["## Figures", ""]
+    if one_seed_arms_left_out:
         lines += ["Figures over heads and epochs show the arms run with several seeds; the one-seed arms are in the "
-                  "tables" + (" and the learning-rate figure." if families else "."), ""]
+                  "tables" + (" and the learning-rate figure." if has_lr else "."), ""]
     lines += [f"![{f}]({f})" for f in figs]
-    lines += ["", "## Runs", "", "Every run this report read (each folder keeps config.yaml, summary.json, "
-              "metrics.jsonl and arm.json):", ""] + [f"- `{_display(r.folder)}`" for r in runs] + [""]
+    return lines + ["", "## Runs", "", "Every run this report read (each folder keeps config.yaml, summary.json, "
+                    "metrics.jsonl and arm.json):", ""] + [f"- `{_display(r.folder)}`" for r in runs] + [""]
+
+
+def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard",
+                 margin_pct: float = 2.0, added: dict | None = None, family: list[str] | None = None) -> Path:
+    """report.md and figures. `margin_pct`: the equivalence margin, in % of the reference's mean best
+    validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result;
+    `family`: the arms whose comparisons form the Holm family (default: all)."""
+    from iattention.errors import UserError
+
+    out, added = Path(out), added or {}
+    runs = find_runs(dirs)
+    groups = group(runs)
+    arms = list(dict.fromkeys(a for a, _ in groups))
+    if reference not in arms:
+        raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
+    arms = [reference] + [a for a in arms if a != reference]  # the reference first in every table
+    groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
+    cfg = next(r for r in runs if r.arm == reference).summary["config"]  # the study config, at its own lr
+    study_lr = float(cfg["optim"]["lr"])
+    families = lr_families(runs, study_lr)
+    # Arms run with one seed only (learning-rate probes) would crowd the figures over heads; they get
+    # the learning-rate figure. A study of one seed throughout keeps every arm.
+    multi = {a for (a, _), rs in groups.items() if len(rs) > 1}
+    plotted = {k: v for k, v in groups.items() if k[0] in multi} if multi else groups
+    figs = _figures(groups, plotted, families, study_lr, out, arm_colors(arms))
+    lines = [*header_section(title, runs, dirs, arms, cfg), *results_section(groups, reference, added),
+             *comparison_section(groups, plotted, arms, reference, margin_pct, added, has_lr=bool(families),
+                                 family=family),
+             *lr_section(families, study_lr), *paper_section(),
+             *figures_section(figs, runs, plotted != groups, bool(families))]
     path = out / "report.md"
     write_text(path, "\n".join(lines))
     return path

@@ -7,10 +7,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from iattention.checkpoint.run_folder import CONFIG, METRICS, SUMMARY, RunFolder
 from iattention.errors import UserError
 
 # Files a finished run keeps in git (checkpoints and TensorBoard events stay out).
-RUN_FILES = ("config.yaml", "summary.json", "metrics.jsonl")
+RUN_FILES = (CONFIG, SUMMARY, METRICS)
 
 
 @dataclass
@@ -56,16 +57,12 @@ class Run:
         return None
 
 
-def _arm_of(folder: Path, summary: dict) -> tuple[str, tuple[str, ...]]:
+def _arm_of(folder: RunFolder, summary: dict) -> tuple[str, tuple[str, ...]]:
     from iattention.experiments.arms import override_key
 
-    path = folder / "arm.json"
-    if path.exists():
-        try:
-            meta = json.loads(path.read_text())
-            return str(meta["arm"]), tuple(sorted({override_key(o) for o in meta.get("overrides", [])}))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise UserError(f"{path} is corrupt; rewrite it as {{\"arm\": NAME, \"overrides\": [...]}}") from None
+    meta = folder.read_arm()
+    if meta is not None:
+        return meta["arm"], tuple(sorted({override_key(o) for o in meta["overrides"]}))
     return summary["attention"], ("model.attention",)  # a run from before arms: its variant is its arm
 
 
@@ -75,18 +72,12 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
         d = Path(d)
         if not d.is_dir():
             raise UserError(f"{d} is not a folder; give sweep or run folders")
-        for summary_path in sorted(d.rglob("summary.json")):
-            folder = summary_path.parent
-            try:
-                summary = json.loads(summary_path.read_text())
-            except json.JSONDecodeError:
-                raise UserError(f"{summary_path} is corrupt; rerun that run (iattn sweep resumes it)") from None
+        for summary_path in sorted(d.rglob(SUMMARY)):
+            folder = RunFolder(summary_path.parent)
+            summary = folder.read_summary()
             arm, arm_keys = _arm_of(folder, summary)
-            evals = []
-            metrics = folder / "metrics.jsonl"
-            if metrics.exists():
-                evals = [r for r in map(json.loads, metrics.read_text().splitlines()) if "val_ppl" in r]
-            found.append(Run(folder, summary, evals, arm, arm_keys))
+            evals = [r for r in folder.read_records(METRICS) if "val_ppl" in r]
+            found.append(Run(folder.path, summary, evals, arm, arm_keys))
     if not found:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")
     # What any arm sets is what the study varies; everything else must agree across all runs.
@@ -116,14 +107,14 @@ def config_value(cfg: dict, dotted: str):
 
 
 def config_identity_json(cfg: dict) -> str:
-    from iattention.train.config import config_identity
+    from iattention.config import config_identity
 
     return json.dumps(config_identity(cfg), sort_keys=True)
 
 
 def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     """The config minus what a study varies (the arm's keys, heads, seed) and where/how fast it ran."""
-    from iattention.train.config import config_identity
+    from iattention.config import config_identity
 
     c = json.loads(json.dumps(config_identity(cfg)))
     drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}

@@ -15,11 +15,10 @@ from collections import defaultdict
 
 import torch
 
-from iattention.config import GPTConfig
+from iattention.config import RunConfig, resolve_vocab
 from iattention.data.dataset import epoch_order, load_data, n_train_windows, train_batch
 from iattention.model.gpt import GPT
-from iattention.train.config import RunConfig
-from iattention.train.optim import build_optimizer, is_matrix
+from iattention.train.optim import apply_step, build_optimizer, is_matrix, set_lr
 from iattention.train.schedule import lr_at
 
 FUSED = {"c_attn.weight": ("W_Q", "W_K", "W_V"), "c_kv.weight": ("W_K", "W_V"), "c_qv.weight": ("W_Q", "W_V")}
@@ -70,9 +69,7 @@ def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
     """Per kind: rms0 (weights at step 0), update (mean over steps of one step's RMS change),
     relative (update / rms0), and the weight decay and lr multiplier its optimizer group applies."""
     data = load_data(cfg.data, splits=("train",))
-    model_cfg: GPTConfig = cfg.model
-    if model_cfg.vocab_size == 0:
-        model_cfg = model_cfg.replace(vocab_size=data.vocab_size)
+    model_cfg = resolve_vocab(cfg.model, cfg.data.tokenizer, data.vocab_size)
     torch.manual_seed(cfg.train.seed)
     model = GPT(model_cfg)
     opt = build_optimizer(model, cfg.optim, "cpu")
@@ -87,16 +84,11 @@ def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
     updates: dict[str, list[float]] = defaultdict(list)
     for step in range(min(steps, n_windows // B)):
         before = {k: [t.detach().clone() for t in v] for k, v in groups.items()}
-        lr = lr_at(step, total, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr * g.get("lr_scale", 1.0)
+        set_lr(opt, lr_at(step, total, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
         x, y = train_batch(tokens, order[step * B:(step + 1) * B], T)
         loss = model(x, y)[1]
         loss.backward()
-        if cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        apply_step(model, opt, cfg.optim.grad_clip)
         for k, v in groups.items():
             updates[k].append(_rms([a - b for a, b in zip(v, before[k])]))
     return {k: dict(rms0=rms0[k], update=sum(updates[k]) / len(updates[k]),

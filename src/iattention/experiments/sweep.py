@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from iattention.checkpoint.run_folder import RunFolder
 from iattention.errors import UserError
 from iattention.experiments.arms import Arm
-from iattention.utils.atomic import write_json
 from iattention.utils.lock import holder
 
 
@@ -46,56 +46,47 @@ def grid(arms: list[Arm], heads: list[int], seeds: list[int]) -> list[RunSpec]:
 
 
 def expected_config(spec: RunSpec, preset: str, overrides: list[str]) -> dict:
-    from iattention.train.config import load_config
+    from iattention.config import load_config
 
     return json.loads(json.dumps(load_config(preset, None, spec.overrides() + list(overrides)).to_dict()))
 
 
-def finished_mismatch(spec: RunSpec, folder: Path, preset: str, overrides: list[str]) -> str | None:
+def finished_mismatch(spec: RunSpec, folder: RunFolder, preset: str, overrides: list[str]) -> str | None:
     """None if the finished run in `folder` is the run this sweep asks for, else the first differing key."""
-    from iattention.train.config import config_mismatch
-
-    summary = json.loads((folder / "summary.json").read_text())
     want = expected_config(spec, preset, overrides)
-    have = summary.get("config") or {}
     if want["model"].get("vocab_size") == 0:  # "from the tokenizer": compare with what it resolves to now
         want["model"]["vocab_size"] = _auto_vocab(json.dumps(want["data"], sort_keys=True))
-    return config_mismatch(have, want)
+    return folder.summary_mismatch(want)
 
 
 @functools.cache
 def _auto_vocab(data_json: str) -> int:
     """The vocabulary `model.vocab_size=0` resolves to for a data config: exact for gpt2 and byte; a bpe:N
     tokenizer is built (or read from the cache) from its train split, since it can hold fewer than N."""
+    from iattention.config import GPTConfig, resolve_vocab
     from iattention.data import DataConfig
     from iattention.data.dataset import tokenizer_of
-    from iattention.data.tokenizers import vocab_size_of
 
     data = json.loads(data_json)
-    if not str(data.get("tokenizer", "")).startswith("bpe:"):
-        return vocab_size_of(data["tokenizer"])
-    return tokenizer_of(DataConfig(**data)).vocab_size
+    built = tokenizer_of(DataConfig(**data)).vocab_size if str(data.get("tokenizer", "")).startswith("bpe:") else None
+    return resolve_vocab(GPTConfig(vocab_size=0), data["tokenizer"], built).vocab_size
 
 
 def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
-    folder = out / spec.name
-    if (folder / "summary.json").exists():
-        return json.loads((folder / "summary.json").read_text()) | {"_status": "skipped (finished)"}
-    pid = holder(folder)
+    folder = RunFolder(out / spec.name)
+    if folder.has_summary():
+        return folder.read_summary() | {"_status": "skipped (finished)"}
+    pid = holder(folder.path)
     if pid:  # another sweep (another terminal or machine) is training it now
         return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.path.mkdir(parents=True, exist_ok=True)
     arm = {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)}
-    if (folder / "arm.json").exists():  # a refused run keeps its arm.json as it was
-        try:
-            old = json.loads((folder / "arm.json").read_text()).get("arm")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            old = None
-        if old != spec.arm.name:
-            raise UserError(f"{folder} holds a run of arm {old!r}, not {spec.arm.name!r}; choose another --out")
-    else:
-        write_json(folder / "arm.json", arm)
-    cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--out", str(folder), "--resume",
+    old = folder.read_arm()
+    if old is None:
+        folder.write_arm(arm)
+    elif old["arm"] != spec.arm.name:  # a refused run keeps its arm.json as it was
+        raise UserError(f"{folder.path} holds a run of arm {old['arm']!r}, not {spec.arm.name!r}; choose another --out")
+    cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--out", str(folder.path), "--resume",
            *spec.overrides(), *overrides]
     if threads:
         cmd.append(f"train.threads={threads}")
@@ -106,19 +97,18 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         raise UserError(f"run {spec.name} failed (exit {proc.returncode}): {err[-1] if err else 'see its output'}")
-    write_json(folder / "arm.json", arm)  # the arm's overrides as this sweep ran it
-    summary = json.loads((folder / "summary.json").read_text())
-    return summary | {"_status": f"ran in {time.time() - t0:.0f}s"}
+    folder.write_arm(arm)  # the arm's overrides as this sweep ran it
+    return folder.read_summary() | {"_status": f"ran in {time.time() - t0:.0f}s"}
 
 
 def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list[str]) -> None:
     """Before anything runs: refuse a sweep whose folder holds finished runs of another config."""
     for spec in specs:
-        folder = out / spec.name
-        if (folder / "summary.json").exists():
+        folder = RunFolder(out / spec.name)
+        if folder.has_summary():
             diff = finished_mismatch(spec, folder, preset, overrides)
             if diff:
-                raise UserError(f"{folder} holds a finished run with another config ({diff}); use the same preset "
+                raise UserError(f"{folder.path} holds a finished run with another config ({diff}); use the same preset "
                                 "and overrides, or choose another --out")
 
 

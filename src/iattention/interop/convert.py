@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -12,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
-from iattention.train import checkpoint as ckpt
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -64,7 +65,7 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    src64 = src.double().eval()
+    src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]
     cond = None

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.run_folder import RunFolder
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
-from iattention.train import checkpoint as ckpt
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
 DATA_SPEC_FILE = "iattention-data.json"
@@ -20,12 +21,10 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     """(model in eval mode, metadata) from an iattention .safetensors file; never unpickles."""
     path = Path(path)
     if path.is_dir():
-        for name in ("best.safetensors", "model.safetensors", "last.safetensors"):
-            if (path / name).is_file():
-                path = path / name
-                break
-        else:
+        found = RunFolder(path).weights()
+        if found is None:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
+        path = found
     meta = ckpt.read_meta(path)
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):

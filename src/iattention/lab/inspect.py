@@ -13,61 +13,54 @@ import torch
 from iattention.errors import UserError
 
 
-def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None) -> list[Path]:
+def _pyplot():
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from iattention.interop.load import load_run
-    from iattention.model.inspect import run_with_cache
-    from iattention.symmetry.spectra import effective_rank, head_spectra
-    from iattention.utils.atomic import write_text, write_with
+    return plt
 
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder")
-    written, spectra, names = [], [], []
-    for run in runs:
-        model, tok = load_run(run, data_dir)
-        ids = tok.encode(prompt)[: model.config.block_size]
-        if len(ids) == 0:
-            raise UserError("--prompt is empty after tokenization; give some text")
-        _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
-        name = Path(run).name if Path(run).is_dir() else Path(run).stem
-        names.append(f"{name} ({model.config.attention}, {model.config.n_head} head{'s' * (model.config.n_head > 1)})")
-        labels = [tok.decode([i]) for i in ids]
-        L, H = model.config.n_layer, model.config.n_head
-        fig, axes = plt.subplots(L, H, figsize=(1.9 * H + 1, 1.9 * L + 0.6), squeeze=False)
+
+def _save(fig, path: Path) -> Path:
+    from iattention.utils.atomic import write_with
+
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    _pyplot().close(fig)
+    return path
+
+
+def pattern_figure(pattern_of, labels: list[str], L: int, H: int, title: str):
+    """One panel per (layer, head): pattern_of(layer) is (H, T, T) attention weights."""
+    fig, axes = _pyplot().subplots(L, H, figsize=(1.9 * H + 1, 1.9 * L + 0.6), squeeze=False)
+    for layer in range(L):
+        pattern = pattern_of(layer)
+        for h in range(H):
+            ax = axes[layer][h]
+            ax.imshow(pattern[h], cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer == 0:
+                ax.set_title(f"head {h}", fontsize=8)
+            if h == 0:
+                ax.set_ylabel(f"layer {layer}\nquery", fontsize=8)
+            if layer == L - 1:
+                ax.set_xlabel("key", fontsize=8)
+    if len(labels) <= 16 and H <= 4:  # readable token labels on the first column / last row
         for layer in range(L):
-            pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy()
-            for h in range(H):
-                ax = axes[layer][h]
-                ax.imshow(pattern[h], cmap="viridis", vmin=0, vmax=1)
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if layer == 0:
-                    ax.set_title(f"head {h}", fontsize=8)
-                if h == 0:
-                    ax.set_ylabel(f"layer {layer}\nquery", fontsize=8)
-                if layer == L - 1:
-                    ax.set_xlabel("key", fontsize=8)
-        if len(labels) <= 16 and H <= 4:  # readable token labels on the first column / last row
-            for layer in range(L):
-                axes[layer][0].set_yticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6)
-            for h in range(H):
-                axes[L - 1][h].set_xticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6,
-                                          rotation=90)
-        fig.suptitle(f"attention patterns: {names[-1]}\nprompt {prompt!r} ({len(ids)} tokens; row = query, "
-                     "column = key, colour = weight 0..1)", fontsize=9)
-        path = out / f"{name}-attention.png"
-        out.mkdir(parents=True, exist_ok=True)
-        write_with(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
-        plt.close(fig)
-        written.append(path)
-        spectra.append([head_spectra(attn.to_heads()) for attn in model.attention_layers])
-    fig, axes = plt.subplots(2, len(runs), figsize=(4.6 * len(runs), 7), squeeze=False, sharey="row")
+            axes[layer][0].set_yticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6)
+        for h in range(H):
+            axes[L - 1][h].set_xticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6, rotation=90)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def spectra_figure(names: list[str], spectra: list[list[dict]]):
+    """Per run a column: the singular values of every head's W_Q W_K^T (top) and W_V W_O (bottom)."""
+    import matplotlib.ticker
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 7), squeeze=False, sharey="row")
     for col, (name, layers) in enumerate(zip(names, spectra)):
         cmap = plt.get_cmap("viridis", max(len(layers), 2))
         for row, key in enumerate(("qk", "ov")):
@@ -87,10 +80,12 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     axes[0][0].set_ylabel("singular value (log)")
     axes[1][0].set_ylabel("singular value (log)")
     fig.subplots_adjust(hspace=0.3)
-    path = out / "spectra.png"
-    write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
-    plt.close(fig)
-    written.append(path)
+    return fig
+
+
+def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> str:
+    from iattention.symmetry.spectra import effective_rank
+
     lines = [f"# Head spectra (`iattn inspect`, prompt {prompt!r})", "",
              "Per layer, mean over heads: the largest singular value and the effective rank (participation "
              "ratio (Σs)²/Σs², between 1 and r) of each head's W_Q W_Kᵀ and W_V W_O. Gauge-invariant: a standard "
@@ -101,25 +96,35 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
         for layer, s in enumerate(layers):
             lines.append(f"| {name} | {layer} | {s['qk'][:, 0].mean():.3g} | {effective_rank(s['qk']).mean():.2f} | "
                          f"{s['ov'][:, 0].mean():.3g} | {effective_rank(s['ov']).mean():.2f} |")
-    path = out / "spectra.md"
-    write_text(path, "\n".join(lines) + "\n")
-    written.append(path)
-    return written
+    return "\n".join(lines) + "\n"
 
 
-def cmd_inspect(args) -> None:
-    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):
-        print(f"wrote {path}")
+def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None) -> list[Path]:
+    from iattention.interop.load import load_run
+    from iattention.model.inspect import run_with_cache
+    from iattention.symmetry.spectra import head_spectra
+    from iattention.utils.atomic import write_text
 
-
-def register(sub) -> None:
-    p = sub.add_parser("inspect", help="attention patterns on a prompt and head spectra of trained runs",
-                       description="For each run (run folder, checkpoint, converted or HF GPT-2 folder): its "
-                                   "attention pattern on --prompt for every layer and head, and the singular "
-                                   "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "
-                                   "iattention.model.inspect.run_with_cache(model, ids).")
-    p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run)")
-    p.add_argument("--prompt", required=True, help="text whose attention patterns are drawn")
-    p.add_argument("--out", default="inspect", help="folder for the figures and spectra.md (default: inspect)")
-    p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
-    p.set_defaults(func=cmd_inspect)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder")
+    written, spectra, names = [], [], []
+    for run in runs:
+        model, tok = load_run(run, data_dir)
+        ids = tok.encode(prompt)[: model.config.block_size]
+        if len(ids) == 0:
+            raise UserError("--prompt is empty after tokenization; give some text")
+        _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
+        name = Path(run).name if Path(run).is_dir() else Path(run).stem
+        c = model.config
+        names.append(f"{name} ({c.attention}, {c.n_head} head{'s' * (c.n_head > 1)})")
+        fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),
+                             [tok.decode([i]) for i in ids], c.n_layer, c.n_head,
+                             f"attention patterns: {names[-1]}\nprompt {prompt!r} ({len(ids)} tokens; row = query, "
+                             "column = key, colour = weight 0..1)")
+        out.mkdir(parents=True, exist_ok=True)
+        written.append(_save(fig, out / f"{name}-attention.png"))
+        spectra.append([head_spectra(attn.to_heads()) for attn in model.attention_layers])
+    written.append(_save(spectra_figure(names, spectra), out / "spectra.png"))
+    write_text(out / "spectra.md", spectra_table(names, spectra, prompt))
+    return written + [out / "spectra.md"]

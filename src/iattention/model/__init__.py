@@ -1,4 +1,5 @@
-from iattention.config import GPTConfig, model_preset
+"""The GPT model (`gpt.py`), sampling (`generate.py`) and activation caching (`inspect.py`)."""
+
 from iattention.model.gpt import GPT
 
-__all__ = ["GPT", "GPTConfig", "model_preset"]
+__all__ = ["GPT"]

@@ -14,7 +14,8 @@ from torch import nn
 
 from iattention.attention.cache import KVCache
 from iattention.attention.registry import build_attention
-from iattention.config import GPTConfig
+from iattention.config.model import GPTConfig
+from iattention.symmetry.transforms import canonicalize_into
 
 
 class MLP(nn.Module):
@@ -70,13 +71,10 @@ class GPT(nn.Module):
         RNG is left where building that standard model leaves it, so everything drawn afterwards
         (dropout masks, ...) matches a standard run with the same seed too.
         """
-        from iattention.symmetry.transforms import canonicalize  # symmetry/ builds on model/
-
         torch.random.set_rng_state(rng_at_entry)
         standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2"))
         rng_after = torch.random.get_rng_state()
-        canon = canonicalize(standard, block="pivoted", halves=self.config.canonical)
-        self.load_state_dict(canon.state_dict())
+        canonicalize_into(standard, self, block="pivoted")
         torch.random.set_rng_state(rng_after)
 
     def _init_weights(self, module: nn.Module) -> None:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from iattention.model.gpt import GPT
-
 
 def _augment(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     return W if b is None else torch.cat([W, b.unsqueeze(1)], dim=1)
 
 
 @torch.no_grad()
-def balancedness(model: GPT) -> dict[str, torch.Tensor]:
+def balancedness(model) -> dict[str, torch.Tensor]:
     """{'qk': (n_layer, n_head), 'vo': (n_layer, n_head)} Frobenius norms, float64."""
     qk, vo = [], []
     for attn in model.attention_layers:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from iattention.config import GPTConfig
+from iattention.attention.registry import ATTENTION_REGISTRY
+from iattention.config.model import GPTConfig
 
 
 def redundancy(config: GPTConfig) -> int:
-    """Parameters removed relative to standard: r^2 per head per canonical half, per layer."""
-    if config.attention == "identity_q":
-        return config.n_layer * (config.n_embd**2 + (config.n_embd if config.bias else 0))
-    if config.attention == "identity_ko":
-        return config.n_layer * 2 * config.n_embd**2
-    if config.attention != "canonical":
-        return 0
-    halves = 2 if config.canonical == "both" else 1
-    return halves * config.d_head**2 * config.n_head * config.n_layer
+    """Parameters the variant removes relative to standard (biases aside): its class says how many."""
+    return ATTENTION_REGISTRY[config.attention].removed_params(config)
 
 
 def standard_param_count(config: GPTConfig) -> int:

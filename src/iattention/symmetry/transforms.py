@@ -6,6 +6,10 @@ Scores depend on W_Q W_K^T and the output on W_V W_O, so for invertible R, S (r 
 leave every head's function unchanged. Canonicalizing picks R^{-T} = B^{-1} with B = W_K[rows]
 (so W_K[rows] becomes I) and S = C with C = W_O[:, cols] (so W_O[:, cols] becomes I).
 All algebra is done in float64 and cast back to the model's dtype.
+
+These tools take a model only for its `config`, its `attention_layers` (each with `to_heads` /
+`load_heads`) and its state dict; a new model is built as `type(model)(config)`. So `symmetry/` sits
+below `model/` (whose matched init uses `canonicalize_into`) and never imports the model class.
 """
 
 from __future__ import annotations
@@ -16,17 +20,16 @@ import torch
 
 from iattention.attention.heads import HeadWeights
 from iattention.errors import SingularBlockError
-from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 
 SINGULAR_COND = 1e12
 
 
-def _model_dtype(model: GPT) -> torch.dtype:
+def _model_dtype(model) -> torch.dtype:
     return model.transformer.wte.weight.dtype
 
 
-def _copy_non_attention(src: GPT, dst: GPT) -> None:
+def _copy_non_attention(src, dst) -> None:
     state = {k: v for k, v in src.state_dict().items() if ".attn." not in k}
     missing, unexpected = dst.load_state_dict(state, strict=False)
     assert not unexpected and all(".attn." in k for k in missing), (missing, unexpected)
@@ -52,7 +55,7 @@ def _random_invertible(H: int, r: int, gen: torch.Generator, spread: float) -> t
 
 
 @torch.no_grad()
-def random_gauge(model: GPT, seed: int = 0, spread: float = 2.0) -> GPT:
+def random_gauge(model, seed: int = 0, spread: float = 2.0):
     """Apply a random invertible R per head to (W_Q, W_K) and S to (W_V, W_O), in place."""
     if model.config.attention != "standard":
         raise ValueError("random_gauge needs a standard-attention model; expand() it first")
@@ -89,16 +92,23 @@ def fold_biases(hw: HeadWeights) -> HeadWeights:
 
 
 @torch.no_grad()
-def canonicalize(model: GPT, block: str = "aligned", halves: str = "both", minimal: bool = False) -> GPT:
+def canonicalize(model, block: str = "aligned", halves: str = "both", minimal: bool = False):
     """Return an equivalent `canonical` model whose fixed blocks are exactly the identity.
     minimal=True also folds b_V into b_O and drops b_K (model.minimal_bias): the fully reduced form."""
-    dtype = _model_dtype(model)
     minimal = minimal and model.config.bias
     cfg = model.config.replace(attention="canonical", canonical=halves, init="gpt2", minimal_bias=minimal)
-    out = GPT(cfg).to(dtype)
+    out = type(model)(cfg).to(_model_dtype(model))
     out.train(model.training)
+    return canonicalize_into(model, out, block)
+
+
+@torch.no_grad()
+def canonicalize_into(model, out, block: str = "aligned"):
+    """Fill `out` (a canonical model of the same shape: its config says which halves and whether the biases
+    are minimal) with the canonical form of `model`; returns `out`."""
+    minimal = out.config.minimal_bias
     _copy_non_attention(model, out)
-    H, r = cfg.n_head, cfg.d_head
+    H, r = out.config.n_head, out.config.d_head
     eye = torch.eye(r, dtype=torch.float64).expand(H, r, r)
     for layer, (src, dst) in enumerate(zip(model.attention_layers, out.attention_layers)):
         hw = src.to_heads().to(torch.float64)
@@ -120,10 +130,11 @@ def canonicalize(model: GPT, block: str = "aligned", halves: str = "both", minim
 
 
 @torch.no_grad()
-def expand(model: GPT) -> GPT:
+def expand(model):
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     dtype = _model_dtype(model)
-    out = GPT(model.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False)).to(dtype)
+    cfg = model.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False)
+    out = type(model)(cfg).to(dtype)
     out.train(model.training)
     _copy_non_attention(model, out)
     for src, dst in zip(model.attention_layers, out.attention_layers):

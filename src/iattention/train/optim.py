@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from iattention.train.config import OptimConfig
+from iattention.config import OptimConfig
 
 GPT2_INIT_STD = 0.02
 
@@ -47,3 +47,17 @@ def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
     extra = {"fused": True} if device_type == "cuda" else {}
     return torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **extra)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The scheduled rate on every group, times the group's `lr_scale`."""
+    for g in optimizer.param_groups:
+        g["lr"] = lr * g.get("lr_scale", 1.0)
+
+
+def apply_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
+    """Clip the gradient norm (grad_clip 0: off), step, drop the gradients: the one training-step tail."""
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

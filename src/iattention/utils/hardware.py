@@ -29,3 +29,10 @@ def hardware(device: torch.device) -> str:
     if device.type == "cuda":
         return device_name(device)
     return f"{cpu_name()} ({torch.get_num_threads()} threads)"
+
+
+def allow_tf32(device: torch.device) -> None:
+    """On CUDA, let fp32 matmuls and convolutions use TF32 tensor cores (training and benchmarks alike)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True

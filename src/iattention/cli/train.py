@@ -3,53 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 
-from iattention.cli import int_at_least
+from iattention.cli.args import add_data_flags, int_at_least, with_flags
 from iattention.errors import UserError
 
 
-def add_data_flags(p) -> None:
-    p.add_argument("--data-dir", help="folder with WikiText-2 files (default: $IATTN_DATA_DIR, else the folder a run "
-                                      "recorded, else download)")
-    p.add_argument("--tokenizer-file", help="local r50k_base.tiktoken for the gpt2 tokenizer "
-                                            "(default: $IATTN_TOKENIZER_FILE or DATA_DIR/tokenizers/)")
-
-
-def data_overrides(args) -> list[str]:
-    out = []
-    if getattr(args, "data_dir", None):
-        out.append(f"data.data_dir={os.path.abspath(args.data_dir)}")
-    if getattr(args, "tokenizer_file", None):
-        out.append(f"data.tokenizer_file={os.path.abspath(args.tokenizer_file)}")
-    return out
-
-
-def resumed_config(out: str) -> dict | None:
-    """The config a run folder saved (config.yaml), or None when there is none to resume."""
-    from pathlib import Path
-
-    from iattention.train.config import read_yaml_mapping
-
-    path = Path(out) / "config.yaml"
-    if not path.is_file():
-        return None
-    return read_yaml_mapping(path, "run config", "hold the run's config sections (model:, data:, optim:, train:)")
-
-
 def cmd_train(args) -> None:
+    from iattention.checkpoint.run_folder import RunFolder
     from iattention.train import load_config, train
 
-    extra = [f"train.init_from={args.init_from}"] if args.init_from else []
-    overrides = list(args.overrides) + data_overrides(args) + extra
-    saved = resumed_config(args.out) if args.resume else None
+    overrides = list(args.overrides)
+    saved = RunFolder(args.out).read_config() if args.resume else None
     if not args.preset and not args.config and saved is None:
         raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)" +
                         (f"; {args.out} holds no run to resume" if args.resume else ""))
     if saved is not None and "train.epochs" not in {o.split("=", 1)[0].strip() for o in overrides}:
         # --resume continues the run's own schedule: a preset's epochs never extend it; train.epochs=N does.
         overrides.append(f"train.epochs={(saved.get('train') or {}).get('epochs', 1)}")
-    cfg = load_config(args.preset, args.config, overrides, base=saved)
+    cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
           f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  test ppl {summary['test_ppl']:.2f}  "
@@ -99,7 +70,7 @@ def cmd_eval(args) -> None:
 
 
 def register(sub) -> None:
-    from iattention.train.config import preset_names
+    from iattention.config import preset_names
 
     p = sub.add_parser("train", help="train one model (a run folder with metrics, checkpoints, summary)",
                        description="Train a GPT with the chosen attention variant. Configuration: a preset, then "

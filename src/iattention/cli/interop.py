@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from iattention.cli.args import add_data_flags
 from iattention.errors import UserError
 
 
@@ -51,7 +52,6 @@ def cmd_convert(args) -> None:
 def register(sub) -> None:
     from iattention.interop.convert import DTYPES, TARGETS
     from iattention.symmetry.blocks import BLOCKS
-    from iattention.train.cli import add_data_flags
 
     p = sub.add_parser("convert", help="exact conversion: HF GPT-2 / standard <-> canonical",
                        description="Read an HF GPT-2 folder or an iattention checkpoint and write it as a "

@@ -1,4 +1,4 @@
-"""`iattn` command line. User mistakes print one line `iattn: error: ...` and exit with code 2."""
+"""`iattn`: the parser, `iattn params`, and `main`. User mistakes print one line `iattn: error: ...` and exit 2."""
 
 from __future__ import annotations
 
@@ -6,60 +6,22 @@ import argparse
 import json
 import sys
 
+from iattention.cli.args import Parser, check_heads, ints
 from iattention.errors import UserError
 
 
-def int_list(minimum: int = 1):
-    """argparse type: comma-separated integers, each >= minimum."""
-
-    def parse(text: str) -> list[int]:
-        try:
-            values = [int(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-        if not values or any(v < minimum for v in values):
-            raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
-        return values
-
-    return parse
-
-
-_int_list = int_list(1)
-
-
-def int_at_least(minimum: int):
-    """argparse type: one integer >= minimum."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _str_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
 def cmd_params(args) -> None:
-    from iattention.config import ATTENTION_VARIANTS
+    from iattention.attention.registry import variant_names
+    from iattention.config import default_heads, model_preset
     from iattention.symmetry.counts import fully_reduced_count, param_count
-    from iattention.train.config import default_heads, preset_model
 
-    shape = preset_model(args.preset)
+    shape = model_preset(args.preset)
     rows = []
+    check_heads(args.heads or [], shape.n_embd, args.preset)
     for heads in args.heads or default_heads(shape):
-        if shape.n_embd % heads:
-            raise UserError(f"--heads {heads}: n_embd={shape.n_embd} of preset {args.preset} is not divisible by "
-                            f"{heads}; pick head counts that divide {shape.n_embd}")
         base = shape.replace(n_head=heads)
         std = param_count(base)
-        for attention in ATTENTION_VARIANTS:
+        for attention in variant_names():
             cfg = base.replace(attention=attention)
             n = param_count(cfg)
             rows.append(dict(attention=attention, n_head=heads, d_head=base.d_head, params=n, removed=std - n,
@@ -76,26 +38,9 @@ def cmd_params(args) -> None:
           "model.minimal_bias for canonical)")
 
 
-class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows each option's default, unless it has none or its help already names it."""
-
-    def _get_help_string(self, action):
-        if any(action.default is x for x in (None, False, argparse.SUPPRESS)) or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (not the usage block) and exit code 2."""
-
-    def error(self, message):
-        print(f"iattn: error: {message} (see '{self.prog} --help')", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from iattention import __version__
-    from iattention.train.config import preset_names
+    from iattention.config import preset_names
 
     p = Parser(prog="iattn", description=(
         "iattention: symmetry-reduced attention. Train and compare standard vs canonical "
@@ -107,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
     sp.add_argument("--preset", default="gpt2-small", help=f"model shape of a preset: {', '.join(preset_names())}")
-    sp.add_argument("--heads", type=_int_list, default=None,
+    sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_params)
@@ -118,12 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _subcommand_registrars():
-    """Each heavier subcommand lives with its own code and adds its parser here."""
-    import importlib
+    """Each command module of this package adds its parsers here (imported when the parser is built)."""
+    from iattention.cli import bench, experiments, inspect, interop, lab, model, train
 
-    for module in ("iattention.train.cli", "iattention.model.cli", "iattention.experiments.cli",
-                   "iattention.interop.cli", "iattention.bench.cli", "iattention.lab.cli", "iattention.lab.inspect"):
-        yield importlib.import_module(module).register
+    for module in (train, model, experiments, interop, bench, lab, inspect):
+        yield module.register
 
 
 def _is_override(token: str) -> bool:

@@ -1,18 +1,14 @@
-"""Model configuration (a small dataclass) and named model presets.
-
-The ground floor: imported by `attention/`, `model/`, `symmetry/` and `train/`, importing none of them.
-"""
+"""Model configuration: a small dataclass. The attention variants it accepts are the registry's
+(`attention/registry.py`); presets that build it are `config/load.py`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import UserError
 
-ATTENTION_VARIANTS = ("standard", "canonical", "identity_q", "identity_ko")
 INITS = ("gpt2", "matched")
-# Variants that can hold every standard head exactly (on an open dense set): `matched` needs one.
-FULL_CLASS_VARIANTS = ("standard", "canonical")
 CANONICAL_HALVES = ("both", "qk", "vo")
 
 
@@ -65,10 +61,8 @@ class GPTConfig:
                 f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                 f"pick a head count that divides {self.n_embd}"
             )
-        if self.attention not in ATTENTION_VARIANTS:
-            raise UserError(
-                f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTION_VARIANTS)}"
-            )
+        if self.attention not in ATTENTION_REGISTRY:
+            raise UserError(f"unknown attention {self.attention!r}; choose one of {', '.join(variant_names())}")
         if self.canonical not in CANONICAL_HALVES:
             raise UserError(f"unknown canonical {self.canonical!r}; choose one of {', '.join(CANONICAL_HALVES)}")
         if self.canonical != "both" and self.attention != "canonical":
@@ -79,7 +73,7 @@ class GPTConfig:
                             "model.attention=canonical")
         if self.init not in INITS:
             raise UserError(f"unknown model.init {self.init!r}; choose one of {', '.join(INITS)}")
-        if self.init == "matched" and self.attention not in FULL_CLASS_VARIANTS:
+        if self.init == "matched" and not ATTENTION_REGISTRY[self.attention].full_class:
             raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
@@ -114,10 +108,3 @@ class GPTConfig:
             raise UserError(f"unknown model key(s) {unknown}; allowed: {sorted(names)}")
         return cls(**d)
 
-
-def model_preset(name: str, **overrides) -> GPTConfig:
-    """The model of a named preset (the same names every command takes: see `iattn train --help`),
-    with the vocabulary size its tokenizer gives."""
-    from iattention.train.config import preset_model  # presets live with the run config
-
-    return preset_model(name, **overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from iattention.cli import DefaultsFormatter, int_at_least
+from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least
 from iattention.errors import UserError
 
 
@@ -62,7 +62,6 @@ def cmd_generate(args) -> None:
 
 
 def register(sub) -> None:
-    from iattention.train.cli import add_data_flags
 
     g = sub.add_parser("generate", help="sample text from a checkpoint or Hugging Face GPT-2 folder (streamed)",
                        formatter_class=DefaultsFormatter,

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from iattention.cli import _int_list, _str_list, int_at_least, int_list
+from iattention.cli.args import (
+    add_data_flags,
+    check_heads,
+    data_overrides,
+    int_at_least,
+    int_list,
+    ints,
+    str_list,
+    with_flags,
+)
 from iattention.errors import UserError
 
 
 def _specs(args):
     """The grid: --arms (built-in or --arms-file names) or, the older form, --attention variants."""
-    from iattention.config import ATTENTION_VARIANTS
+    from iattention.attention.registry import variant_names
     from iattention.experiments.arms import check_overrides, resolve_arms
     from iattention.experiments.sweep import grid
 
@@ -17,9 +26,9 @@ def _specs(args):
     if args.arms_file and not args.arms:
         raise UserError("--arms-file defines arms; also say which to run with --arms NAME,NAME")
     if args.attention:
-        bad = [a for a in args.attention if a not in ATTENTION_VARIANTS]
+        bad = [a for a in args.attention if a not in variant_names()]
         if bad:
-            raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(ATTENTION_VARIANTS)}")
+            raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(variant_names())}")
     arms = resolve_arms(args.arms or args.attention or ["standard", "canonical"], args.arms_file)
     check_overrides(list(args.overrides), arms)
     return grid(arms, args.heads, args.seeds)
@@ -28,16 +37,11 @@ def _specs(args):
 def _check_heads(args):
     from iattention.train import load_config
 
-    cfg = load_config(args.preset, None, list(args.overrides))
-    for h in args.heads:
-        if cfg.model.n_embd % h:
-            raise UserError(f"--heads {h}: n_embd={cfg.model.n_embd} of preset {args.preset} is not divisible by "
-                            f"{h}; pick head counts that divide {cfg.model.n_embd}")
+    check_heads(args.heads, load_config(args.preset, None, list(args.overrides)).model.n_embd, args.preset)
 
 
 def cmd_compare(args) -> None:
     from iattention.experiments.sweep import run_sweep
-    from iattention.train.cli import data_overrides
 
     _check_heads(args)
     summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
@@ -75,8 +79,8 @@ def cmd_report(args) -> None:
 
 def read_added_seeds(path: str) -> dict:
     """A YAML mapping `arm: {heads: [seeds]}` of seeds added after a result (comments say which)."""
+    from iattention.config import read_yaml_mapping
     from iattention.errors import UserError
-    from iattention.train.config import read_yaml_mapping
 
     raw = read_yaml_mapping(path, "added-seeds file", "map arm names to {heads: [seeds]}, e.g. standard: {1: [3, 4]}")
     for arm, by_heads in raw.items():
@@ -90,18 +94,17 @@ def read_added_seeds(path: str) -> dict:
 
 
 def register(sub) -> None:
-    from iattention.train.cli import add_data_flags
-    from iattention.train.config import preset_names
+    from iattention.config import preset_names
 
     def common(p, heads_default, seeds_default):
         p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
-        p.add_argument("--arms", type=_str_list, default=None,
+        p.add_argument("--arms", type=str_list, default=None,
                        help="comma-separated arms: built-in (standard, canonical, identity_q, identity_ko, "
                             "canonical-matched) or defined in --arms-file (default: standard,canonical)")
         p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
-        p.add_argument("--attention", type=_str_list, default=None,
+        p.add_argument("--attention", type=str_list, default=None,
                        help="older form of --arms: comma-separated attention variants")
-        p.add_argument("--heads", type=_int_list, default=heads_default, help="comma-separated head counts")
+        p.add_argument("--heads", type=ints, default=heads_default, help="comma-separated head counts")
         p.add_argument("--seeds", type=int_list(0), default=seeds_default,
                        help="comma-separated seeds")
         p.add_argument("--out", required=True, help="folder that receives one run folder per combination")
@@ -130,9 +133,9 @@ def register(sub) -> None:
                                     "groups) and print, per attention weight kind, the RMS of its entries at step 0 "
                                     "and the RMS of one step's change.")
     sc.add_argument("--preset", default="cpu-study", help=f"one of: {', '.join(preset_names())}")
-    sc.add_argument("--arms", type=_str_list, default=["standard", "canonical", "canonical-matched"])
+    sc.add_argument("--arms", type=str_list, default=["standard", "canonical", "canonical-matched"])
     sc.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
-    sc.add_argument("--heads", type=_int_list, default=None,
+    sc.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts to measure (default: the preset's n_head)")
     sc.add_argument("--seed", type=int_at_least(0), default=0,
                     help="seed of the initialisation and batches (default 0)")
@@ -153,7 +156,7 @@ def register(sub) -> None:
     r.add_argument("--margin", type=float, default=2.0, metavar="PCT",
                    help="equivalence margin, %% of the reference's mean best validation perplexity (default: 2); "
                         "declare it before the runs")
-    r.add_argument("--family", type=_str_list, default=None, metavar="ARMS",
+    r.add_argument("--family", type=str_list, default=None, metavar="ARMS",
                    help="arms whose comparisons form the Holm-corrected verdict family (default: every arm); "
                         "the others are reported unadjusted, as exploratory")
     r.add_argument("--added", metavar="FILE",
@@ -168,7 +171,6 @@ def cmd_scales(args) -> None:
     from iattention.experiments.arms import check_overrides, resolve_arms
     from iattention.experiments.scales import measure
     from iattention.train import load_config
-    from iattention.train.cli import data_overrides
     from iattention.utils.atomic import write_text
 
     arms = resolve_arms(args.arms, args.arms_file)
@@ -177,10 +179,8 @@ def cmd_scales(args) -> None:
     heads = args.heads or [load_config(args.preset, None, list(args.overrides)).model.n_head]
     for h in heads:
         for arm in arms:
-            cfg = load_config(args.preset, None, [*arm.overrides, f"model.n_head={h}", f"train.seed={args.seed}",
-                                                  *args.overrides, *data_overrides(args)])
-            if cfg.model.n_embd % h:
-                raise UserError(f"--heads {h} does not divide n_embd={cfg.model.n_embd}; pick head counts that do")
+            cfg = with_flags(load_config(args.preset, None, [*arm.overrides, f"model.n_head={h}",
+                                                             f"train.seed={args.seed}", *args.overrides]), args)
             for kind, m in measure(cfg, args.steps).items():
                 rows.append(dict(arm=arm.name, n_head=h, kind=kind, **m))
                 print(f"{arm.name:<22} h={h:<2} {kind:<9} rms0 {m['rms0']:.4f}  update {m['update']:.2e}  "
@@ -203,7 +203,6 @@ def cmd_scales(args) -> None:
 
 def cmd_sweep(args) -> None:
     from iattention.experiments.sweep import run_sweep
-    from iattention.train.cli import data_overrides
 
     _check_heads(args)
     specs = _specs(args)

@@ -1,5 +1,5 @@
 """Conditioning study: how well-conditioned are the fixed blocks, and what does canonicalizing cost
-in float32 and bfloat16?  python -m iattention.interop.conditioning --checkpoint RUN/best.safetensors
+in float32 and bfloat16?  python -m iattention.experiments.conditioning --checkpoint RUN/best.safetensors
 
 For (a) a GPT-2-small-shaped model initialized the way `transformers` initializes GPT-2 and (b) a model
 trained by our pipeline, for blocks `aligned` and `pivoted`: the distribution of condition numbers over
@@ -29,7 +29,7 @@ def _ppl(model, tokens, block, dtype) -> float:
 
 
 def study(model, tokens, label: str, block_size: int) -> dict:
-    model = model.double().eval()
+    model = copy.deepcopy(model).double().eval()  # never change the caller's model
     out = {"model": label, "tokens": int(len(tokens) - 1), "blocks": {}}
     base = {dt: _ppl(model, tokens, block_size, getattr(torch, dt))
             for dt in ("float32", "bfloat16")}

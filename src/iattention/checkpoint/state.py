@@ -7,6 +7,7 @@ Nothing is unpickled on load, so a checkpoint cannot run code. Files are written
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -52,31 +53,40 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
     write_with(path, write)
 
 
-def read_meta(path: str | Path) -> dict:
-    path = Path(path)
+@contextmanager
+def _reading(path: Path):
+    """A missing, corrupt, truncated or foreign file is one line naming it."""
     try:
-        with safe_open(str(path), framework="pt") as f:
-            raw = (f.metadata() or {}).get("iattention")
+        yield
     except FileNotFoundError:
         raise UserError(f"checkpoint {path} does not exist; check the path") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); "
                         "delete it and resume from another checkpoint or retrain") from None
+
+
+def read_meta(path: str | Path) -> dict:
+    path = Path(path)
+    with _reading(path), safe_open(str(path), framework="pt") as f:
+        raw = (f.metadata() or {}).get("iattention")
     if not raw:
         raise UserError(f"{path} is a safetensors file but not an iattention checkpoint; "
                         "convert it with `iattn convert`")
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise UserError(f"checkpoint {path} has corrupt metadata (not a JSON object); delete it and resume from "
+                        "another checkpoint or retrain")
     if meta.get("format") != FORMAT:
         raise UserError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT}")
     return meta
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    try:
+    with _reading(Path(path)):
         return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); "
-                        "delete it and resume from another checkpoint or retrain") from None
 
 
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:

@@ -1,0 +1,202 @@
+"""The run folder: the one owner of every file a run writes and every command reads back.
+
+    config.yaml      the resolved run config (written first)
+    metrics.jsonl    one record per evaluation;  steps.jsonl: loss and lr of every optimizer step
+    last.safetensors resumable state;  best.safetensors: best-validation weights
+    tokenizer.json   the run's own bpe tokenizer (bpe:N runs)
+    arm.json         the study arm a sweep ran it as
+    summary.json     written last: its presence (for the config's epochs) means "finished"
+    tb/              TensorBoard events;  .lock: the process that owns the folder now
+
+Each file is read here and only here, checked against its shape: a corrupt, empty or foreign file is a
+one-line `UserError` naming the file and the fix, never a traceback. "Is this folder the same run as
+this config?" is answered here too (`mismatch`, `check_for`), from `config/identity.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+from iattention.config.identity import config_mismatch, extends
+from iattention.config.load import config_from_dict
+from iattention.config.run import RunConfig
+from iattention.errors import UserError
+from iattention.utils.atomic import write_json, write_text
+
+CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
+LAST, BEST, ARM, TOKENIZER, TENSORBOARD = "last.safetensors", "best.safetensors", "arm.json", "tokenizer.json", "tb"
+# What every reader of summary.json relies on (key: accepted types).
+SUMMARY_SCHEMA = {"config": (dict,), "attention": (str,), "n_head": (int,), "seed": (int,),
+                  "best_val_ppl": (int, float), "best_epoch": (int,), "epochs_run": (int,)}
+
+
+def _read_text(path: Path, what: str, fix: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text file ({what} must be UTF-8); {fix}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder, not {what}; {fix}") from None
+
+
+def read_json_object(path: Path, what: str, fix: str, schema: dict | None = None) -> dict:
+    """A JSON file that must hold an object with `schema`'s keys and types; anything else is one line."""
+    text = _read_text(path, what, fix)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is corrupt ({what} is not valid JSON: {e.msg}); {fix}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path} is corrupt ({what} must be a JSON object, got {type(obj).__name__}); {fix}")
+    for key, types in (schema or {}).items():
+        value = obj.get(key)
+        if key not in obj or not isinstance(value, types) or isinstance(value, bool) and bool not in types:
+            got = "missing" if key not in obj else f"{type(value).__name__} {value!r}"[:60]
+            raise UserError(f"{path} is corrupt ({what} key {key!r}: {got}); {fix}")
+    return obj
+
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # ------------------------------------------------------------- config.yaml
+    def read_config(self) -> dict | None:
+        """The saved run config as a dict; None when the folder holds none."""
+        path = self / CONFIG
+        if not path.is_file() and not path.is_dir():
+            return None
+        fix = "delete the folder or choose another --out"
+        try:
+            loaded = yaml.safe_load(_read_text(path, "a run config", fix))
+        except yaml.YAMLError:
+            raise UserError(f"{path} is corrupt (not valid YAML); {fix}") from None
+        if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
+            raise UserError(f"{path} is corrupt (a run config is a mapping of sections model:, data:, optim:, "
+                            f"train:); {fix}")
+        return loaded
+
+    def run_config(self) -> RunConfig:
+        raw = self.read_config()
+        if raw is None:
+            raise UserError(f"{self.path} holds no run (no {CONFIG}); check the folder")
+        return config_from_dict(raw)
+
+    def write_config(self, cfg: dict) -> None:
+        write_text(self / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
+
+    # ------------------------------------------------------------- identity
+    def check_for(self, cfg: dict, resume: bool) -> bool:
+        """Refuse a folder that holds another run; True when --resume extends the run there to more epochs."""
+        old = self.read_config()
+        if old is None:
+            return False
+        if not resume:
+            raise UserError(f"output folder {self.path} already holds a run; pass --resume to continue it or "
+                            "choose another --out")
+        diff = config_mismatch(old, cfg)
+        if diff and extends(old, cfg):
+            return True
+        if diff:
+            raise UserError(f"output folder {self.path} holds a run with another config ({diff}); use the same "
+                            "config to resume (or the same with more train.epochs to extend it), or choose another "
+                            "--out")
+        return False
+
+    # ------------------------------------------------------------- summary.json
+    def has_summary(self) -> bool:
+        return (self / SUMMARY).exists()
+
+    def read_summary(self) -> dict | None:
+        """The finished run's summary; None when there is none yet."""
+        if not self.has_summary():
+            return None
+        return read_json_object(self / SUMMARY, "a run summary", "rerun that run (iattn sweep or "
+                                "iattn train --resume finishes it again)", SUMMARY_SCHEMA)
+
+    def finished(self, epochs: int) -> dict | None:
+        """The summary when it is one of `epochs` epochs (or an early stop); a shorter one is what an
+        extension leaves when it dies after rewriting config.yaml: not finished."""
+        summary = self.read_summary()
+        if summary and (summary["epochs_run"] >= epochs or summary.get("stopped_early")):
+            return summary
+        return None
+
+    def summary_mismatch(self, want: dict) -> str | None:
+        """None if the finished run here is the run `want` (a resolved config dict) describes."""
+        return config_mismatch(self.read_summary()["config"], want)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json(self / SUMMARY, summary)
+
+    def drop_summary(self) -> None:
+        (self / SUMMARY).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------- metrics.jsonl, steps.jsonl
+    def read_records(self, name: str = METRICS, max_step: float = math.inf) -> list[dict]:
+        """The records of a .jsonl log up to max_step. A torn last line (a crash mid-append by older
+        versions) is dropped; any other line that is not a JSON object with a step is corrupt."""
+        path = self / name
+        if not path.exists():
+            return []
+        lines = _read_text(path, "a run log", "delete it and rerun the run").splitlines()
+        out = []
+        for i, line in enumerate(lines):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    continue
+                raise UserError(f"{path} is corrupt (line {i + 1} is not JSON); delete it and rerun the run") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("step", 0), int):
+                raise UserError(f"{path} is corrupt (line {i + 1} is not a record with a step); delete it and "
+                                "rerun the run")
+            if rec.get("step", 0) <= max_step:
+                out.append(rec)
+        return out
+
+    def write_records(self, name: str, records: list[dict]) -> None:
+        write_text(self / name, "".join(json.dumps(r) + "\n" for r in records))
+
+    # ------------------------------------------------------------- arm.json
+    def read_arm(self) -> dict | None:
+        if not (self / ARM).exists():
+            return None
+        arm = read_json_object(self / ARM, "an arm record", 'rewrite it as {"arm": NAME, "overrides": [...]}',
+                               {"arm": (str,), "overrides": (list,)})
+        if not all(isinstance(o, str) for o in arm["overrides"]):
+            raise UserError(f"{self / ARM} is corrupt (overrides must be strings); rewrite it as "
+                            '{"arm": NAME, "overrides": [...]}')
+        return arm
+
+    def write_arm(self, arm: dict) -> None:
+        write_json(self / ARM, arm)
+
+    # ------------------------------------------------------------- checkpoints and housekeeping
+    def weights(self) -> Path | None:
+        """The file whose weights stand for this folder: best, then an exported model, then last."""
+        for name in (BEST, "model.safetensors", LAST):
+            if (self / name).is_file():
+                return self / name
+        return None
+
+    def clean_temp(self) -> None:
+        """Temp files of a write that a crash cut short."""
+        for stale in self.path.glob(".*.tmp"):
+            stale.unlink()
+
+    def lock(self):
+        from iattention.utils.lock import RunLock
+
+        return RunLock(self.path).acquire()

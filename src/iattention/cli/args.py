@@ -1,0 +1,100 @@
+"""What every command module shares: argparse types, the parser class, the data flags, head checks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from iattention.errors import UserError
+
+
+def int_list(minimum: int = 1):
+    """argparse type: comma-separated integers, each >= minimum."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if not values or any(v < minimum for v in values):
+            raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
+        return values
+
+    return parse
+
+
+ints = int_list(1)  # comma-separated integers >= 1
+
+
+def int_at_least(minimum: int):
+    """argparse type: one integer >= minimum."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def str_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, unless it has none or its help already names it."""
+
+    def _get_help_string(self, action):
+        if any(action.default is x for x in (None, False, argparse.SUPPRESS)) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (not the usage block) and exit code 2."""
+
+    def error(self, message):
+        print(f"iattn: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_data_flags(p) -> None:
+    p.add_argument("--data-dir", help="folder with WikiText-2 files (default: $IATTN_DATA_DIR, else the folder a run "
+                                      "recorded, else download)")
+    p.add_argument("--tokenizer-file", help="local r50k_base.tiktoken for the gpt2 tokenizer "
+                                            "(default: $IATTN_TOKENIZER_FILE or DATA_DIR/tokenizers/)")
+
+
+def with_flags(cfg, args):
+    """The run config with what --data-dir, --tokenizer-file and --init-from say, set on a copy (the values as
+    given, made absolute; no round trip through override strings)."""
+    import dataclasses
+
+    data = {k: os.path.abspath(v) for k in ("data_dir", "tokenizer_file") if (v := getattr(args, k, None))}
+    train = {"init_from": args.init_from} if getattr(args, "init_from", None) else {}
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data),
+                               train=dataclasses.replace(cfg.train, **train))
+
+
+def data_overrides(args) -> list[str]:
+    """--data-dir and --tokenizer-file as overrides, for a command that hands them to `iattn train` child
+    processes (sweep, compare)."""
+    out = []
+    if getattr(args, "data_dir", None):
+        out.append(f"data.data_dir={os.path.abspath(args.data_dir)}")
+    if getattr(args, "tokenizer_file", None):
+        out.append(f"data.tokenizer_file={os.path.abspath(args.tokenizer_file)}")
+    return out
+
+
+def check_heads(heads: list[int], n_embd: int, preset: str) -> None:
+    """--heads of a command against a preset's width, before anything runs (GPTConfig says the same per run)."""
+    for h in heads:
+        if n_embd % h:
+            raise UserError(f"--heads {h}: n_embd={n_embd} of preset {preset} is not divisible by n_head={h}; "
+                            f"pick head counts that divide {n_embd}")

@@ -1,0 +1,98 @@
+"""`iattn bench`: every variant x head count in one process, as ratios to standard and to HF GPT-2
+(the runner is bench/runner.py, the tables bench/tables.py)."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+import torch
+
+from iattention.bench.runner import bench_spec, run_bench
+from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
+from iattention.cli.args import check_heads, int_at_least, ints, str_list
+from iattention.errors import UserError
+from iattention.utils.hardware import device_name
+
+
+def cmd_generation_bench(args) -> None:
+    from iattention.bench.generation import generation_bench
+    from iattention.utils.atomic import write_json
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = generation_bench(args.preset, args.attention, args.heads, args.generate, rounds=args.rounds,
+                            reference=not args.no_reference)
+    result = dict(kind="generation", preset=args.preset, device="cpu", device_name=device_name(torch.device("cpu")),
+                  torch=torch.__version__, threads=torch.get_num_threads(), rounds=args.rounds,
+                  date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]), rows=rows)
+    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+        f"cpu-{args.preset}-generate-{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
+    write_json(out, result)
+    print()
+    print(generation_table(rows))
+    print(f"\nwrote {out}")
+    if args.markdown:
+        marker = f"<!-- bench:generate:{args.preset} -->"
+        section = (f"{marker}\n## Generation on {result['device_name']} ({args.preset}, {result['date']})\n\n"
+                   f"Command: `{result['command']}` — raw numbers: `{out}`. Greedy decoding, batch 1, a "
+                   f"{rows[0]['prompt_tokens']}-token random prompt, {args.generate} new tokens, random-init "
+                   f"weights; median over {args.rounds} interleaved rounds.\n\n{generation_table(rows)}\n")
+        replace_section(Path(args.markdown), marker, section)
+        print(f"updated {args.markdown}")
+
+
+def cmd_bench(args) -> None:
+    from iattention.attention.registry import variant_names
+    from iattention.utils.atomic import write_json
+
+    args.attention = args.attention or list(variant_names())
+    bad = [a for a in args.attention if a not in variant_names()]
+    if bad:
+        raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(variant_names())}")
+    if "standard" not in args.attention:
+        args.attention = ["standard", *args.attention]
+    if args.generate:
+        return cmd_generation_bench(args)
+    d = bench_spec(args.preset)["model"]["n_embd"]
+    check_heads(args.heads, d, args.preset)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
+                       reference=not args.no_reference, rounds=args.rounds)
+    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}-"
+        f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
+    write_json(out, result)
+    print()
+    print(table(result))
+    print(f"\nwrote {out}")
+    if args.markdown:
+        update_benchmarks_md(Path(args.markdown), result, out)
+        print(f"updated {args.markdown}")
+
+
+def register(sub) -> None:
+    from iattention.config import preset_names
+
+    p = sub.add_parser("bench", help="training/forward tokens/s, memory, FLOPs, MFU vs standard and HF GPT-2",
+                       description="Benchmark every attention variant x head count in one process, with the "
+                                   "Hugging Face GPT2LMHeadModel of the same shape as reference. Writes JSON to "
+                                   "benchmarks/results/ (or --json) and optionally a section of BENCHMARKS.md.")
+    p.add_argument("--preset", default="cpu-study", help=f"model shape of a preset: {', '.join(preset_names())}")
+    p.add_argument("--attention", type=str_list, default=None,
+                   help="comma-separated variants (default: every registered one)")
+    p.add_argument("--heads", type=ints, default=[1, 4, 8])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")
+    p.add_argument("--windows", type=int, default=5, help="timed windows (the median is reported)")
+    p.add_argument("--steps", type=int, default=3, help="steps per timed window")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
+    p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
+                   help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")
+    p.add_argument("--json", help="result file (default benchmarks/results/<device>-<preset>-<date>.json)")
+    p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
+    p.set_defaults(func=cmd_bench)

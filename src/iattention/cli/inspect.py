@@ -1,0 +1,23 @@
+"""`iattn inspect`."""
+
+from __future__ import annotations
+
+
+def cmd_inspect(args) -> None:
+    from iattention.lab.inspect import inspect_runs
+
+    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):
+        print(f"wrote {path}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("inspect", help="attention patterns on a prompt and head spectra of trained runs",
+                       description="For each run (run folder, checkpoint, converted or HF GPT-2 folder): its "
+                                   "attention pattern on --prompt for every layer and head, and the singular "
+                                   "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "
+                                   "iattention.model.inspect.run_with_cache(model, ids).")
+    p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run)")
+    p.add_argument("--prompt", required=True, help="text whose attention patterns are drawn")
+    p.add_argument("--out", default="inspect", help="folder for the figures and spectra.md (default: inspect)")
+    p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
+    p.set_defaults(func=cmd_inspect)

@@ -1,0 +1,72 @@
+"""Run identity: whether a saved config and a new one describe the same run (or one extending it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+from iattention.config.run import RunConfig
+
+# Keys that say where or how fast a run executes, not what it computes: a run may resume on
+# another machine (other paths, thread count) and still be the same run.
+EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard")}
+
+
+@functools.cache
+def _defaults() -> dict[str, dict]:
+    """Each section's default values (read only)."""
+    return {f.name: {x.name: getattr(f.default_factory(), x.name) for x in dataclasses.fields(f.default_factory())}
+            for f in dataclasses.fields(RunConfig)}
+
+
+def config_identity(d: dict | None) -> dict | None:
+    """A resolved config dict without its execution-only keys, and without keys at their default value,
+    so a run recorded before a key existed is the same run as one that has the key at its default."""
+    if not isinstance(d, dict):
+        return d
+    defaults = _defaults()
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())
+                   and not (k in defaults.get(sec, {}) and defaults[sec][k] == v)}
+                  if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
+def extends(old: dict | None, new: dict) -> bool:
+    """True when `new` is `old` trained for more epochs (all else equal): a finished or running run
+    that --resume may continue."""
+    if not isinstance(old, dict):
+        return False
+    a, b = json.loads(json.dumps(config_identity(old))), json.loads(json.dumps(config_identity(new)))
+    ea, eb = a.get("train", {}).pop("epochs", 1), b.get("train", {}).pop("epochs", 1)
+    return a == b and eb > ea
+
+
+def _first_difference(a, b, where="") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{where}{k}.")
+    return f"{where.rstrip('.')}: {a!r} there vs {b!r} here"
+
+
+def _with_defaults(d: dict) -> dict:
+    """A config dict with every key its section's dataclass has (missing ones at their default)."""
+    return {sec: ({**_defaults().get(sec, {}), **vals} if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
+def config_mismatch(old: dict | None, new: dict) -> str | None:
+    """None when two resolved configs describe the same run, else the first differing key (a key
+    one of them lacks is shown at its default value)."""
+    a, b = config_identity(old), config_identity(new)
+    if a == b:
+        return None
+    if isinstance(old, dict) and isinstance(new, dict):
+        return _first_difference(config_identity_keep_defaults(old), config_identity_keep_defaults(new))
+    return _first_difference(a, b)
+
+
+def config_identity_keep_defaults(d: dict) -> dict:
+    """config_identity's execution-key filter only, on a dict completed with defaults (for messages)."""
+    full = _with_defaults(d)
+    return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())}
+                  if isinstance(vals, dict) else vals) for sec, vals in full.items()}

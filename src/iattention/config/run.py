@@ -1,0 +1,88 @@
+"""Run configuration: typed nested dataclasses (model, data, optim, train). Loading them from presets,
+YAML and overrides is `config/load.py`; whether two configs describe the same run is `config/identity.py`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from iattention.config.model import GPTConfig
+from iattention.data.config import DataConfig
+from iattention.errors import UserError
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to min_lr_ratio * lr ("GPT-style")."""
+
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1  # on matrices only (dim >= 2); biases, LayerNorms excluded
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables
+    decay_attention: bool = True  # False: no weight decay on attention matrices (see train/optim.py)
+    attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
+
+
+    def __post_init__(self) -> None:
+        checks = (("lr", self.lr > 0, "> 0", "optim.lr=6e-4"),
+                  ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "in [0, 1]", "optim.min_lr_ratio=0.1"),
+                  ("warmup_steps", self.warmup_steps >= 0, ">= 0", "optim.warmup_steps=100"),
+                  ("weight_decay", self.weight_decay >= 0, ">= 0", "optim.weight_decay=0.1"),
+                  ("beta1", 0 <= self.beta1 < 1, "in [0, 1)", "optim.beta1=0.9"),
+                  ("beta2", 0 <= self.beta2 < 1, "in [0, 1)", "optim.beta2=0.95"),
+                  ("grad_clip", self.grad_clip >= 0, ">= 0 (0 disables clipping)", "optim.grad_clip=1.0"))
+        _check("optim", self, checks)
+
+
+def _check(section: str, obj, checks) -> None:
+    for name, ok, rule, example in checks:
+        value = getattr(obj, name)
+        if isinstance(value, float) and not math.isfinite(value) or not ok:
+            raise UserError(f"{section}.{name} must be {rule}, got {value!r}; e.g. {example}")
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class LoopConfig:
+    epochs: int = 1
+    batch_size: int = 32  # global batch, in windows of block_size tokens
+    grad_accum: int = 1
+    seed: int = 0
+    eval_every_steps: int = 0  # extra validation evals between epochs (0: only at epoch ends)
+    ckpt_every_steps: int = 0  # extra resumable checkpoints between epochs
+    eval_batch_size: int = 32
+    patience: int = 0  # early stopping after this many epochs without improvement (0: off)
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    amp: bool = True  # bf16 autocast on CUDA
+    amp_cpu: bool = False  # bf16 autocast on CPU too (AMX: 1.3-1.8x faster here, but other numbers; BENCHMARKS.md)
+    threads: int = 0  # torch CPU threads (0: torch default)
+    tensorboard: bool = True
+    skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
+    init_from: str = ""  # start from these weights (our checkpoint/run folder or an HF GPT-2 folder), not a fresh init
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise UserError(f"train.device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        checks = [(n, getattr(self, n) >= 1, ">= 1", f"train.{n}=32") for n in
+                  ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
+        checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
+                    f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads")]
+        _check("train", self, checks)
+
+
+@dataclass
+class RunConfig:
+    model: GPTConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

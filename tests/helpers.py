@@ -1,0 +1,59 @@
+"""What the tests share: small models, a synthetic corpus, the overrides of a tiny run, the shared data."""
+
+import os
+
+import torch
+
+from iattention import GPT, GPTConfig
+
+SHARED_DATA = os.environ.get("IATTN_DATA_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+def make_model(dtype=torch.float64, scale=0.3, **kw) -> GPT:
+    """A small model with weights large enough that attention visibly shapes the logits."""
+    cfg = GPTConfig(**{**dict(n_layer=2, n_head=3, n_embd=48, vocab_size=97, block_size=16), **kw})
+    model = GPT(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and "wte" not in name:
+                p.normal_(0.0, scale / p.shape[-1] ** 0.5 * 4)
+    return model
+
+
+def max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def shared_data_dir() -> str | None:
+    path = os.path.abspath(SHARED_DATA)
+    return path if os.path.isdir(os.path.join(path, "wikitext-2-v1")) else None
+
+
+def write_corpus(folder, n_train=6000, n_eval=1500, seed=0) -> dict:
+    """Small synthetic corpus with learnable structure (byte tokenizer friendly)."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "to", "park", "and", "then", "slept", "."]
+
+    def text(n):
+        out = []
+        while sum(len(w) + 1 for w in out) < n:
+            out += rng.choice([["the", "cat", "sat", "on", "the", "mat", "."],
+                               ["a", "dog", "ran", "to", "the", "park", "."],
+                               [rng.choice(words) for _ in range(5)]])
+        return " ".join(out)[:n] + "\n"
+
+    paths = {}
+    for split, n in (("train", n_train), ("valid", n_eval), ("test", n_eval)):
+        p = os.path.join(folder, f"{split}.txt")
+        with open(p, "w") as f:
+            f.write(text(n))
+        paths[split] = p
+    return paths
+
+
+def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
+    base = ["data.dataset=text", f"data.train={paths['train']}", f"data.valid={paths['valid']}",
+            f"data.test={paths['test']}", "data.tokenizer=byte", "data.train_tokens=0", f"data.cache_dir={cache_dir}"]
+    return base + [f"{k}={v}" for k, v in extra.items()]
