@@ -136,37 +136,26 @@ def bench_spec(preset: str) -> dict:
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 
-def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
-              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
-    from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
+def _row(label, attention, h, cfg, timing, n_params, peak) -> dict:
+    from iattention.bench.flops import executed_flops_per_token, nanogpt_flops_per_token
+
+    flops = executed_flops_per_token(cfg)
+    row = dict(model=label, attention=attention, n_head=h, params=n_params,
+               train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
+               train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
+               executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
+               achieved_tflops=flops * timing.train_tokens_per_s / 1e12)
+    if peak:
+        row["mfu_nanogpt"] = row["nanogpt_flops_per_token"] * timing.train_tokens_per_s / (peak * 1e12)
+        row["mfu_executed"] = flops * timing.train_tokens_per_s / (peak * 1e12)
+    return row
+
+
+def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool) -> list:
+    """(label, attention, heads, cfg, model, loss_fn, params) of every configuration to time."""
     from iattention.config import GPTConfig
 
-    spec = bench_spec(preset)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
-    dev = torch.device(device)
-    amp = dev.type == "cuda"
-    allow_tf32(dev)
-    name = device_name(dev)
-    peak = device_peak_tflops(name) if amp else None
-    load_before = os.getloadavg()
-    rows = []
-
-    def record(label, attention, h, cfg, timing, n_params):
-        flops = executed_flops_per_token(cfg)
-        row = dict(model=label, attention=attention, n_head=h, params=n_params,
-                   train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
-                   train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
-                   executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
-                   achieved_tflops=flops * timing.train_tokens_per_s / 1e12)
-        if peak:
-            row["mfu_nanogpt"] = row["nanogpt_flops_per_token"] * timing.train_tokens_per_s / (peak * 1e12)
-            row["mfu_executed"] = flops * timing.train_tokens_per_s / (peak * 1e12)
-        rows.append(row)
-        log(f"{label:<13} {attention:<11} h={h:<3} train {timing.train_tokens_per_s:>10,.0f} tok/s   "
-            f"forward {timing.forward_tokens_per_s:>10,.0f} tok/s")
-
-    entries = []  # (label, attention, heads, cfg, model, loss_fn, params)
+    entries = []
     for h in heads:
         base = GPTConfig(n_head=h, **spec["model"])
         for attention in attentions:
@@ -180,25 +169,14 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
             if model is not None:
                 entries.append(("hf-gpt2", "standard", h, cfg, model, loss_fn,
                                 sum(p.numel() for p in model.parameters())))
-    # Rounds interleave the configurations so that drift of the machine hits all of them alike;
-    # each configuration's figure is the median over all its timed windows.
-    # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
-    timings: dict[int, list] = {i: [] for i in range(len(entries))}
-    for rnd in range(rounds):
-        order = list(enumerate(entries))
-        for i, (_, _, _, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
-            timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
-                                         windows, steps, amp=amp))
-    for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
-        ts = timings[i]
-        train = [r for t in ts for r in t.train_window_tokens_per_s]
-        merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
-                        max((t.peak_memory_mb or 0) for t in ts) or None)
-        record(label, attention, h, cfg, merged, n_params)
-    # Ratios are paired: within each round every configuration was timed back to back, so the
-    # ratio of two round medians cancels drift of the machine that is slower than a round. Every ratio
-    # the table prints is this one definition: the median over rounds of the within-round ratio, with
-    # the smallest and largest round's ratio (bench_ratio).
+    return entries
+
+
+def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
+    """Ratios are paired: within each round every configuration was timed back to back, so the
+    ratio of two round medians cancels drift of the machine that is slower than a round. Every ratio
+    the table prints is this one definition: the median over rounds of the within-round ratio, with
+    the smallest and largest round's ratio (bench_ratio)."""
     round_rate = {i: {key: [getattr(t, key) for t in timings[i]]
                       for key in ("train_tokens_per_s", "forward_tokens_per_s")} for i in timings}
     for i, row in enumerate(rows):
@@ -213,9 +191,43 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
                 row[f"{key}_vs_{against}"] = r["ratio"]
                 row[f"{key}_vs_{against}_rounds"] = r["rounds"]
                 row[f"{key}_vs_{against}_noisy"] = r["noisy"]
-    load_after = os.getloadavg()
+
+
+def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
+              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
+    from iattention.bench.flops import device_peak_tflops
+
+    spec = bench_spec(preset)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
+    dev = torch.device(device)
+    amp = dev.type == "cuda"
+    allow_tf32(dev)
+    name = device_name(dev)
+    peak = device_peak_tflops(name) if amp else None
+    load_before = os.getloadavg()
+    entries = _entries(spec, attentions, heads, dev, compile, reference)
+    # Rounds interleave the configurations so that drift of the machine hits all of them alike;
+    # each configuration's figure is the median over all its timed windows.
+    # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
+    timings: dict[int, list] = {i: [] for i in range(len(entries))}
+    for rnd in range(rounds):
+        order = list(enumerate(entries))
+        for i, (_, _, _, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+            timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
+                                         windows, steps, amp=amp))
+    rows = []
+    for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
+        ts = timings[i]
+        train = [r for t in ts for r in t.train_window_tokens_per_s]
+        merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
+                        max((t.peak_memory_mb or 0) for t in ts) or None)
+        rows.append(_row(label, attention, h, cfg, merged, n_params, peak))
+        log(f"{label:<13} {attention:<11} h={h:<3} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
+            f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s")
+    _add_ratios(rows, timings)
     return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
-                loadavg_before=load_before, loadavg_after=load_after, noise_threshold=NOISE_SPREAD,
+                loadavg_before=load_before, loadavg_after=os.getloadavg(), noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,
                 date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]) if
