@@ -31,6 +31,19 @@ def env(tmp_path_factory):
     cfg_text = (other / "config.yaml").read_text().replace("n_embd: 32", "n_embd: 16")
     (other / "config.yaml").write_text(cfg_text)
     (other / "summary.json").unlink()
+    (root / "a_folder").mkdir()
+    (root / "binary.yaml").write_bytes(b"\x00\x01\xff\xfe")
+    (root / "latin1.yaml").write_bytes(b"train:\n  epochs: 1  # caf\xe9\n")
+    (root / "twice_key.yaml").write_text("train:\n  epochs: 1\n  epochs: 2\n")
+    (root / "twice_section.yaml").write_text("train:\n  epochs: 1\ntrain:\n  seed: 2\n")
+    (root / "int_keys.yaml").write_text("1: 2\n")
+    (root / "twice_arm.yaml").write_text("a: [model.attention=standard]\na: [model.attention=canonical]\n")
+    os.mkfifo(root / "fifo")
+    lock_dir = root / "lock_dir"  # an unfinished run whose .lock is a folder
+    shutil.copytree(root / "done", lock_dir)
+    (lock_dir / "summary.json").unlink()
+    (lock_dir / ".lock").unlink(missing_ok=True)
+    (lock_dir / ".lock").mkdir()
     locked = root / "locked"
     locked.mkdir()
     immutable = subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode == 0
@@ -110,6 +123,62 @@ CASES = {
     "params of a preset with heads it cannot take": (lambda e: ["params", "--preset", "tiny", "--heads", "3"],
                                                      "not divisible by n_head=3"),
     "unrecognized argument": (lambda e: _train(e, "--fast"), "unrecognized arguments: --fast"),
+    # Issue 23: values too large for torch's C integers, or for memory.
+    "seed beyond a 64-bit integer": (lambda e: _train(e, f"train.seed={10**23}"), "train.seed must be < 2^63"),
+    "thread count beyond a C int": (lambda e: _train(e, f"train.threads={10**20}"), "train.threads must be <= 4096"),
+    "generate --seed beyond a 64-bit integer": (
+        lambda e: ["generate", str(e["root"] / "done"), "--prompt", "the", "--seed", str(10**23)],
+        "argument --seed: expected an integer <= 9223372036854775807"),
+    "scales --seed beyond a 64-bit integer": (
+        lambda e: ["scales", "--preset", "tiny", *e["ov"], "--seed", str(10**23)],
+        "argument --seed: expected an integer <="),
+    "a vocabulary larger than memory": (lambda e: _train(e, "model.vocab_size=100000000000"),
+                                        "needs 11920.9 GiB for its float32 weights alone"),
+    # Issue 23: paths that are not what they should be.
+    "train --out under a file": (lambda e: _train(e, out="a_file/run"), "a part of that path is a file"),
+    "report --out under a file": (
+        lambda e: ["report", str(e["root"] / "done"), "--out", str(e["root"] / "a_file" / "r")], "lies under"),
+    "lab --out under a file": (lambda e: ["lab", "copy", "--out", str(e["root"] / "a_file" / "lab")], "lies under"),
+    "convert --out under a file": (
+        lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out",
+                   str(e["root"] / "a_file" / "c")], "cannot write into"),
+    "scales --out a folder": (lambda e: ["scales", "--preset", "tiny", *e["ov"], "--out", str(e["root"] / "a_folder")],
+                              "is a folder; give a file name"),
+    "an empty --out": (lambda e: ["train", "--preset", "tiny", "--out", "", *e["ov"]], "expected a path, got an empty"),
+    "config file that is a folder": (lambda e: ["train", "--config", str(e["root"] / "a_folder"), "--out",
+                                                str(e["root"] / "x")], "is a folder, not a file"),
+    "config file that is binary": (lambda e: ["train", "--config", str(e["root"] / "binary.yaml"), "--out",
+                                              str(e["root"] / "x")], "is not UTF-8 text"),
+    "config file that is not UTF-8": (lambda e: ["train", "--config", str(e["root"] / "latin1.yaml"), "--out",
+                                                 str(e["root"] / "x")], "is not UTF-8 text (byte 25)"),
+    "config file with non-string keys": (lambda e: ["train", "--config", str(e["root"] / "int_keys.yaml"), "--out",
+                                                    str(e["root"] / "x")], "unknown config section(s) [1]"),
+    "config key given twice": (lambda e: _train(e, "--config", str(e["root"] / "twice_key.yaml")),
+                               "key 'epochs' appears twice in one mapping at line 3"),
+    "config section given twice": (lambda e: _train(e, "--config", str(e["root"] / "twice_section.yaml")),
+                                   "key 'train' appears twice in one mapping at line 3"),
+    "arms file that is a folder": (
+        lambda e: ["sweep", "--preset", "tiny", "--arms", "a", "--arms-file", str(e["root"] / "a_folder"), "--out",
+                   str(e["root"] / "sw"), *e["ov"]], "arms file"),
+    "arm defined twice in an arms file": (
+        lambda e: ["sweep", "--preset", "tiny", "--arms", "a", "--arms-file", str(e["root"] / "twice_arm.yaml"),
+                   "--out", str(e["root"] / "sw"), *e["ov"]], "key 'a' appears twice"),
+    "arm named twice": (lambda e: ["sweep", "--preset", "tiny", "--arms", "standard,standard", "--out",
+                                   str(e["root"] / "sw"), *e["ov"]], "arm names repeat"),
+    "no arm at all": (lambda e: ["sweep", "--preset", "tiny", "--arms", ",", "--out", str(e["root"] / "sw"), *e["ov"]],
+                      "expected comma-separated names, got ','"),
+    "a FIFO as the train file": (lambda e: _train(e, f"data.train={e['root'] / 'fifo'}"), "is not a regular file"),
+    "data.cache_dir that is a file": (lambda e: _train(e, f"data.cache_dir={e['root'] / 'a_file'}"),
+                                      "is a file, not a folder; point data.cache_dir"),
+    "a run's .lock that is a folder": (lambda e: _train(e, out="lock_dir", resume=True), "is a folder; remove it"),
+    "a prompt that is not UTF-8": (
+        lambda e: ["generate", str(e["root"] / "done"), "--prompt", b"\xff\xfe".decode("utf-8", "surrogateescape")],
+        "argument --prompt: expected UTF-8 text"),
+    "a top-p of 0": (lambda e: ["generate", str(e["root"] / "done"), "--prompt", "a", "--top-p", "0"],
+                     "expected a probability in (0, 1]"),
+    "bench --windows 0": (lambda e: ["bench", "--preset", "tiny", "--windows", "0"], "expected an integer >= 1, got 0"),
+    "bench --rounds 0": (lambda e: ["bench", "--preset", "tiny", "--rounds", "0"], "expected an integer >= 1, got 0"),
+    "bench --threads -1": (lambda e: ["bench", "--preset", "tiny", "--threads", "-1"], "expected an integer >= 0"),
     "convert to an existing folder": (
         lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out", str(e["root"] / "done")],
         "already exists"),
@@ -164,3 +233,63 @@ def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch
     meta = checkpoint.read_meta(out / "last.safetensors")  # the first checkpoint, intact
     assert meta["state"]["step"] == 2
     shutil.rmtree(out)
+
+
+def test_disk_full_while_writing_the_lock_is_one_line_and_no_folder(env, monkeypatch, capsys):
+    import errno
+
+    from iattention.utils import lock
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lock.os, "pwrite", full)
+    code = main(_train(env, out="lockfull"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "cannot take the lock" in err[0] and "disk full" in err[0], err
+    assert not (env["root"] / "lockfull").exists()
+
+
+def test_the_lock_is_held_while_the_data_loads(env, monkeypatch, tmp_path):
+    """A second sweep must see a run that is still loading its data as in use (and skip it), so the
+    trainer takes the lock before loading: checked from inside the data loading."""
+    from iattention.train import trainer
+    from iattention.utils.lock import holder
+
+    out, seen = tmp_path / "run", []
+    real = trainer.load_data
+
+    def load_and_look(cfg, *args, **kw):
+        seen.append(holder(out))
+        return real(cfg, *args, **kw)
+
+    monkeypatch.setattr(trainer, "load_data", load_and_look)
+    assert main(["train", "--preset", "tiny", "--out", str(out), "--quiet", *env["ov"]]) == 0
+    assert seen == [str(os.getpid())]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_temps_of_a_killed_writer_are_removed_at_the_next_write_and_a_live_one_is_kept(env, tmp_path, capsys):
+    """A SIGKILLed `report` leaves `.NAME.PID.xxxx.tmp` figures and a killed `convert` a `.NAME.PID.xxxx.conv`
+    folder: the next report / convert of the same target removes them when PID is gone, keeps them if not."""
+    out = tmp_path / "report"
+    out.mkdir()
+    dead, alive = _dead_pid(), os.getppid()
+    stale = out / f".perplexity_vs_epoch.png.{dead}.abcd1234.tmp"
+    live = out / f".perplexity_vs_epoch.png.{alive}.efgh5678.tmp"
+    stale.write_bytes(b"half a png")
+    live.write_bytes(b"another writer's png")
+    assert main(["report", str(env["root"] / "done"), "--out", str(out)]) == 0
+    assert not stale.exists() and live.exists()
+    conv_stale = tmp_path / f".conv.{dead}.abcd1234.conv"
+    conv_stale.mkdir()
+    (conv_stale / "model.safetensors").write_bytes(b"half")
+    assert main(["convert", "--from", str(env["root"] / "done"), "--to", "canonical", "--out",
+                 str(tmp_path / "conv")]) == 0
+    assert not conv_stale.exists() and (tmp_path / "conv" / "model.safetensors").exists()
+    capsys.readouterr()

@@ -23,7 +23,8 @@ def test_a_good_folder_reads_back(tmp_path):
     folder.write_config(cfg)
     folder.write_summary(SUMMARY)
     folder.write_arm({"arm": "standard", "overrides": ["model.attention=standard"]})
-    folder.write_records("metrics.jsonl", [{"step": 1, "val_ppl": 3.0}, {"step": 5, "val_ppl": 2.0}])
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=3.0),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=2.0)])
     assert folder.read_config() == cfg
     assert folder.run_config().to_dict() == cfg
     assert folder.finished(2) == SUMMARY and folder.finished(3) is None
@@ -54,9 +55,11 @@ def test_a_corrupt_file_is_one_line_naming_it(tmp_path, name, content):
     assert name in message and "\n" not in message
 
 
-def test_a_torn_last_log_line_is_dropped_not_fatal(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "val')
-    assert RunFolder(tmp_path).read_records() == [{"step": 1}]
+def test_a_torn_last_log_line_is_refused_not_read_as_a_shorter_run(tmp_path):
+    first = '{"kind": "epoch", "step": 1, "epoch": 1, "val_ppl": 9.0}\n'
+    (tmp_path / "metrics.jsonl").write_text(first + '{"step": 2, "val')
+    with pytest.raises(UserError, match="metrics.jsonl is corrupt \\(line 2"):
+        RunFolder(tmp_path).read_records()
 
 
 def test_checkpoint_metadata_that_is_not_ours_is_refused(tmp_path):

@@ -55,3 +55,16 @@ def test_filter_logits_top_k_and_top_p():
     assert torch.isinf(filter_logits(logits, top_p=0.8)).tolist() == [[False, False, True, True]]
     assert torch.isinf(filter_logits(logits, top_p=0.81)).tolist() == [[False, False, False, True]]
     assert not torch.isinf(filter_logits(logits, top_p=0.01)[0, 0])  # the most likely token always stays
+
+
+@pytest.mark.parametrize("setting", [dict(temperature=1e-300), dict(top_p=1e-300), dict(temperature=1e-300, top_k=3)])
+def test_a_vanishing_temperature_or_top_p_is_greedy_not_nan(setting):
+    """Issue 23: --temperature 1e-300 divided float32 logits by zero and --top-p 1e-300 dropped every token,
+    both a 'probability tensor contains nan' traceback. Their limit is greedy decoding, and so is the result."""
+    from iattention.model.generate import generate
+
+    model = make_model(dtype=torch.float32)
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = generate(model, prompt, 8, temperature=0)
+    sampled = generate(model, prompt, 8, generator=torch.Generator().manual_seed(0), **setting)
+    assert torch.equal(sampled, greedy)

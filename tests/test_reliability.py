@@ -155,6 +155,26 @@ def test_nonfinite_loss_stops_and_names_the_checkpoint(tmp_path, capsys):
     assert f"(step {meta['state']['step']})" in err[0]
 
 
+def test_a_loss_too_large_for_a_perplexity_stops_with_one_line_at_every_resume(tmp_path, capsys, monkeypatch):
+    """optim.lr=16 on the tiny run gave a finite validation loss of ~764 nats whose exp() overflows a float:
+    an OverflowError traceback at every resume before issue 23. Whether a given lr gets there depends on
+    the machine's arithmetic, so the validation loss is set to 800 nats here: one line saying the run
+    diverged, also on --resume."""
+    from iattention.train import trainer
+    from iattention.train.evaluate import ppl
+
+    assert ppl(800.0) == float("inf") and ppl(2.0) == pytest.approx(7.389056)
+    monkeypatch.setattr(trainer, "split_nll", lambda *a, **k: (800.0 * 1000, 1000))
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 2})
+    for resume in ([], ["--resume"]):
+        code = main(["train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--quiet", *resume, *ov])
+        err = capsys.readouterr().err.strip().splitlines()
+        errors = [line for line in err if line.startswith("iattn: error:")]
+        assert code == 2 and errors == err[-1:], err  # (a resume first notes that it starts afresh)
+        assert "validation loss 800 at step" in err[-1] and "overflows perplexity: the run diverged" in err[-1]
+
+
 def test_skip_nonfinite_counts_bad_batches(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "optim.lr": 1e30, "optim.warmup_steps": 0,

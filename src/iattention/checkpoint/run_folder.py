@@ -26,6 +26,7 @@ from iattention.config.load import config_from_dict
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
 from iattention.utils.atomic import write_json, write_text
+from iattention.utils.files import load_yaml, read_text
 
 CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
 LAST, BEST, ARM, TOKENIZER, TENSORBOARD = "last.safetensors", "best.safetensors", "arm.json", "tokenizer.json", "tb"
@@ -34,29 +35,34 @@ SUMMARY_SCHEMA = {"config": (dict,), "attention": (str,), "n_head": (int,), "see
                   "best_val_ppl": (int, float), "best_epoch": (int,), "epochs_run": (int,)}
 
 
-def _read_text(path: Path, what: str, fix: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a text file ({what} must be UTF-8); {fix}") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a folder, not {what}; {fix}") from None
+# What readers of each log rely on in every record (key: accepted types); extra keys are free.
+_NUMBER = (int, float)
+LOG_SCHEMAS = {METRICS: {"kind": (str,), "step": (int,), "epoch": (int,), "val_ppl": _NUMBER},
+               STEPS: {"step": (int,), "loss": _NUMBER, "lr": _NUMBER}}
+
+
+def _bad_field(obj, schema: dict) -> str | None:
+    """What breaks `schema` in `obj` ("not an object", "key 'x': missing", ...), None if nothing does."""
+    if not isinstance(obj, dict):
+        return f"not a JSON object but {type(obj).__name__}"
+    for key, types in schema.items():
+        value = obj.get(key)
+        if key not in obj or not isinstance(value, types) or isinstance(value, bool) and bool not in types:
+            got = "missing" if key not in obj else f"{type(value).__name__} {value!r}"[:60]
+            return f"key {key!r}: {got}"
+    return None
 
 
 def read_json_object(path: Path, what: str, fix: str, schema: dict | None = None) -> dict:
     """A JSON file that must hold an object with `schema`'s keys and types; anything else is one line."""
-    text = _read_text(path, what, fix)
+    text = read_text(path, what, fix)
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is corrupt ({what} is not valid JSON: {e.msg}); {fix}") from None
-    if not isinstance(obj, dict):
-        raise UserError(f"{path} is corrupt ({what} must be a JSON object, got {type(obj).__name__}); {fix}")
-    for key, types in (schema or {}).items():
-        value = obj.get(key)
-        if key not in obj or not isinstance(value, types) or isinstance(value, bool) and bool not in types:
-            got = "missing" if key not in obj else f"{type(value).__name__} {value!r}"[:60]
-            raise UserError(f"{path} is corrupt ({what} key {key!r}: {got}); {fix}")
+    bad = _bad_field(obj, schema or {})
+    if bad:
+        raise UserError(f"{path} is corrupt ({what}: {bad}); {fix}")
     return obj
 
 
@@ -79,7 +85,7 @@ class RunFolder:
             return None
         fix = "delete the folder or choose another --out"
         try:
-            loaded = yaml.safe_load(_read_text(path, "a run config", fix))
+            loaded = load_yaml(read_text(path, "a run config", fix))
         except yaml.YAMLError:
             raise UserError(f"{path} is corrupt (not valid YAML); {fix}") from None
         if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
@@ -144,24 +150,28 @@ class RunFolder:
         (self / SUMMARY).unlink(missing_ok=True)
 
     # ------------------------------------------------------------- metrics.jsonl, steps.jsonl
-    def read_records(self, name: str = METRICS, max_step: float = math.inf) -> list[dict]:
-        """The records of a .jsonl log up to max_step. A torn last line (a crash mid-append by older
-        versions) is dropped; any other line that is not a JSON object with a step is corrupt."""
+    def read_records(self, name: str = METRICS, max_step: float = math.inf, finished: bool = False) -> list[dict]:
+        """The records of a .jsonl log up to max_step. Logs are rewritten whole and atomically, so any line
+        that is not a JSON object with an integer step, a torn last line too, means the file was damaged:
+        refused, never read as a shorter run. finished: the run has a summary, so its metrics.jsonl must
+        exist, and an existing log must hold records."""
         path = self / name
         if not path.exists():
+            if finished and name == METRICS:
+                raise UserError(f"{path} is missing: a finished run keeps one record per evaluation; rerun the run")
             return []
-        lines = _read_text(path, "a run log", "delete it and rerun the run").splitlines()
+        lines = read_text(path, "a run log", "delete it and rerun the run").splitlines()
+        if finished and not any(line.strip() for line in lines):  # finished: at least one evaluation or step
+            raise UserError(f"{path} is corrupt (a finished run's log holds no record); delete it and rerun the run")
         out = []
         for i, line in enumerate(lines):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                if i == len(lines) - 1:
-                    continue
                 raise UserError(f"{path} is corrupt (line {i + 1} is not JSON); delete it and rerun the run") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("step", 0), int):
-                raise UserError(f"{path} is corrupt (line {i + 1} is not a record with a step); delete it and "
-                                "rerun the run")
+            bad = _bad_field(rec, LOG_SCHEMAS.get(name, {"step": (int,)}))
+            if bad:
+                raise UserError(f"{path} is corrupt (line {i + 1}: {bad}); delete it and rerun the run")
             if rec.get("step", 0) <= max_step:
                 out.append(rec)
         return out
@@ -195,6 +205,21 @@ class RunFolder:
         """Temp files of a write that a crash cut short."""
         for stale in self.path.glob(".*.tmp"):
             stale.unlink()
+
+    def discard_unstarted(self) -> None:
+        """Remove a folder this process created and that no run started in (no config.yaml yet): its lock,
+        a saved tokenizer and temp files go; anything else found there keeps the folder."""
+        if (self / CONFIG).exists():
+            return
+        from iattention.utils.lock import LOCK_NAME
+
+        for name in (LOCK_NAME, TOKENIZER):
+            (self / name).unlink(missing_ok=True)
+        self.clean_temp()
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
 
     def lock(self):
         from iattention.utils.lock import RunLock

@@ -8,6 +8,7 @@ import sys
 
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.errors import UserError
+from iattention.utils.files import os_error_message
 
 
 def cmd_params(args) -> None:
@@ -91,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except UserError as e:
         print(f"iattn: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the machine or a path (disk full, read-only, a file where a folder is needed)
+        message = os_error_message(e)
+        if message is None:  # anything else is a bug: keep its traceback
+            raise
+        print(f"iattn: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("iattn: interrupted", file=sys.stderr)

@@ -27,8 +27,9 @@ def int_list(minimum: int = 1):
 ints = int_list(1)  # comma-separated integers >= 1
 
 
-def int_at_least(minimum: int):
-    """argparse type: one integer >= minimum."""
+def int_at_least(minimum: int, maximum: int = 2**63 - 1):
+    """argparse type: one integer in [minimum, maximum] (by default what a C int64 holds: seeds and counts
+    end up in torch's C integers, where a larger value is an overflow traceback)."""
 
     def parse(text: str) -> int:
         try:
@@ -37,13 +38,49 @@ def int_at_least(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer <= {maximum}, got {value}")
         return value
 
     return parse
 
 
+def out_path(text: str) -> str:
+    """argparse type: an output path; an empty one would silently mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
+def check_out_folder(path, flag: str = "--out") -> None:
+    """Before any work: refuse an output folder that is a file or lies under one (else the error would come
+    only when the first result is written, after the work)."""
+    from pathlib import Path
+
+    path = Path(path).absolute()
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == path else f"lies under {p}, which is a file"
+                raise UserError(f"{flag} {path} {where}, not a folder; choose another {flag}")
+            return
+
+
+def utf8_text(text: str) -> str:
+    """argparse type: text that is valid UTF-8 (argv bytes that are not arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("expected UTF-8 text; the value holds bytes that are not UTF-8") from None
+    return text
+
+
 def str_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
+    """argparse type: comma-separated names; none at all (',' or '') is refused, not read as "the defaults"."""
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
 
 
 class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):

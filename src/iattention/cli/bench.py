@@ -12,6 +12,7 @@ import torch
 from iattention.bench.runner import bench_spec, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, str_list
+from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
 from iattention.utils.hardware import device_name
 
@@ -86,10 +87,11 @@ def register(sub) -> None:
     p.add_argument("--heads", type=ints, default=[1, 4, 8])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")
-    p.add_argument("--windows", type=int, default=5, help="timed windows (the median is reported)")
-    p.add_argument("--steps", type=int, default=3, help="steps per timed window")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--windows", type=int_at_least(1), default=5, help="timed windows (the median is reported)")
+    p.add_argument("--steps", type=int_at_least(1), default=3, help="steps per timed window")
+    p.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved rounds over all configurations")
+    p.add_argument("--threads", type=int_at_least(0, MAX_THREADS), default=0,
+                   help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
                    help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")

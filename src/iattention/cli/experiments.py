@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from iattention.cli.args import (
     add_data_flags,
     check_heads,
+    check_out_folder,
     data_overrides,
     int_at_least,
     int_list,
     ints,
+    out_path,
     str_list,
     with_flags,
 )
+from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
 
 
@@ -71,6 +76,7 @@ def print_summary_table(summaries: list[dict], out) -> None:
 def cmd_report(args) -> None:
     from iattention.experiments.report import write_report
 
+    check_out_folder(args.out)
     added = read_added_seeds(args.added) if args.added else {}
     path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
                         added=added, family=args.family)
@@ -107,9 +113,10 @@ def register(sub) -> None:
         p.add_argument("--heads", type=ints, default=heads_default, help="comma-separated head counts")
         p.add_argument("--seeds", type=int_list(0), default=seeds_default,
                        help="comma-separated seeds")
-        p.add_argument("--out", required=True, help="folder that receives one run folder per combination")
+        p.add_argument("--out", type=out_path, required=True,
+                       help="folder that receives one run folder per combination")
         p.add_argument("--jobs", type=int_at_least(1), default=1, help="runs in parallel (each then uses 1 CPU thread)")
-        p.add_argument("--threads", type=int_at_least(0), default=0,
+        p.add_argument("--threads", type=int_at_least(0, MAX_THREADS), default=0,
                        help="CPU threads per run (default: torch's choice)")
         add_data_flags(p)
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
@@ -141,7 +148,7 @@ def register(sub) -> None:
                     help="seed of the initialisation and batches (default 0)")
     sc.add_argument("--steps", type=int_at_least(1), default=20,
                     help="AdamW steps whose update sizes are averaged (default 20)")
-    sc.add_argument("--out", help="write a markdown table here (and the numbers as .json beside it)")
+    sc.add_argument("--out", type=out_path, help="write a markdown table here (and the numbers as .json beside it)")
     add_data_flags(sc)
     sc.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     sc.set_defaults(func=cmd_scales)
@@ -150,7 +157,7 @@ def register(sub) -> None:
                        description="Write report.md and PNG figures from run folders (metrics.jsonl, "
                                    "summary.json); several sweep folders are merged.")
     r.add_argument("dirs", nargs="+", help="sweep folders (or run folders)")
-    r.add_argument("--out", required=True, help="folder for report.md and figures")
+    r.add_argument("--out", type=out_path, required=True, help="folder for report.md and figures")
     r.add_argument("--title", default="I-Attention study")
     r.add_argument("--reference", default="standard", help="arm every other arm is compared with (default: standard)")
     r.add_argument("--margin", type=float, default=2.0, metavar="PCT",
@@ -173,6 +180,10 @@ def cmd_scales(args) -> None:
     from iattention.train import load_config
     from iattention.utils.atomic import write_text
 
+    if args.out:  # a markdown file: refused now if it is a folder or lies under a file, not after the steps
+        if Path(args.out).is_dir():
+            raise UserError(f"--out {args.out} is a folder; give a file name for the markdown table")
+        check_out_folder(Path(args.out).absolute().parent)
     arms = resolve_arms(args.arms, args.arms_file)
     check_overrides(list(args.overrides), arms)
     rows = []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from iattention.cli.args import check_out_folder, out_path, utf8_text
+
 
 def cmd_inspect(args) -> None:
     from iattention.lab.inspect import inspect_runs
 
+    check_out_folder(args.out)
     for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):
         print(f"wrote {path}")
 
@@ -17,7 +20,8 @@ def register(sub) -> None:
                                    "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "
                                    "iattention.model.inspect.run_with_cache(model, ids).")
     p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run)")
-    p.add_argument("--prompt", required=True, help="text whose attention patterns are drawn")
-    p.add_argument("--out", default="inspect", help="folder for the figures and spectra.md (default: inspect)")
+    p.add_argument("--prompt", required=True, type=utf8_text, help="text whose attention patterns are drawn")
+    p.add_argument("--out", type=out_path, default="inspect",
+                   help="folder for the figures and spectra.md (default: inspect)")
     p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
     p.set_defaults(func=cmd_inspect)

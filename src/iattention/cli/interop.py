@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from iattention.cli.args import add_data_flags
+from iattention.cli.args import add_data_flags, out_path
 from iattention.errors import UserError
 
 
@@ -65,6 +65,6 @@ def register(sub) -> None:
                         "see docs/conversion.md)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
-    p.add_argument("--out", required=True, help="output folder (must not exist)")
+    p.add_argument("--out", type=out_path, required=True, help="output folder (must not exist)")
     add_data_flags(p)
     p.set_defaults(func=cmd_convert)

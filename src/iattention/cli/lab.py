@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+from iattention.cli.args import check_out_folder, int_at_least, out_path
+
 EXPERIMENTS = ("copy", "subspace", "average", "single-head", "multi-head")
 
 
@@ -59,6 +61,8 @@ def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
 
 
 def cmd_lab(args) -> None:
+    if args.out:
+        check_out_folder(args.out)
     results = run_lab(args.experiment, args.out, args.seed)
     if args.json:
         print(json.dumps({k: {kk: v[kk] for kk in ("summary", "seconds", "figure") if kk in v}
@@ -74,7 +78,7 @@ def register(sub) -> None:
                                    "copy, subspace, average, single-head (variance), multi-head (variance "
                                    "reduction). See docs/lab.md.")
     p.add_argument("experiment", choices=(*EXPERIMENTS, "all"))
-    p.add_argument("--out", help="folder for figures (PNG) and JSON records")
+    p.add_argument("--out", type=out_path, help="folder for figures (PNG) and JSON records")
     p.add_argument("--json", action="store_true", help="print the full records as JSON")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.set_defaults(func=cmd_lab)

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least
+from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least, utf8_text
 from iattention.errors import UserError
 
 
 def _nonneg_float(text: str) -> float:
-
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1], got {text}")
     return value
 
 
@@ -27,8 +37,6 @@ def cmd_generate(args) -> None:
     from iattention.data.sources import data_dir_told
     from iattention.interop.load import data_config_for, load_any
 
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
     model, data, _ = load_any(args.model)
     tok = tokenizer_of(data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                                        tokenizer_file=args.tokenizer_file))
@@ -69,11 +77,11 @@ def register(sub) -> None:
                                    "come. Uses a key/value cache (every attention variant); --temperature 0 is "
                                    "greedy. The tokenizer is the one the model was trained with.")
     g.add_argument("model", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
-    g.add_argument("--prompt", required=True, help="text to continue")
+    g.add_argument("--prompt", required=True, type=utf8_text, help="text to continue")
     g.add_argument("--max-new-tokens", type=int_at_least(1), default=100, help="tokens to generate")
     g.add_argument("--temperature", type=_nonneg_float, default=1.0, help="0: greedy (argmax)")
     g.add_argument("--top-k", type=int_at_least(1), default=None, help="sample among the k most likely tokens")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
+    g.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling: smallest set with probability p")
     g.add_argument("--seed", type=int_at_least(0), default=0, help="sampling seed")
     g.add_argument("--num-samples", type=int_at_least(1), default=1, help="independent samples from the same prompt")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole window every step")

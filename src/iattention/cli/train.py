@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from iattention.cli.args import add_data_flags, int_at_least, with_flags
+from iattention.cli.args import add_data_flags, int_at_least, out_path, with_flags
 from iattention.errors import UserError
 
 
@@ -79,7 +79,7 @@ def register(sub) -> None:
                                    "model.attention=canonical model.n_head=1 --out runs/c1")
     p.add_argument("--preset", help=f"one of: {', '.join(preset_names())}")
     p.add_argument("--config", help="YAML file with sections model/data/optim/train")
-    p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--out", type=out_path, required=True, help="run folder")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, with the run's saved config (--preset "
                         "is then optional; a preset's train.epochs never extends the run); an explicit larger "

@@ -14,6 +14,7 @@ from iattention.config.model import GPTConfig
 from iattention.config.run import RunConfig
 from iattention.data.tokenizers import vocab_size_of
 from iattention.errors import UserError
+from iattention.utils.files import read_yaml
 
 PRESET_DIR = "presets"
 # Other names for a preset: GPT-2 small is the paper preset's model.
@@ -134,12 +135,7 @@ def parse_override(text: str) -> dict:
 def read_yaml_mapping(path: str | Path, what: str, shape: str) -> dict:
     """A YAML file that must hold a mapping; a missing file, bad YAML or another shape is a one-line error."""
     path = Path(path)
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} does not exist; check the path") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"{what} {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+    loaded = read_yaml(path, what, "check the path and fix the file")
     if not isinstance(loaded, dict):
         raise UserError(f"{what} {path} must {shape}")
     return loaded

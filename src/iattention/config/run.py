@@ -46,6 +46,7 @@ def _check(section: str, obj, checks) -> None:
 
 
 DEVICES = ("auto", "cpu", "cuda")
+MAX_THREADS = 4096  # more than any machine has; torch takes a C int
 
 
 @dataclass
@@ -74,6 +75,9 @@ class LoopConfig:
                   ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
         checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
                     f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads")]
+        # C integers underneath: torch's seed is a 64-bit integer, its thread count a C int.
+        checks += [("seed", self.seed < 2**63, "< 2^63 (a 64-bit seed)", "train.seed=0"),
+                   ("threads", self.threads <= MAX_THREADS, f"<= {MAX_THREADS}", "train.threads=0")]
         _check("train", self, checks)
 
 

@@ -9,12 +9,20 @@ from pathlib import Path
 
 import numpy as np
 
+from iattention.errors import UserError
 from iattention.utils.atomic import write_text, write_with
 
 
 def cache_root(cfg) -> Path:
-    root = cfg.cache_dir or os.environ.get("IATTN_CACHE_DIR") or Path.home() / ".cache" / "iattention"
-    return Path(root).expanduser()
+    root = Path(cfg.cache_dir or os.environ.get("IATTN_CACHE_DIR") or Path.home() / ".cache" / "iattention")
+    root = root.expanduser()
+    for p in (root, *root.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise UserError(f"token cache folder {root}: {p} is a file, not a folder; point data.cache_dir (or "
+                                "IATTN_CACHE_DIR) at a folder")
+            break
+    return root
 
 
 def cache_key(text: str, tokenizer_fingerprint: str) -> str:
@@ -27,7 +35,8 @@ def cache_key(text: str, tokenizer_fingerprint: str) -> str:
 def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
     """Token ids of `text` as a read-only memmap (uint16 when the vocabulary fits). Each cache file has a
     `.len` file beside it with its token count, written after it: a file whose size does not match (cut
-    short, or from before the count was kept) is rebuilt, never read as a shorter split."""
+    short, or from before the count was kept) is rebuilt, never read as a shorter split; so is one holding
+    an id the tokenizer does not have (overwritten)."""
     dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
     path = cache_root(cfg) / "tokens" / f"{cache_key(text, tokenizer.fingerprint)}.{np.dtype(dtype).name}.bin"
     count = path.with_name(path.name + ".len")
@@ -42,7 +51,14 @@ def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
         write_text(count, f"{len(ids)}\n")
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+    ids = np.memmap(path, dtype=dtype, mode="r")
+    if int(ids.max()) >= tokenizer.vocab_size:  # overwritten with something else: never feed it to the model
+        print(f"iattn: token cache {path} holds ids beyond the tokenizer's {tokenizer.vocab_size}; rebuilding it",
+              file=sys.stderr)
+        del ids
+        path.unlink()
+        return cached_tokens(cfg, text, tokenizer)
+    return ids
 
 
 def _intact(path: Path, count: Path, itemsize: int) -> bool:

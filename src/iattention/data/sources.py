@@ -8,6 +8,7 @@ from pathlib import Path
 
 from iattention.data.config import DATASETS, SPLITS, WIKITEXT_RELEASES, DataConfig
 from iattention.errors import UserError
+from iattention.utils.files import read_bytes
 
 
 def data_dir(cfg: DataConfig) -> Path | None:
@@ -44,12 +45,7 @@ def _local_wikitext(cfg: DataConfig, split: str) -> Path | None:
 
 
 def _read_text_file(path: Path, what: str) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{what} file {path} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} file {path} is a folder; give a text file") from None
+    data = read_bytes(path, f"{what} file", "give a text file (check the path)")  # a FIFO is refused, not waited on
     if not data.strip():
         raise UserError(f"{what} file {path} is empty; give a text file with content")
     if b"\x00" in data:

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from iattention.checkpoint.run_folder import STEPS, RunFolder  # noqa: E402
 from iattention.experiments.lr_sweep import LrFamily, lr_families, lr_table  # noqa: E402
 from iattention.experiments.results import config_value, find_runs, group  # noqa: E402
 from iattention.experiments.stats import compare, holm, mean_std, verdict, welch_difference  # noqa: E402
@@ -118,16 +119,14 @@ def _curves(groups, out: Path, colors: dict) -> str:
 def _loss_steps(groups, out: Path, colors: dict) -> str | None:
     """Training loss per optimizer step (steps.jsonl), mean over seeds, smoothed over a window; None when
     no run kept its steps."""
-    import json
-
     heads = sorted({h for _, h in groups})
     curves = {}
     for key, runs in groups.items():
         losses = []
         for r in runs:
-            path = r.folder / "steps.jsonl"
-            if path.is_file():
-                losses.append([json.loads(x)["loss"] for x in path.read_text().splitlines() if x.strip()])
+            steps = RunFolder(r.folder).read_records(STEPS, finished=True)
+            if steps:
+                losses.append([rec["loss"] for rec in steps])
         if losses:
             n = min(map(len, losses))
             curves[key] = np.array([x[:n] for x in losses], dtype=float).mean(0)

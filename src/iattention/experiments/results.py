@@ -76,7 +76,7 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
             folder = RunFolder(summary_path.parent)
             summary = folder.read_summary()
             arm, arm_keys = _arm_of(folder, summary)
-            evals = [r for r in folder.read_records(METRICS) if "val_ppl" in r]
+            evals = folder.read_records(METRICS, finished=True)
             found.append(Run(folder.path, summary, evals, arm, arm_keys))
     if not found:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")

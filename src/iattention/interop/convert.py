@@ -18,6 +18,7 @@ from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
+from iattention.utils.atomic import remove_stale, temp_prefix
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -101,7 +102,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     parent = out.parent if str(out.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
     except (PermissionError, FileExistsError, NotADirectoryError):
         raise UserError(f"cannot write into {parent}; choose a writable --out") from None
     try:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
+from iattention.checkpoint.run_folder import read_json_object
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
@@ -35,14 +37,16 @@ def _load_hf(model_or_path):
     if isinstance(model_or_path, tf.GPT2LMHeadModel):
         return model_or_path
     path = Path(model_or_path)
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").exists():
         raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
                         "save_pretrained")
+    read_hf_config(path)
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         model, info = tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
-    except OSError as e:
-        raise UserError(f"cannot load {path} as GPT-2 from safetensors ({str(e).splitlines()[0][:100]}); "
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+        files = ", ".join(sorted(p.name for p in path.glob("*.safetensors"))) or "no .safetensors file"
+        raise UserError(f"cannot load {path} as GPT-2 from safetensors ({files}: {str(e).splitlines()[0][:100]}); "
                         "re-save it with save_pretrained(safe_serialization=True)") from None
     # transformers fills a missing or wrongly shaped tensor with a fresh random init and only warns: a
     # silently different model. Refuse it, naming the tensor.
@@ -57,6 +61,24 @@ def _load_hf(model_or_path):
         raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, keys[:3]))} for GPT-2 "
                         "with its config.json; re-save the model with save_pretrained")
     return model
+
+
+# What GPT2Config needs from config.json (key: accepted types), checked before transformers reads it.
+HF_CONFIG_SCHEMA = {"model_type": (str,), "n_layer": (int,), "n_head": (int,), "n_embd": (int,),
+                    "vocab_size": (int,), "n_positions": (int,)}
+
+
+def read_hf_config(folder: Path) -> dict:
+    """An HF folder's config.json, checked: a GPT-2 config with positive integer sizes, else one line."""
+    path = folder / "config.json"
+    fix = "re-save the model with save_pretrained"
+    cfg = read_json_object(path, "a Hugging Face config", fix, schema=HF_CONFIG_SCHEMA)
+    if cfg["model_type"] != "gpt2":
+        raise UserError(f"{path} describes a {cfg['model_type']!r} model; iattention reads GPT-2 (model_type gpt2)")
+    bad = [k for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions") if cfg[k] < 1]
+    if bad:
+        raise UserError(f"{path} is corrupt ({bad[0]}={cfg[bad[0]]} must be >= 1); {fix}")
+    return cfg
 
 
 def _check_supported(hc) -> None:

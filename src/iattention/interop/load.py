@@ -3,11 +3,10 @@ Hugging Face GPT-2 folders, each with the data/tokenizer spec it was trained wit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from iattention.checkpoint import state as ckpt
-from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
@@ -40,12 +39,18 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
 
 def is_hf_folder(path: Path) -> bool:
     config = path / "config.json"
-    return path.is_dir() and config.is_file() and "model_type" in json.loads(config.read_text())  # ours has none
+    if not (path.is_dir() and config.exists()):
+        return False
+    obj = read_json_object(config, "a model config", "re-save the model (save_pretrained or iattn convert)")
+    return "model_type" in obj  # ours (beside a converted model.safetensors) has none
 
 
 def _data_spec_beside(folder: Path) -> dict | None:
     f = folder / DATA_SPEC_FILE
-    return json.loads(f.read_text()) if f.is_file() else None
+    if not f.exists():
+        return None
+    return read_json_object(f, "the model's data spec", "delete it and pass --tokenizer (gpt2, byte or bpe:N)",
+                            schema={"tokenizer": (str,)})
 
 
 def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
@@ -62,8 +67,24 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
         return from_hf(path).eval(), _data_spec_beside(path) or dict(HF_DATA_SPEC), {"source": str(path)}
     model, meta = load_model(path)
     folder = path if path.is_dir() else path.parent
+    if path.is_dir():
+        _check_beside(folder, meta)
     data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder)
     return model, dict(data) if data else None, meta
+
+
+def _check_beside(folder: Path, meta: dict) -> None:
+    """A converted folder's config.json and iattention-data.json repeat what its checkpoint carries, for
+    people and other tools; one that says something else (edited, damaged) is refused, not ignored."""
+    config = meta.get("config") or {}
+    for name, key in (("config.json", "model"), (DATA_SPEC_FILE, "data")):
+        if (folder / name).exists() and key in config:
+            beside = read_json_object(folder / name, f"the {key} config beside the checkpoint",
+                                      f"delete {name} (the checkpoint carries its own) or convert again")
+            if beside != config[key]:
+                differ = sorted(k for k in {*beside, *config[key]} if beside.get(k) != config[key].get(k))
+                raise UserError(f"{folder / name} does not match the checkpoint's own {key} config (differs in "
+                                f"{', '.join(map(str, differ[:3]))}); delete {name} or convert again")
 
 
 def data_config_for(data: dict | None, source: str, tokenizer: str | None = None, **paths):

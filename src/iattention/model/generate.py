@@ -24,6 +24,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         sorted_logits, order = torch.sort(logits, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
         drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
+        drop[..., 0] = False  # the most likely token always stays (a tiny top_p, 1e-300, would drop them all)
         sorted_logits[drop] = -float("inf")
         logits = torch.full_like(logits, -float("inf")).scatter(-1, order, sorted_logits)
     return logits
@@ -34,7 +35,11 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_
     """(B, V) last-position logits -> (B, 1) token ids; temperature 0 is greedy (argmax)."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    probs = torch.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+    # In float64 and from the maximum down: a tiny temperature (1e-300) then tends to argmax instead of
+    # dividing by a float32 zero into inf - inf = nan.
+    logits = logits.double()
+    scaled = (logits - logits.max(-1, keepdim=True).values) / temperature
+    probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1)
     return torch.multinomial(probs, 1, generator=generator)
 
 

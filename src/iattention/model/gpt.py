@@ -7,6 +7,7 @@ wherever the attention variant allows, so standard checkpoints map one-to-one.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from torch import nn
 from iattention.attention.cache import KVCache
 from iattention.attention.registry import build_attention
 from iattention.config.model import GPTConfig
+from iattention.errors import UserError
 from iattention.symmetry.transforms import canonicalize_into
 
 
@@ -43,10 +45,27 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def _check_fits_in_memory(config: GPTConfig) -> None:
+    """Refuse, in one line, a model whose float32 weights alone exceed this machine's memory (a vocabulary
+    of 10^11 would otherwise die in the allocator with a traceback)."""
+    from iattention.symmetry.counts import standard_param_count
+
+    need = standard_param_count(config) * 4
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: let the allocator decide
+        return
+    if need > have:
+        raise UserError(f"the model (vocab_size={config.vocab_size}, n_embd={config.n_embd}, n_layer={config.n_layer},"
+                        f" block_size={config.block_size}) needs {need / 2**30:.1f} GiB for its float32 weights alone,"
+                        f" more than this machine's {have / 2**30:.1f} GiB; lower those sizes")
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         config.validate()
+        _check_fits_in_memory(config)
         rng_at_entry = torch.random.get_rng_state()
         self.config = config
         d = config.n_embd

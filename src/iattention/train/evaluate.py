@@ -49,8 +49,13 @@ def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: 
     return total[0].item(), int(total[1].item())
 
 
+def ppl(loss: float) -> float:
+    """exp(loss), inf where that overflows a float (loss > ~709 nats: a diverged run, not an error here)."""
+    return math.exp(loss) if loss < 709.0 else math.inf
+
+
 def perplexity(nll_sum: float, count: int) -> float:
-    return math.exp(nll_sum / max(count, 1))
+    return ppl(nll_sum / max(count, 1))
 
 
 @torch.no_grad()

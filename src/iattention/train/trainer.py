@@ -25,7 +25,7 @@ from iattention.data.dataset import epoch_order, load_data, n_train_windows, tra
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train.distributed import DistContext, setup, teardown
-from iattention.train.evaluate import perplexity, split_nll
+from iattention.train.evaluate import perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.schedule import lr_at
 from iattention.utils.faults import fault_point
@@ -68,6 +68,7 @@ class Trainer:
         self.folder = RunFolder(out)
         self.finished: dict | None = None
         self._lock = None
+        self._created = False
         self.extending = False
         self.init_source: dict | None = None
         self.ctx: DistContext = setup(cfg.train.device)
@@ -78,11 +79,19 @@ class Trainer:
     def _prepare(self) -> None:
         """Data and model config, the run folder, then (unless the run there is finished) the model,
         its optimizer and state (fresh or resumed), and the runtime around them."""
-        self._load_data()
         if self.out.exists() and not self.out.is_dir():
             raise UserError(f"output path {self.out} is a file; choose a folder for --out")
-        if self.ctx.is_main:  # one process per run folder, from here until the run ends (utils/lock.py)
-            self._lock = self.folder.lock()
+        # One process per run folder, from here until the run ends (utils/lock.py); taken before the data
+        # loads, so a second sweep sees a run that is still loading as in use and skips it.
+        self._created = not self.out.exists()
+        if self.ctx.is_main:
+            try:
+                self._lock = self.folder.lock()
+            except UserError:  # e.g. a full disk: the folder made for the lock goes too
+                if self._created:
+                    self.folder.discard_unstarted()
+                raise
+        self._load_data()
         self.extending = self.folder.check_for(_config_dict(self.cfg), self.resume)
         if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer
             from iattention.data.tokenizers import save_tokenizer_file
@@ -179,6 +188,20 @@ class Trainer:
         self.state = TrainState(**meta["state"])
         self.metrics = self.folder.read_records(METRICS, self.state.step)
         self.steps = self.folder.read_records(STEPS, self.state.step)
+        self._check_logs()
+
+    def _check_logs(self) -> None:
+        """Logs are saved before each checkpoint, so they hold every step and every epoch-end evaluation
+        the checkpoint has run: fewer means a damaged log, refused rather than resumed with a gap."""
+        s, fix = self.state, "restore it, or delete the run folder and rerun"
+        epochs = [r["epoch"] for r in self.metrics if r["kind"] == "epoch"]
+        if epochs != list(range(1, s.epoch + 1)):
+            raise UserError(f"{self.folder / METRICS} is corrupt (holds epoch records {epochs[:5]} where the "
+                            f"checkpoint has run {s.epoch} epochs); {fix}")
+        steps = [r["step"] for r in self.steps]
+        if (self.folder / STEPS).exists() and steps != list(range(1, s.step + 1)):
+            raise UserError(f"{self.folder / STEPS} is corrupt (holds {len(steps)} records where the checkpoint "
+                            f"has run {s.step} steps); {fix}")
 
     # ---------------------------------------------------------------- persistence
     def _meta(self) -> dict:
@@ -204,9 +227,12 @@ class Trainer:
     def _record(self, kind: str, tokens_per_s: float) -> dict:
         s = self.state
         val_loss, val_ppl = self._eval_split("valid")
+        if math.isfinite(val_loss) and math.isinf(val_ppl):  # 709+ nats per token: far worse than uniform, so diverged
+            raise NonFiniteLoss(f"validation loss {val_loss:.4g} at step {s.step} (epoch {s.epoch + 1}) overflows "
+                                f"perplexity: the run diverged; {self._last_good()}; lower optim.lr")
         train_loss = s.run_loss_sum / s.run_loss_count if s.run_loss_count else None  # None before any step
         rec = dict(kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
-                   train_loss=train_loss, train_ppl=None if train_loss is None else math.exp(train_loss),
+                   train_loss=train_loss, train_ppl=None if train_loss is None else ppl(train_loss),
                    val_loss=val_loss, val_ppl=val_ppl,
                    tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0)
         self.metrics.append(rec)
@@ -246,11 +272,9 @@ class Trainer:
             if t.skip_nonfinite:
                 self.state.skipped += 1
                 return loss_val
-            last = self.folder / LAST
-            where = (f"last good checkpoint: {last} (step {ckpt.read_meta(last)['state']['step']})"
-                     if last.exists() else "no checkpoint was written yet")
             raise NonFiniteLoss(f"non-finite loss ({loss_val}) at step {self.state.step + 1} (epoch "
-                                f"{self.state.epoch + 1}); {where}; lower optim.lr, or set train.skip_nonfinite=true")
+                                f"{self.state.epoch + 1}); {self._last_good()}; lower optim.lr, or set "
+                                "train.skip_nonfinite=true")
         apply_step(self.model, self.optimizer, self.cfg.optim.grad_clip)
         fault_point("step")
         return loss_val
@@ -258,6 +282,10 @@ class Trainer:
     def run(self) -> dict:
         try:
             return self._run()
+        except BaseException:
+            if self._lock and self._created:  # refused before it started: leave no folder holding only a lock
+                self.folder.discard_unstarted()
+            raise
         finally:
             if self._lock:
                 self._lock.release()
@@ -343,6 +371,11 @@ class Trainer:
         self._t0 = time.time()
         self._save_last()
 
+    def _last_good(self) -> str:
+        last = self.folder / LAST
+        return (f"last good checkpoint: {last} (step {ckpt.read_meta(last)['state']['step']})"
+                if last.exists() else "no checkpoint was written yet")
+
     def _finish(self) -> dict:
         s = self.state
         best = self.folder / BEST
@@ -353,7 +386,7 @@ class Trainer:
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
-            best_val_loss=s.best_val_loss, best_val_ppl=math.exp(s.best_val_loss), best_epoch=s.best_epoch,
+            best_val_loss=s.best_val_loss, best_val_ppl=ppl(s.best_val_loss), best_epoch=s.best_epoch,
             test_loss=test_loss, test_ppl=test_ppl, epochs_run=s.epoch, steps=s.step,
             stopped_early=s.stopped_early, skipped_batches=s.skipped, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9), wall_time_s=s.wall_time,

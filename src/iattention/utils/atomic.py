@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 from iattention.errors import UserError
+from iattention.utils.files import os_error_message
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def temp_prefix(path: Path) -> str:
+    """Temp names carry the writer's pid (`.NAME.PID.xxxx.tmp`), so a later writer of the same target can
+    tell the leftovers of a killed process (`remove_stale`) from another live writer's file."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def remove_stale(path: Path, suffix: str = ".tmp") -> None:
+    """Remove temps of `path` left by processes that are gone (SIGKILL leaves no chance to clean up)."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*{suffix}"):
+        pid = stale.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -18,12 +49,15 @@ def atomic_path(path: str | os.PathLike):
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     except FileExistsError:
         raise UserError(f"cannot create folder {path.parent}: a file of that name exists; choose another path") \
             from None
     except PermissionError:
         raise UserError(f"folder {path.parent} is not writable; choose a writable output folder") from None
+    except OSError as e:
+        raise UserError(f"cannot write {os_error_message(e, path) or f'{path}: {e}'}") from None
     os.close(fd)
     try:
         yield Path(tmp)
@@ -33,9 +67,11 @@ def atomic_path(path: str | os.PathLike):
     except OSError as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if e.errno == 28:  # ENOSPC
+        if e.errno == errno.ENOSPC:
             raise UserError(f"disk full while writing {path}; free space and rerun (the old file is intact)") \
                 from None
+        if os_error_message(e, path):
+            raise UserError(f"cannot write {os_error_message(e, path)}") from None
         raise
     except BaseException:
         if os.path.exists(tmp):

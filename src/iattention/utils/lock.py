@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from iattention.errors import UserError
+from iattention.utils.files import os_error_message
 
 LOCK_NAME = ".lock"
 
@@ -32,6 +33,10 @@ class RunLock:
                             "--out") from None
         except PermissionError:
             raise UserError(f"folder {self.path.parent} is not writable; choose a writable output folder") from None
+        except IsADirectoryError:
+            raise UserError(f"lock file {self.path} is a folder; remove it (rmdir) and rerun") from None
+        except OSError as e:
+            raise UserError(f"cannot take the lock {os_error_message(e, self.path) or f'{self.path}: {e}'}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -39,8 +44,13 @@ class RunLock:
             os.close(fd)
             raise UserError(f"run folder {self.path.parent} is in use by another process (pid {pid}); wait for it "
                             "to finish or stop it, or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as e:  # a full disk: the lock is not taken
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise UserError(f"cannot take the lock {os_error_message(e, self.path) or f'{self.path}: {e}'}") from None
         self._fd = fd
         return self
 
@@ -61,7 +71,7 @@ class RunLock:
 def holder(folder: str | Path) -> str | None:
     """The pid holding the folder's lock, or None if nobody holds it (checked without taking it)."""
     path = Path(folder) / LOCK_NAME
-    if not path.exists():
+    if not path.is_file():
         return None
     fd = os.open(path, os.O_RDONLY)
     try:

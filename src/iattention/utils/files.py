@@ -1,0 +1,122 @@
+"""Reading files we did not necessarily write, and naming what went wrong with a file in one line.
+
+Every reader of a user's or a run's file goes through `read_text` (a folder, a FIFO, a non-UTF-8 byte
+or a missing file is a one-line `UserError`), YAML through `load_yaml` (PyYAML's safe loader, but a key
+given twice is refused instead of "last wins"), and an `OSError` met while writing is turned into one
+line by `os_error_message` (disk full, read-only, a file where a folder should be, ...)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import stat
+from pathlib import Path
+
+import yaml
+
+from iattention.errors import UserError
+
+
+def check_regular(path: Path, what: str, fix: str) -> None:
+    """Refuse a path that is missing, a folder, or not a regular file (a FIFO would block forever)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist; {fix}") from None
+    except NotADirectoryError:
+        raise UserError(f"{what} {path}: a part of that path is a file, not a folder; {fix}") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{what} {path} is a folder, not a file; {fix}")
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what} {path} is not a regular file (a pipe or device); {fix}")
+
+
+def read_bytes(path: str | Path, what: str, fix: str) -> bytes:
+    path = Path(path)
+    check_regular(path, what, fix)
+    try:
+        return path.read_bytes()
+    except PermissionError:
+        raise UserError(f"{what} {path} is not readable (permission denied); {fix}") from None
+
+
+def read_text(path: str | Path, what: str, fix: str) -> str:
+    """The UTF-8 text of a regular file; anything else is one line naming the file, `what` it should be
+    and the `fix`."""
+    data = read_bytes(path, what, fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {e.start}); {fix}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str):
+    """yaml.safe_load, except that a repeated key is an error (yaml.YAMLError)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_yaml(path: str | Path, what: str, fix: str):
+    """A YAML file's content; unreadable, non-UTF-8 or invalid YAML (a repeated key too) is one line."""
+    text = read_text(path, what, fix)
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as e:
+        raise UserError(f"{what} {path} is not valid YAML ({_yaml_problem(e)}); {fix}") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """'key 'epochs' appears twice in one mapping at line 3, column 3': PyYAML's problem and place, one line."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def read_json(path: str | Path, what: str, fix: str):
+    text = read_text(path, what, fix)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is corrupt ({what} is not valid JSON: {e.msg}); {fix}") from None
+
+
+# errno -> (what happened, the fix); the path is put in front.
+_OS_ERRORS = {
+    errno.ENOSPC: ("disk full", "free space and rerun (files already written are intact)"),
+    errno.EDQUOT: ("disk quota exceeded", "free space and rerun (files already written are intact)"),
+    errno.EROFS: ("on a read-only file system", "choose a writable path"),
+    errno.EACCES: ("permission denied", "choose a path you can write, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose another path, or fix its permissions"),
+    errno.ENOTDIR: ("a part of that path is a file, not a folder", "choose another path"),
+    errno.EISDIR: ("is a folder where a file is needed", "give a file path, or remove the folder"),
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter path"),
+    errno.ENOTEMPTY: ("is a non-empty folder where a file is needed", "choose another path"),
+}
+
+
+def os_error_message(e: OSError, where: str | Path | None = None) -> str | None:
+    """One line for an OSError a user's machine or path causes (None for others, which are bugs).
+    where: the path to name (default: the one the error carries)."""
+    if e.errno not in _OS_ERRORS:
+        return None
+    problem, fix = _OS_ERRORS[e.errno]
+    where = where or (e.filename2 if e.errno == errno.EISDIR and e.filename2 else e.filename)
+    return f"{where}: {problem}; {fix}" if where else f"{problem}; {fix}"
