@@ -200,3 +200,13 @@ def test_a_token_cache_overwritten_with_other_ids_is_rebuilt_not_read(finished, 
     captured = capsys.readouterr()
     assert json.loads(captured.out)["ppl"] == intact
     assert "rebuilding it" in captured.err
+
+
+def test_a_token_cache_count_file_of_garbage_is_rebuilt_not_read(finished, capsys):
+    assert main(["eval", str(finished["run"]), "--json"]) == 0
+    intact = json.loads(capsys.readouterr().out)["ppl"]
+    for count in (finished["root"] / "cache" / "tokens").glob("*.len"):
+        count.write_bytes(b"\xff\xfe not a count")
+    assert main(["eval", str(finished["run"]), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["ppl"] == intact and "rebuilding it" in captured.err

@@ -42,17 +42,19 @@ def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
     count = path.with_name(path.name + ".len")
     if path.is_file() and not _intact(path, count, np.dtype(dtype).itemsize):
         if count.is_file():
-            print(f"iattn: token cache {path} does not hold the {count.read_text().strip()} tokens it recorded; "
+            recorded = count.read_bytes()[:40].decode(errors="replace").strip()
+            print(f"iattn: token cache {path} does not hold the {recorded} tokens it recorded; "
                   "rebuilding it", file=sys.stderr)
         path.unlink()
-    if not path.is_file():
+    read_back = path.is_file()
+    if not read_back:
         ids = tokenizer.encode(text).astype(dtype)
         write_with(path, lambda tmp: ids.tofile(tmp))
         write_text(count, f"{len(ids)}\n")
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     ids = np.memmap(path, dtype=dtype, mode="r")
-    if int(ids.max()) >= tokenizer.vocab_size:  # overwritten with something else: never feed it to the model
+    if read_back and int(ids.max()) >= tokenizer.vocab_size:  # overwritten: never feed it to the model
         print(f"iattn: token cache {path} holds ids beyond the tokenizer's {tokenizer.vocab_size}; rebuilding it",
               file=sys.stderr)
         del ids
