@@ -26,7 +26,7 @@ from iattention.config.load import config_from_dict
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
 from iattention.utils.atomic import write_json, write_text
-from iattention.utils.files import load_yaml, read_text
+from iattention.utils.files import read_text, read_yaml
 
 CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
 LAST, BEST, ARM, TOKENIZER, TENSORBOARD = "last.safetensors", "best.safetensors", "arm.json", "tokenizer.json", "tb"
@@ -81,13 +81,10 @@ class RunFolder:
     def read_config(self) -> dict | None:
         """The saved run config as a dict; None when the folder holds none."""
         path = self / CONFIG
-        if not path.is_file() and not path.is_dir():
+        if not path.exists():
             return None
         fix = "delete the folder or choose another --out"
-        try:
-            loaded = load_yaml(read_text(path, "a run config", fix))
-        except yaml.YAMLError:
-            raise UserError(f"{path} is corrupt (not valid YAML); {fix}") from None
+        loaded = read_yaml(path, "a run config", fix)
         if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
             raise UserError(f"{path} is corrupt (a run config is a mapping of sections model:, data:, optim:, "
                             f"train:); {fix}")
