@@ -194,33 +194,75 @@ def test_odd_shapes_forward_backward():
         assert logits.shape == (2, 8, 11)
 
 
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.5),
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=0.05, foreach=True),
+    # fused AdamW (what the trainer uses on CUDA) updates in place without bumping version counters: a memo
+    # keyed on versions returned the step-0 weights at every later validation (issue 19, paper grid on a GPU).
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=0.05, fused=True),
+}
+
+
+@pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("heads", [1, 4])
-def test_canonical_memo_follows_in_place_weight_updates(heads):
-    """Canonical memoises its assembled weights outside autograd, keyed on the tensors' versions: after an
-    in-place update (an optimizer step, a copy_) evaluation must match a freshly built model, never the
-    stale weights."""
+def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):
+    """Evaluation (no_grad, eval mode) after an in-place update (an optimizer step, a copy_) must match a
+    freshly built model, never stale assembled weights."""
     from iattention import GPT, GPTConfig
 
     torch.manual_seed(0)
     cfg = GPTConfig(n_layer=2, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention="canonical")
     model = GPT(cfg)
     x = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(1))
+    model.eval()
     with torch.no_grad():
-        before = model(x)[0]  # fills the memo
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        before = model(x)[0]
+    opt = OPTIMIZERS[opt_name](model.parameters())
+    model.train()
     _, loss = model(x, x)
     loss.backward()
     opt.step()  # in place
+    model.eval()
     with torch.no_grad():
-        model.transformer.h[0].attn.W_V.mul_(1.5)  # in place, outside the optimizer
         after = model(x)[0]
-        fresh = GPT(cfg)
+        fresh = GPT(cfg).eval()
         fresh.load_state_dict(model.state_dict())
         expected = fresh(x)[0]
-    assert not torch.allclose(after, before)
-    assert torch.allclose(after, expected, atol=1e-6)
-    if heads > 1:
-        with torch.no_grad():
+        assert not torch.allclose(after, before)
+        assert torch.allclose(after, expected, atol=1e-6)
+        model.transformer.h[0].attn.W_V.mul_(1.5)  # in place, outside the optimizer
+        fresh.load_state_dict(model.state_dict())
+        assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
+        if heads > 1:
             model.transformer.h[1].attn.W_K_free.copy_(torch.randn_like(model.transformer.h[1].attn.W_K_free))
             fresh.load_state_dict(model.state_dict())
             assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_canonical_builds_its_weights_once_per_generation(heads, monkeypatch):
+    """Inside `frozen_weights` (generation) canonical assembles its full matrices once, not per decoding
+    step; after it, an update is seen again (fused AdamW) and nothing is left memoised."""
+    from iattention import GPT, GPTConfig
+    from iattention.attention import canonical
+    from iattention.model.generate import generate
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention="canonical")
+    model = GPT(cfg)
+    calls = []
+    real = canonical.merge_heads_in
+    monkeypatch.setattr(canonical, "merge_heads_in", lambda w: calls.append(1) or real(w))
+    prompt = torch.randint(0, 50, (1, 3), generator=torch.Generator().manual_seed(2))
+    generate(model, prompt, max_new_tokens=4, generator=torch.Generator().manual_seed(3))
+    assert len(calls) == cfg.n_layer  # one input-side assembly per layer for 4 decoding steps
+    assert all("_memo" not in m.__dict__ for m in model.modules())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(prompt, prompt)[1].backward()
+    opt.step()
+    with torch.no_grad():
+        fresh = GPT(cfg)
+        fresh.load_state_dict(model.state_dict())
+        a = generate(model, prompt, max_new_tokens=4, temperature=0.0)
+        b = generate(fresh, prompt, max_new_tokens=4, temperature=0.0)
+    assert torch.equal(a, b)

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.cache import KVCache
 from iattention.attention.heads import HeadWeights
+
+
+@contextmanager
+def frozen_weights(model: nn.Module):
+    """Declare that `model`'s weights do not change inside the block (generation), so attention layers may
+    build derived weights once (canonical assembles its full W_K, W_O) instead of at every call. Outside
+    it nothing is cached: an in-place update cannot be detected in general (fused AdamW does not bump
+    tensors' version counters), and a stale cache silently evaluates old weights."""
+    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    for m in layers:
+        m.weights_frozen = True
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.weights_frozen = False
+            m.__dict__.pop("_memo", None)
 
 
 class CausalSelfAttention(nn.Module):
@@ -28,6 +47,7 @@ class CausalSelfAttention(nn.Module):
 
     variant = "abstract"
     full_class = False
+    weights_frozen = False  # set by `frozen_weights` only
 
     def __init__(self, config):
         super().__init__()

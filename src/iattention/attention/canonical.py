@@ -133,11 +133,10 @@ class CanonicalAttention(CausalSelfAttention):
         self._refresh_identity_flags()
 
     def _memoized(self, name: str, build, *tensors: torch.Tensor) -> torch.Tensor:
-        """build(), memoised outside autograd (evaluation, generation), where the assembly of the full
-        matrices would otherwise run on every decoding step. The memo is keyed by the tensors' storage
-        and version counters, so any in-place change (optimizer step, load_state_dict, set_blocks, .to)
-        rebuilds it; with autograd on, build() runs every time."""
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        """build(), memoised only inside `frozen_weights` (generation), where the assembly of the full
+        matrices would otherwise run on every decoding step; everywhere else (training, evaluation) it
+        runs every time. Inside, the memo is still keyed by the tensors' storage and version counters."""
+        if not self.weights_frozen or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return build()
         key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
         memo = self.__dict__.setdefault("_memo", {})

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 
+from iattention.attention.base import frozen_weights
 from iattention.attention.cache import KVCache
 
 
@@ -50,17 +51,18 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     """idx (B, T) prompt ids -> (B, T + max_new_tokens). on_token(ids (B, 1)) is called per new token."""
     was_training = model.training
     model.eval()
-    block = model.config.block_size
-    cache = KVCache(model.config.n_layer) if use_cache else None
-    feed = idx[:, -block:]
-    for _ in range(max_new_tokens):
-        if cache is not None and cache.length + feed.shape[1] > block:  # window full: start over
-            cache, feed = KVCache(model.config.n_layer), idx[:, -block:]
-        logits, _ = model(feed, cache=cache) if cache is not None else model(idx[:, -block:])
-        tok = next_token(logits[:, -1, :], temperature, top_k, top_p, generator)
-        idx = torch.cat([idx, tok], dim=1)
-        feed = tok
-        if on_token:
-            on_token(tok)
+    with frozen_weights(model):  # weights cannot change while decoding: build derived ones once
+        block = model.config.block_size
+        cache = KVCache(model.config.n_layer) if use_cache else None
+        feed = idx[:, -block:]
+        for _ in range(max_new_tokens):
+            if cache is not None and cache.length + feed.shape[1] > block:  # window full: start over
+                cache, feed = KVCache(model.config.n_layer), idx[:, -block:]
+            logits, _ = model(feed, cache=cache) if cache is not None else model(idx[:, -block:])
+            tok = next_token(logits[:, -1, :], temperature, top_k, top_p, generator)
+            idx = torch.cat([idx, tok], dim=1)
+            feed = tok
+            if on_token:
+                on_token(tok)
     model.train(was_training)
     return idx
