@@ -12,6 +12,10 @@
 # (standard and canonical at 1 and 12 heads, seed 0) at >= 30% MFU. Left for a later turn, in order:
 # identity_ko at 1 and 12 heads, then seeds 1 and 2 of everything (9 runs, ~45 min).
 #
+# Measured 2026-11-22 (results/paper/h100-2026-11-22/): the 1-head pair ran at ~150k tokens/s together
+# on one H100, i.e. ~11 min of card time per run, so the four runs need ~45 min, not the plan above;
+# results/paper/gpu-session.sh runs them in the background across several 10-minute commands.
+#
 # Usage (repository root, on the GPU machine; no network needed: torch, numpy, scipy, pyyaml,
 # safetensors, tiktoken, tokenizers, tqdm are on the image, and this package runs from src/):
 #   bash results/paper/run-grid.sh [SECONDS] [DATA_DIR] [ARMS] [HEADS] [SEEDS]
