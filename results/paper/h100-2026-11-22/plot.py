@@ -1,10 +1,19 @@
 """Draws curves.png from the run folders beside it: python results/paper/h100-2026-11-22/plot.py (repository root)."""
-import json, matplotlib
+import json
+
+import matplotlib
+
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # noqa: E402
+
 D = "results/paper/h100-2026-11-22"
+
+
 def ep(m, arm):
-    return [json.loads(l) for l in open(f"{D}/{m}/runs/{arm}-h1-s0/metrics.jsonl") if json.loads(l)["kind"] == "epoch"]
+    recs = [json.loads(line) for line in open(f"{D}/{m}/runs/{arm}-h1-s0/metrics.jsonl")]
+    return [r for r in recs if r["kind"] == "epoch"]
+
+
 fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
 for m, ls in (("machine1", ":"), ("machine2", "-")):
     s = ep(m, "standard")
@@ -15,12 +24,14 @@ for m, ls in (("machine1", ":"), ("machine2", "-")):
     for arm, col in (("standard", "C0"), ("canonical", "C1")):
         r = ep(m, arm)
         b.plot([x["epoch"] for x in r], [x["train_ppl"] for x in r], ls, color=col, label=f"{arm}, {m}")
-a.axhline(345, color="C0", lw=0.8, alpha=0.5); a.text(40, 345, "paper: standard 345", ha="right", va="bottom", fontsize=8, color="C0")
-a.axhline(234, color="C1", lw=0.8, alpha=0.5); a.text(40, 234, "paper: I-Attention 234", ha="right", va="bottom", fontsize=8, color="C1")
+for value, col, text in ((345, "C0", "paper: standard 345"), (234, "C1", "paper: I-Attention 234")):
+    a.axhline(value, color=col, lw=0.8, alpha=0.5)
+    a.text(40, value, text, ha="right", va="bottom", fontsize=8, color=col)
 a.set(yscale="log", xlabel="epoch", ylabel="validation perplexity (GPT-2 BPE)", xlim=(0, 41),
       title="validation, 1 head (ours: H100, seed 0, runs cut short)")
 b.set(yscale="log", xlabel="epoch", ylabel="training perplexity (epoch mean, dropout on)", xlim=(0, 41),
       title="training, 1 head")
-a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.45, 0.78)); b.legend(fontsize=7)
+a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.45, 0.78))
+b.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(f"{D}/curves.png", dpi=110)
