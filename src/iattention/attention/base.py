@@ -12,6 +12,17 @@ from iattention.attention.cache import KVCache
 from iattention.attention.heads import HeadWeights
 
 
+def row_blocks(n_proj: int, d: int, r: int, n_head: int) -> list[tuple]:
+    """Per-head blocks of a fused input projection's weight (n_proj * d, d), e.g. c_attn: one (r, d) row
+    block per projection and head (projection-major, as `fused_to_heads` lays them out)."""
+    return [(slice(k * d + h * r, k * d + (h + 1) * r),) for k in range(n_proj) for h in range(n_head)]
+
+
+def column_blocks(r: int, n_head: int) -> list[tuple]:
+    """Per-head blocks of an output projection's weight (d, d): head h's W_O^T is the (d, r) column block."""
+    return [(slice(None), slice(h * r, (h + 1) * r)) for h in range(n_head)]
+
+
 @contextmanager
 def frozen_weights(model: nn.Module):
     """Declare that `model`'s weights do not change inside the block (generation), so attention layers may
@@ -77,6 +88,14 @@ class CausalSelfAttention(nn.Module):
     def project_out(self, y: torch.Tensor) -> torch.Tensor:
         """Merged head outputs (B, T, d) -> the layer's output (B, T, d), before residual dropout."""
         raise NotImplementedError
+
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        """Each learned matrix's per-head 2-D blocks, as indices into the parameter: {local parameter name:
+        [index of head 0's block, ...]}, so that a per-matrix optimizer (Muon) treats every variant's
+        heads alike. Default: a 3-D parameter (H, a, b) splits along its first axis; a parameter not named
+        here is one block. A variant storing several heads in one matrix overrides this."""
+        return {name: [(h,) for h in range(p.shape[0])] for name, p in self.named_parameters()
+                if p.dim() == 3 and p.shape[0] == self.n_head}
 
     def to_heads(self) -> HeadWeights:
         """The layer's weights in math form (see heads.py)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, row_blocks
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, fused_to_heads, heads_to_fused
 from iattention.errors import UserError
 
@@ -47,6 +47,9 @@ class IdentityKOAttention(CausalSelfAttention):
 
     def project_out(self, y):
         return y if self.b_O is None else y + self.b_O
+
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        return {"c_qv.weight": row_blocks(2, self.n_embd, self.d_head, self.n_head)}
 
     def to_heads(self) -> HeadWeights:
         H, d = self.n_head, self.n_embd

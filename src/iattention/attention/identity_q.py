@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
 from iattention.attention.heads import (
     HeadWeights,
     eye_heads_in,
@@ -47,6 +47,10 @@ class IdentityQAttention(CausalSelfAttention):
 
     def project_out(self, y):
         return self.c_proj(y)
+
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        d, r, H = self.n_embd, self.d_head, self.n_head
+        return {"c_kv.weight": row_blocks(2, d, r, H), "c_proj.weight": column_blocks(r, H)}
 
     def to_heads(self) -> HeadWeights:
         kv = fused_to_heads(self.c_kv, "KV", self.n_head)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
 from iattention.attention.heads import HeadWeights, fused_to_heads, heads_to_fused, heads_to_out, out_to_heads
 
 
@@ -28,6 +28,10 @@ class StandardAttention(CausalSelfAttention):
 
     def project_out(self, y):
         return self.c_proj(y)
+
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        d, r, H = self.n_embd, self.d_head, self.n_head
+        return {"c_attn.weight": row_blocks(3, d, r, H), "c_proj.weight": column_blocks(r, H)}
 
     def to_heads(self) -> HeadWeights:
         return HeadWeights(**fused_to_heads(self.c_attn, "QKV", self.n_head), **out_to_heads(self.c_proj, self.n_head))

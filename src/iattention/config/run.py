@@ -25,6 +25,7 @@ class OptimConfig:
     grad_clip: float = 1.0  # 0 disables
     decay_attention: bool = True  # False: no weight decay on attention matrices (see train/optim.py)
     attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
+    name: str = "adamw"  # adamw | muon (Muon on the blocks' per-head matrices and MLP matrices; train/optim.py)
 
 
     def __post_init__(self) -> None:
@@ -34,7 +35,8 @@ class OptimConfig:
                   ("weight_decay", self.weight_decay >= 0, ">= 0", "optim.weight_decay=0.1"),
                   ("beta1", 0 <= self.beta1 < 1, "in [0, 1)", "optim.beta1=0.9"),
                   ("beta2", 0 <= self.beta2 < 1, "in [0, 1)", "optim.beta2=0.95"),
-                  ("grad_clip", self.grad_clip >= 0, ">= 0 (0 disables clipping)", "optim.grad_clip=1.0"))
+                  ("grad_clip", self.grad_clip >= 0, ">= 0 (0 disables clipping)", "optim.grad_clip=1.0"),
+                  ("name", self.name in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}", "optim.name=muon"))
         _check("optim", self, checks)
 
 
@@ -46,6 +48,7 @@ def _check(section: str, obj, checks) -> None:
 
 
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("adamw", "muon")
 MAX_THREADS = 4096  # more than any machine has; torch takes a C int
 
 

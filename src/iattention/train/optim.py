@@ -9,6 +9,13 @@
   (W_Q -> W_Q B^T, free rows of W_K -> W_K B^{-1}: RMS from ~0.002 to ~0.3) the relative step of
   each group changes by orders of magnitude; this gives each group the relative step size that a
   GPT-2-initialised (RMS 0.02) matrix gets.
+- `name=muon`: `torch.optim.Muon` (momentum, Newton-Schulz orthogonalised update, lr matched to
+  AdamW's update RMS) on the hidden matrices, AdamW on embeddings, biases and LayerNorms, as
+  modded-nanogpt splits them. Muon takes 2-D matrices; attention is split into its per-head blocks
+  (`CausalSelfAttention.head_blocks`) so that every variant's heads get the same update rule: standard's
+  fused c_attn gives each head's W_Q, W_K, W_V block, canonical's (H, d, r) tensors one block per head.
+  Each block is a view of its parameter (a leaf with no autograd), so Muon's in-place step writes the
+  parameter; its gradient is the same view of the parameter's gradient, bound before every step.
 """
 
 from __future__ import annotations
@@ -44,7 +51,93 @@ def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
     return [{"params": ps, "weight_decay": wd, "lr_scale": scale} for (wd, scale), ps in groups.items()]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
+def _muon_blocks(model: torch.nn.Module) -> dict[torch.nn.Parameter, tuple[list[tuple], bool]]:
+    """The matrices Muon updates: {parameter: (its 2-D block indices, whether it is an attention matrix)}.
+    Every attention matrix is split per head, every MLP matrix is one block; embeddings and the LM head
+    stay with AdamW."""
+    from iattention.attention.base import CausalSelfAttention
+
+    blocks: dict[torch.nn.Parameter, tuple[list[tuple], bool]] = {}
+    for mod_name, module in model.named_modules():
+        attention = isinstance(module, CausalSelfAttention)
+        if not (attention or mod_name.endswith(".mlp")):
+            continue
+        split = module.head_blocks() if attention else {}
+        for name, p in module.named_parameters():
+            if p.requires_grad and is_matrix(name, p):
+                idxs = split.get(name, [()])
+                if {p[i].dim() for i in idxs} != {2}:
+                    raise ValueError(f"Muon needs 2-D blocks; {mod_name}.{name} {tuple(p.shape)} does not split "
+                                     "into them (override head_blocks)")
+                blocks[p] = (idxs, attention)
+    return blocks
+
+
+class MuonWithAdamW:
+    """Muon on the hidden matrices' 2-D blocks, AdamW on the rest; one optimizer to the trainer (param_groups
+    for the schedule, step, zero_grad, and a state_dict in torch's format for checkpoints: AdamW's
+    parameters first, then Muon's blocks)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: OptimConfig, device_type: str):
+        blocks = _muon_blocks(model)
+        groups = param_groups(model, cfg)
+        scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+        self.sources, self.views, muon_groups = [], [], {}
+        for p, (idxs, attention) in blocks.items():
+            wd = cfg.weight_decay if (cfg.decay_attention or not attention) else 0.0
+            for idx in idxs:
+                view = p.detach()[idx]
+                if view.numel():  # canonical's W_K_free at one head is (1, 0, d): nothing to learn
+                    self.sources.append((p, idx))
+                    self.views.append(view)
+                    muon_groups.setdefault((wd, scale[id(p)]), []).append(view)
+        rest = [dict(g, params=[p for p in g["params"] if p not in blocks]) for g in groups]
+        extra = {"fused": True} if device_type == "cuda" else {}
+        self.adamw = torch.optim.AdamW([g for g in rest if g["params"]], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                       **extra)
+        self.muon = torch.optim.Muon([{"params": ps, "weight_decay": wd, "lr_scale": s}
+                                      for (wd, s), ps in muon_groups.items()],
+                                     lr=cfg.lr, adjust_lr_fn="match_rms_adamw")
+        self.muon_params = list(blocks)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.adamw.param_groups + self.muon.param_groups
+
+    def step(self) -> None:
+        for (p, idx), view in zip(self.sources, self.views):
+            view.grad = None if p.grad is None else p.grad[idx]
+        self.adamw.step()
+        self.muon.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.adamw.zero_grad(set_to_none)
+        for p in self.muon_params:
+            p.grad = None
+        for view in self.views:
+            view.grad = None
+
+    def state_dict(self) -> dict:
+        a, m = self.adamw.state_dict(), self.muon.state_dict()
+        n = sum(len(g["params"]) for g in a["param_groups"])
+        return {"state": a["state"] | {n + i: v for i, v in m["state"].items()},
+                "param_groups": a["param_groups"] + [dict(g, params=[n + i for i in g["params"]])
+                                                     for g in m["param_groups"]]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        k = len(self.adamw.param_groups)
+        n = sum(len(g["params"]) for g in self.adamw.param_groups)
+        groups = sd["param_groups"]
+        self.adamw.load_state_dict({"state": {i: v for i, v in sd["state"].items() if int(i) < n},
+                                    "param_groups": groups[:k]})
+        self.muon.load_state_dict({"state": {int(i) - n: v for i, v in sd["state"].items() if int(i) >= n},
+                                   "param_groups": [dict(g, params=[i - n for i in g["params"]]) for g in groups[k:]]})
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str):
+    """AdamW (`optim.name=adamw`) or Muon with AdamW (`optim.name=muon`)."""
+    if cfg.name == "muon":
+        return MuonWithAdamW(model, cfg, device_type)
     extra = {"fused": True} if device_type == "cuda" else {}
     return torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **extra)
 
