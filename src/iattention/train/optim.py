@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from iattention.attention.base import CausalSelfAttention
 from iattention.config import OptimConfig
 
 GPT2_INIT_STD = 0.02
@@ -55,8 +56,6 @@ def _muon_blocks(model: torch.nn.Module) -> dict[torch.nn.Parameter, tuple[list[
     """The matrices Muon updates: {parameter: (its 2-D block indices, whether it is an attention matrix)}.
     Every attention matrix is split per head, every MLP matrix is one block; embeddings and the LM head
     stay with AdamW."""
-    from iattention.attention.base import CausalSelfAttention
-
     blocks: dict[torch.nn.Parameter, tuple[list[tuple], bool]] = {}
     for mod_name, module in model.named_modules():
         attention = isinstance(module, CausalSelfAttention)
