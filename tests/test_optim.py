@@ -182,3 +182,14 @@ def test_trainer_runs_muon_and_refuses_an_unknown_optimizer(tmp_path):
 
     with pytest.raises(UserError, match="optim.name must be one of adamw, muon, got 'sgd'"):
         OptimConfig(name="sgd")
+
+
+def test_scales_reads_muons_groups_through_its_blocks():
+    """`iattn scales` with optim.name=muon: each attention matrix takes the group of its per-head blocks."""
+    from iattention.experiments.scales import optimizer_settings
+
+    model = _model("canonical", heads=2)
+    opt = build_optimizer(model, OptimConfig(name="muon", decay_attention=False), "cpu")
+    settings = optimizer_settings(model, opt)
+    assert set(settings) == {"W_Q", "W_V", "W_K_free", "W_O_free"}
+    assert all(s["weight_decay"] == 0.0 and s["lr_scale"] == 1.0 for s in settings.values())

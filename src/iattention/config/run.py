@@ -25,7 +25,7 @@ class OptimConfig:
     grad_clip: float = 1.0  # 0 disables
     decay_attention: bool = True  # False: no weight decay on attention matrices (see train/optim.py)
     attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
-    name: str = "adamw"  # adamw | muon (Muon on the blocks' per-head matrices and MLP matrices; train/optim.py)
+    name: str = "adamw"  # adamw | muon (Muon on attention matrices per head and on MLP matrices; train/optim.py)
 
 
     def __post_init__(self) -> None:

@@ -52,6 +52,9 @@ def optimizer_settings(model: GPT, opt: torch.optim.Optimizer) -> dict[str, dict
     """Per kind, what the optimizer really applies to it: weight decay and learning-rate multiplier
     (attn_lr_by_init_rms gives each layer's matrix its own; this is their mean over layers)."""
     group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
+    # optim.name=muon: Muon's groups hold per-head views; a parameter takes its blocks' group
+    group_of.update({id(src): group_of[id(view)] for (src, _), view in zip(getattr(opt, "sources", ()),
+                                                                            getattr(opt, "views", ()))})
     seen: dict[str, list[dict]] = defaultdict(list)
     for kinds, p in attention_matrices(model):
         for kind in kinds:
