@@ -13,6 +13,10 @@
 #
 # Usage (repository root, on the GPU machine; this package runs from src/ with the image's torch):
 #   bash results/paper/gpu-session.sh [SECONDS] [DATA_DIR]     defaults: 540, $IATTN_DATA_DIR or ../shared/data
+# Environment: RUNS="canonical:1 standard:12 canonical:12" starts one single-run sweep per arm:heads
+# (all at once, each on the card) instead of the 2-at-a-time grid; EXTRA adds overrides to every run
+# (e.g. "train.patience=5": stop after 5 epochs without improvement, the 40-epoch schedule unchanged);
+# ACCUM sets train.grad_accum (default 2; use 4 with three runs on one 80 GB card).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -24,16 +28,25 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" IATTN_CACHE_DIR=$ROOT/cache PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 mkdir -p "$ROOT/runs"
-if ! pgrep -f "iattention sweep --preset $PRESET" >/dev/null; then
+if ! pgrep -f "iattention sweep .*--preset $PRESET" >/dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
     "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-    setsid nohup "$PY" -m iattention sweep --preset "$PRESET" --arms standard,canonical --heads "$HEADS" --seeds 0 \
-        --out "$ROOT/runs" --data-dir "$DATA" --jobs 2 --threads 4 train.tensorboard=false train.grad_accum=2 \
-        > "$ROOT/sweep.log" 2>&1 < /dev/null &
-    echo "gpu-session: sweep started (pid $!)"
+    common=(--preset "$PRESET" --seeds 0 --out "$ROOT/runs" --data-dir "$DATA" --threads 4
+            train.tensorboard=false train.grad_accum="${ACCUM:-2}" ${EXTRA:-})
+    if [ -z "${RUNS:-}" ]; then
+        setsid nohup "$PY" -m iattention sweep --arms standard,canonical --heads "$HEADS" --jobs 2 "${common[@]}" \
+            > "$ROOT/sweep.log" 2>&1 < /dev/null &
+        echo "gpu-session: sweep started (pid $!)"
+    else
+        for spec in $RUNS; do
+            setsid nohup "$PY" -m iattention sweep --arms "${spec%%:*}" --heads "${spec##*:}" --jobs 1 "${common[@]}" \
+                > "$ROOT/sweep-${spec%%:*}-h${spec##*:}.log" 2>&1 < /dev/null &
+            echo "gpu-session: sweep $spec started (pid $!)"
+        done
+    fi
 fi
 end=$((SECONDS + BUDGET))
-while [ $SECONDS -lt $end ] && pgrep -f "iattention sweep --preset $PRESET" >/dev/null; do
+while [ $SECONDS -lt $end ] && pgrep -f "iattention sweep .*--preset $PRESET" >/dev/null; do
     sleep 10
 done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
@@ -52,8 +65,8 @@ for run in sorted(Path(sys.argv[1]).iterdir()):
     print(f"{run.name:<16} {done:<8} epoch {ep[-1]['epoch']:>2}  val ppl {ep[-1]['val_ppl']:8.2f}  best {best['val_ppl']:8.2f}"
           f" (epoch {best['epoch']})  {ep[-1]['tokens_per_s']:>9.0f} tok/s  wall {ep[-1]['wall_time']:6.0f}s")
 EOF
-tail -n 5 "$ROOT/sweep.log"
+tail -n 3 "$ROOT"/sweep*.log
 if [ -n "${OUT:-}" ]; then
     tar czf "$OUT/paper-runs.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='.lock' --exclude='*.tmp*' \
-        runs sweep.log && echo "gpu-session: packed $(tar tzf "$OUT/paper-runs.tgz" | wc -l) entries"
+        runs $(cd "$ROOT" && ls sweep*.log) && echo "gpu-session: packed $(tar tzf "$OUT/paper-runs.tgz" | wc -l) entries"
 fi
