@@ -13,8 +13,9 @@
 #
 # Usage (repository root, on the GPU machine; this package runs from src/ with the image's torch):
 #   bash results/paper/gpu-session.sh [SECONDS] [DATA_DIR]     defaults: 540, $IATTN_DATA_DIR or ../shared/data
-# Environment: RUNS="canonical:1 standard:12 canonical:12" starts one single-run sweep per arm:heads
-# (all at once, each on the card) instead of the 2-at-a-time grid; EXTRA adds overrides to every run
+# Environment: RUNS="canonical:1 standard:12 canonical:12:1" starts one single-run sweep per
+# arm:heads[:seed] (seed 0 by default; all at once, each on the card) instead of the 2-at-a-time grid,
+# skipping runs already running or finished, so a later call can add runs; EXTRA adds overrides to every run
 # (e.g. "train.patience=5": stop after 5 epochs without improvement, the 40-epoch schedule unchanged);
 # ACCUM sets train.grad_accum (default 2; use 4 with three runs on one 80 GB card).
 set -uo pipefail
@@ -28,23 +29,28 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" IATTN_CACHE_DIR=$ROOT/cache PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 mkdir -p "$ROOT/runs"
+common=(--preset "$PRESET" --out "$ROOT/runs" --data-dir "$DATA" --threads 4
+        train.tensorboard=false train.grad_accum="${ACCUM:-2}" ${EXTRA:-})
 if ! pgrep -f "iattention sweep .*--preset $PRESET" >/dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
     "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-    common=(--preset "$PRESET" --seeds 0 --out "$ROOT/runs" --data-dir "$DATA" --threads 4
-            train.tensorboard=false train.grad_accum="${ACCUM:-2}" ${EXTRA:-})
     if [ -z "${RUNS:-}" ]; then
-        setsid nohup "$PY" -m iattention sweep --arms standard,canonical --heads "$HEADS" --jobs 2 "${common[@]}" \
-            > "$ROOT/sweep.log" 2>&1 < /dev/null &
+        setsid nohup "$PY" -m iattention sweep --arms standard,canonical --heads "$HEADS" --seeds 0 --jobs 2 \
+            "${common[@]}" > "$ROOT/sweep.log" 2>&1 < /dev/null &
         echo "gpu-session: sweep started (pid $!)"
-    else
-        for spec in $RUNS; do
-            setsid nohup "$PY" -m iattention sweep --arms "${spec%%:*}" --heads "${spec##*:}" --jobs 1 "${common[@]}" \
-                > "$ROOT/sweep-${spec%%:*}-h${spec##*:}.log" 2>&1 < /dev/null &
-            echo "gpu-session: sweep $spec started (pid $!)"
-        done
     fi
 fi
+for spec in ${RUNS:-}; do
+    IFS=: read -r arm heads seed <<< "$spec"
+    seed=${seed:-0}
+    run=$arm-h$heads-s$seed
+    if [ -f "$ROOT/runs/$run/summary.json" ] || pgrep -f "sweep --arms $arm --heads $heads --seeds $seed " >/dev/null; then
+        continue
+    fi
+    setsid nohup "$PY" -m iattention sweep --arms "$arm" --heads "$heads" --seeds "$seed" --jobs 1 "${common[@]}" \
+        > "$ROOT/sweep-$run.log" 2>&1 < /dev/null &
+    echo "gpu-session: sweep $run started (pid $!)"
+done
 end=$((SECONDS + BUDGET))
 while [ $SECONDS -lt $end ] && pgrep -f "iattention sweep .*--preset $PRESET" >/dev/null; do
     sleep 10
