@@ -1,10 +1,12 @@
 """Fuzz-style: garbage written into each file kind of a finished run (and of converted and exported
 models) must make every command that reads that file exit 2 with one line naming it; never a traceback,
-never a silently different result. Deterministic: the garbage comes from a seeded generator."""
+never a silently different result. The garbage comes from a seeded generator, but where a cut falls
+depends on the file's length, which varies with the temporary path: every cut must be handled."""
 
 import json
 import os
 import random
+import re
 import shutil
 
 import pytest
@@ -150,6 +152,21 @@ def test_garbage_in_a_run_file_is_one_line_from_every_command_that_reads_it(fini
             tried += 1
     assert tried >= 6 * len(readers)
     assert not os.path.exists("/tmp/pwned")
+
+
+def test_a_config_cut_inside_a_number_names_config_yaml_on_resume(finished, tmp_path, capsys):
+    """A config.yaml cut short inside a value ('eval_batch_size: 64' -> '...: 6') still parses, as
+    another config: resume refuses it with one line that names config.yaml (found by CI, where the
+    fuzz's cut fell there for one temporary-path length)."""
+    original = (finished["run"] / "config.yaml").read_text()
+    numbers = list(re.finditer(r": (\d\d+)\n", original))
+    assert numbers, "the fixture's config has no value of two digits or more"
+    last = numbers[-1]
+    shutil.copytree(finished["run"].parent, tmp_path / "sw")
+    (tmp_path / "sw" / RUN / "config.yaml").write_text(original[:last.start(1) + 1])
+    code = _run(_commands(finished, tmp_path)["train --resume"])
+    line = _one_line_naming(capsys, code, "config.yaml", "config.yaml cut inside a number")
+    assert "another config" in line
 
 
 def test_a_file_that_only_other_commands_read_does_not_stop_eval(finished, tmp_path, capsys):

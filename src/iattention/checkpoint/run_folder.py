@@ -112,9 +112,9 @@ class RunFolder:
         if diff and extends(old, cfg):
             return True
         if diff:
-            raise UserError(f"output folder {self.path} holds a run with another config ({diff}); use the same "
-                            "config to resume (or the same with more train.epochs to extend it), or choose another "
-                            "--out")
+            raise UserError(f"output folder {self.path} holds a run with another config (its {CONFIG}: {diff}); "
+                            "use the same config to resume (or the same with more train.epochs to extend it), or "
+                            "choose another --out")
         return False
 
     # ------------------------------------------------------------- summary.json
