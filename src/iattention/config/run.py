@@ -14,7 +14,7 @@ from iattention.errors import UserError
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warmup then cosine decay to min_lr_ratio * lr ("GPT-style")."""
+    """AdamW with linear warmup then cosine ("GPT-style") or linear decay to min_lr_ratio * lr."""
 
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
@@ -25,6 +25,7 @@ class OptimConfig:
     grad_clip: float = 1.0  # 0 disables
     decay_attention: bool = True  # False: no weight decay on attention matrices (see train/optim.py)
     attn_lr_by_init_rms: bool = False  # True: attention matrix lr x RMS at step 0 / 0.02 (train/optim.py)
+    schedule: str = "cosine"  # cosine | linear: the decay after warmup (train/schedule.py)
     name: str = "adamw"  # adamw | muon (Muon on attention matrices per head and on MLP matrices; train/optim.py)
 
 
@@ -36,6 +37,8 @@ class OptimConfig:
                   ("beta1", 0 <= self.beta1 < 1, "in [0, 1)", "optim.beta1=0.9"),
                   ("beta2", 0 <= self.beta2 < 1, "in [0, 1)", "optim.beta2=0.95"),
                   ("grad_clip", self.grad_clip >= 0, ">= 0 (0 disables clipping)", "optim.grad_clip=1.0"),
+                  ("schedule", self.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}",
+                   "optim.schedule=linear"),
                   ("name", self.name in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}", "optim.name=muon"))
         _check("optim", self, checks)
 
@@ -48,6 +51,7 @@ def _check(section: str, obj, checks) -> None:
 
 
 DEVICES = ("auto", "cpu", "cuda")
+SCHEDULES = ("cosine", "linear")  # train/schedule.py
 OPTIMIZERS = ("adamw", "muon")
 MAX_THREADS = 4096  # more than any machine has; torch takes a C int
 

@@ -87,7 +87,8 @@ def measure(cfg: RunConfig, steps: int = 20) -> dict[str, dict[str, float]]:
     updates: dict[str, list[float]] = defaultdict(list)
     for step in range(min(steps, n_windows // B)):
         before = {k: [t.detach().clone() for t in v] for k, v in groups.items()}
-        set_lr(opt, lr_at(step, total, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
+        set_lr(opt, lr_at(step, total, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio,
+                         cfg.optim.schedule))
         x, y = train_batch(tokens, order[step * B:(step + 1) * B], T)
         loss = model(x, y)[1]
         loss.backward()

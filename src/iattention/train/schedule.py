@@ -1,16 +1,26 @@
-"""GPT-style learning rate: linear warmup, then cosine decay to a floor."""
+"""GPT-style learning rate: linear warmup, then cosine (or linear) decay to a floor."""
 
 from __future__ import annotations
 
 import math
 
+from iattention.config.run import SCHEDULES
 
-def lr_at(step: int, total_steps: int, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
-    """lr(step) for 0-based `step`: (step+1)/warmup * lr during warmup, then cosine to min_lr_ratio * lr."""
+
+def lr_at(step: int, total_steps: int, lr: float, warmup_steps: int, min_lr_ratio: float,
+          schedule: str = "cosine") -> float:
+    """lr(step) for 0-based `step`: (step+1)/warmup * lr during warmup, then a decay to min_lr_ratio * lr
+    at `total_steps`: cosine (GPT-style, nanoGPT) or linear (Hugging Face Trainer's default).
+    min_lr_ratio=1 makes the rate flat after warmup (nanoGPT's defaults at a run far shorter than
+    its lr_decay_iters)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}")
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     min_lr = lr * min_lr_ratio
     if total_steps <= warmup_steps:
         return lr
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if schedule == "linear":
+        return lr - progress * (lr - min_lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)

@@ -246,7 +246,7 @@ class Trainer:
     # ---------------------------------------------------------------- training
     def _lr(self, step: int) -> float:
         o = self.cfg.optim
-        return lr_at(step, self.total_steps, o.lr, o.warmup_steps, o.min_lr_ratio)
+        return lr_at(step, self.total_steps, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule)
 
     def _train_step(self, window_ids: np.ndarray) -> float:
         ctx, t = self.ctx, self.cfg.train
