@@ -338,6 +338,26 @@ def test_report_pairs_by_seed_holm_and_added_seeds(tmp_path, config):
     assert "Verdicts that survive Holm (all seeds): `canonical` at 2 (differs)" in report
 
 
+def test_report_holm_family_size_counts_only_rows_with_a_test(tmp_path, config):
+    """A one-seed arm's row has no test: it is not counted in m, and the report names it (the p values
+    of the others are adjusted over m, not over the rows)."""
+    from iattention.experiments.stats import holm
+    for seed, shift in enumerate((0.0, 10.0, 20.0)):
+        for arm, delta in (("standard", 0.0), ("canonical", -2.0 + (0, 1, -0.6)[seed]),
+                           ("identity_q", 5.0 + (0, 2, -1.5)[seed])):
+            c = dict(config, model=dict(config["model"], attention=arm))
+            # identity_q: one seed at 2 heads (Welch with n = 1: no test), more at 4 (no reference there)
+            heads = 4 if arm == "identity_q" and seed else 2
+            _armed_run(tmp_path, arm, [f"model.attention={arm}"], heads, seed,
+                       [300, 150 + shift + delta, 160 + shift + delta], c)
+    report = write_report([tmp_path], tmp_path / "out").read_text()
+    assert ("m = 1 comparison, the 2 rows on all seeds less 1 with no test (one seed in an arm: "
+            "`identity_q` at 2)") in report
+    row = next(line for line in report.split("## Each arm")[1].splitlines() if line.startswith("| canonical | 2 |"))
+    raw, adjusted = row.split("|")[6].strip().replace(")", "").split(" (")
+    assert adjusted == raw and holm([float(raw), float("nan")])[0] == float(raw)
+
+
 def test_report_holm_family_is_the_declared_arms(tmp_path, config):
     """With --family, only the named arms' rows are Holm-adjusted; the others are exploratory."""
     for seed, shift in enumerate((0.0, 10.0, 20.0)):
@@ -348,8 +368,8 @@ def test_report_holm_family_is_the_declared_arms(tmp_path, config):
                        [300, 150 + shift + delta, 160 + shift + delta], c)
     everything = write_report([tmp_path], tmp_path / "all").read_text()
     declared = write_report([tmp_path], tmp_path / "fam", family=["canonical"]).read_text()
-    assert "Holm-adjusted over the 2 rows on all seeds (the report's verdict family)" in everything
-    assert "Holm-adjusted over the 1 rows on all seeds of the declared verdict family (canonical)" in declared
+    assert "Holm-adjusted over the report's verdict family (every arm): m = 2 comparisons;" in everything
+    assert "Holm-adjusted over the declared verdict family (canonical): m = 1 comparison;" in declared
 
     def p_cells(report, arm):
         section = report.split("## Each arm")[1]

@@ -288,12 +288,24 @@ def comparisons(groups, plotted, arms, reference: str, margin_pct: float, added:
     return rows
 
 
+def holm_family_size(members: list[dict]) -> str:
+    """The Holm family in words: m = the comparisons that have a test (holm() skips a nan p), and the
+    rows on all seeds that have none (an arm with one seed there)."""
+    m = sum(math.isfinite(r["p"]) for r in members)
+    untested = [f"`{r['arm']}` at {r['heads']}" for r in members if not math.isfinite(r["p"])]
+    text = f"m = {m} comparison{'' if m == 1 else 's'}"
+    if untested:
+        text += (f", the {len(members)} rows on all seeds less {len(untested)} with no test (one seed in an "
+                 f"arm: {', '.join(untested)})")
+    return text
+
+
 def comparison_section(groups, plotted, arms, reference: str, margin_pct: float, added: dict,
                        has_lr: bool = False, family: list[str] | None = None) -> list[str]:
     rows = comparisons(groups, plotted, arms, reference, margin_pct, added, family)
-    n_family = sum(r["subset"] == "all" and r["in_family"] for r in rows)
-    family_text = (f"over the {n_family} rows on all seeds (the report's verdict family)" if family is None else
-                   f"over the {n_family} rows on all seeds of the declared verdict family ({', '.join(family)}); "
+    members = [r for r in rows if r["subset"] == "all" and r["in_family"]]
+    family_text = (f"the report's verdict family (every arm): {holm_family_size(members)}" if family is None else
+                   f"the declared verdict family ({', '.join(family)}): {holm_family_size(members)}; "
                    "rows of other arms are exploratory, unadjusted (p and its \"adjusted\" value are equal)")
     kinds = {r["ppl"].kind for r in rows}
     lines = [f"## Each arm − `{reference}`, per head count", "",
@@ -304,7 +316,7 @@ def comparison_section(groups, plotted, arms, reference: str, margin_pct: float,
              "readers can see what pairing changed. p: the two-sided paired (or Welch) t test of no difference; "
              f"equivalence: two one-sided tests (TOST) that the difference lies within ±{margin_pct:g}% of "
              f"`{reference}`'s mean best validation perplexity at that head count (the margin declared before "
-             f"the runs). Both p values are Holm-adjusted {family_text}; the verdict uses the adjusted values at "
+             f"the runs). Both p values are Holm-adjusted over {family_text}; the verdict uses the adjusted values at "
              "α = 0.05 and names what the unadjusted intervals alone would say (a row on the pre-declared seeds "
              "alone is adjusted in the family in place of its row). "
              "\"Level\" means equivalence shown; \"no difference detected\" alone is not \"level\". Reached: pairs "
@@ -357,6 +369,14 @@ def _figures(groups, plotted, families, study_lr: float, out: Path, colors: dict
     return figs
 
 
+def _where(dirs) -> str:
+    """The folders a report read, in words: many run folders of one parent are named by the parent."""
+    parents = {Path(x).resolve().parent for x in dirs}
+    if len(dirs) > 3 and len(parents) == 1 and all((Path(x) / "summary.json").is_file() for x in dirs):
+        return f"{len(dirs)} run folders named on the command line, in {Path(str(dirs[0])).parent}"
+    return ", ".join(str(x) for x in dirs)
+
+
 def header_section(title: str, runs, dirs, arms: list[str], cfg: dict) -> list[str]:
     """Title, the study config, and what each arm sets."""
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
@@ -366,7 +386,7 @@ def header_section(title: str, runs, dirs, arms: list[str], cfg: dict) -> list[s
         sets = sorted({f"{k}={config_value(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
         arm_lines.append(f"- `{arm}`: {' '.join(f'`{x}`' for x in sets) or '(the study config as is)'}")
     return [f"# {title}", "",
-            f"{len(runs)} finished runs from {', '.join(str(x) for x in dirs)}. Model: {m['n_layer']} layers, "
+            f"{len(runs)} finished runs from {_where(dirs)}. Model: {m['n_layer']} layers, "
             f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
             f"{d['dataset']} ({_splits(d)})" +
             f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
