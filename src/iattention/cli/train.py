@@ -29,10 +29,11 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from iattention.data import load_data
+    from iattention.data.dataset import scored_text
     from iattention.data.sources import data_dir_told
     from iattention.interop.load import data_config_for, load_any
     from iattention.train.distributed import DistContext
-    from iattention.train.evaluate import perplexity, split_nll, strided_nll
+    from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
     model, run_data, _ = load_any(args.checkpoint)
     block = args.block_size or model.config.block_size
@@ -61,12 +62,23 @@ def cmd_eval(args) -> None:
         protocol = f"non-overlapping windows of {block} tokens"
     part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
             if cut else f"the whole {args.split} split ({len(tokens):,} tokens)")
+    # Per word and per byte (lm-eval's tokenizer-free metrics) of the text the tokens predict: tokens[1:].
+    # Only when every one of them was scored (not with --stride equal to the window, which skips some).
+    text = scored_text(data.tokenizer, tokens)
+    units = per_unit(nll, text, scored=n)
     result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut else "whole",
-                  tokenizer=data_cfg.tokenizer, tokens=n, block_size=block, stride=args.stride or None,
-                  protocol=protocol, loss=nll / n, ppl=perplexity(nll, n))
+                  tokenizer=data_cfg.tokenizer, tokens=n, words=text.words if units else None,
+                  bytes=text.bytes if units else None, block_size=block, stride=args.stride or None,
+                  protocol=protocol, loss=nll / n, ppl=perplexity(nll, n),
+                  word_perplexity=units and units["word_ppl"], byte_perplexity=units and units["byte_ppl"],
+                  bits_per_byte=units and units["bits_per_byte"])
+    per = (f"; per word {units['word_ppl']:.3f} ({text.words:,} words), per byte {units['byte_ppl']:.4f}, "
+           f"{units['bits_per_byte']:.4f} bits per byte ({text.bytes:,} bytes)" if units else
+           f" (no per-word or per-byte figures: this protocol scores {n:,} of the {text.tokens:,} tokens after the "
+           "first)")
     print(json.dumps(result) if args.json else
-          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, {data_cfg.tokenizer} "
-          f"tokenizer, {protocol}")
+          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens{per}: {part}, "
+          f"{data_cfg.tokenizer} tokenizer, {protocol}")
 
 
 def register(sub) -> None:

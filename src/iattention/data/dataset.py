@@ -5,10 +5,13 @@ Training: the train split is cut into non-overlapping windows of block_size + 1 
 epoch (numpy Generator seeded with seed + epoch); the last incomplete batch is dropped.
 Evaluation: every token of a split after the first is predicted exactly once, in
 non-overlapping windows of up to block_size predictions; perplexity = exp(total NLL / count).
+The text those predictions score (`scored_text`) is what words and bytes are counted in, for the
+tokenizer-free metrics (per word, per byte) that compare models across tokenizers.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,3 +72,27 @@ def train_batch(tokens: np.ndarray, window_ids: np.ndarray, block_size: int) -> 
 def eval_windows(n_tokens: int, block_size: int) -> list[tuple[int, int]]:
     """(start, length) of non-overlapping windows: inputs tokens[s:s+L], targets tokens[s+1:s+L+1]."""
     return [(s, min(block_size, n_tokens - 1 - s)) for s in range(0, n_tokens - 1, block_size)]
+
+
+def count_words(text: str) -> int:
+    """Words as lm-evaluation-harness counts them for its wikitext task: `len(re.split(r"\\s+", text))`,
+    so text that starts (ends) with whitespace counts one empty word before (after) it."""
+    return len(re.split(r"\s+", text))
+
+
+@dataclass(frozen=True)
+class ScoredText:
+    """The text an evaluation of a token stream predicts: every token after the first (the first is
+    context only), i.e. the bytes of tokens[1:]. `tokens` is their number (split_nll's count)."""
+    tokens: int
+    words: int
+    bytes: int
+
+
+def scored_text(tokenizer: Tokenizer, tokens: np.ndarray) -> ScoredText:
+    """Tokens, words and UTF-8 bytes of the scored span tokens[1:], decoded exactly: a character that the
+    cut after the first token splits keeps its bytes (and reads as U+FFFD, a non-space, for the words)."""
+    if len(tokens) < 2:
+        return ScoredText(0, 0, 0)
+    raw = tokenizer.decode_bytes(tokens[1:])
+    return ScoredText(len(tokens) - 1, count_words(raw.decode("utf-8", errors="replace")), len(raw))

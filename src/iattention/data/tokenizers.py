@@ -39,6 +39,26 @@ class Tokenizer:
             return bytes(ids).decode("utf-8", errors="replace")
         return self._impl.decode(ids)
 
+    def decode_bytes(self, ids) -> bytes:
+        """The exact UTF-8 bytes `ids` stand for (`decode` replaces a character cut at either end with
+        U+FFFD; this keeps its bytes). For a whole encoded text, `decode_bytes(encode(t)) == t.encode()`."""
+        ids = [int(i) for i in ids]
+        if self.name == "byte":
+            return bytes(ids)
+        if self.name == "gpt2":
+            return self._impl.decode_bytes(ids)
+        table = _byte_level_bytes()  # bpe:N: byte-level tokens spell their bytes in GPT-2's printable alphabet
+        return bytes(table[c] for i in ids for c in self._impl.id_to_token(i))
+
+
+def _byte_level_bytes() -> dict[str, int]:
+    """Character -> byte of the alphabet byte-level BPE spells its tokens in (GPT-2's `bytes_to_unicode`,
+    which `tokenizers`' ByteLevel uses): printable Latin-1 bytes stand for themselves, the other 68
+    bytes for the characters from U+0100 on, in byte order."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + i): b for i, b in enumerate(others)}}
+
 
 def vocab_size_of(spec: str) -> int:
     """The vocabulary size a tokenizer spec gives, without building the tokenizer."""

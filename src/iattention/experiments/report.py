@@ -205,6 +205,15 @@ def _ci(x, digits=2) -> str:
         else f"{m:+.{digits}f} [undefined: {x.undefined}]"
 
 
+def _per_word(summaries: list[dict]) -> str:
+    """Mean ± std of the best validation word perplexity over the runs that recorded it (older runs did
+    not): "–" when none did, "(k of n)" when only some."""
+    have = [x["best_val_word_ppl"] for x in summaries if isinstance(x.get("best_val_word_ppl"), (int, float))]
+    if not have:
+        return "–"
+    return _fmt(*mean_std(have)) + (f" ({len(have)} of {len(summaries)})" if len(have) < len(summaries) else "")
+
+
 def reach_targets(groups, reference: str) -> dict[int, float]:
     """Per head count: the reference arm's mean best validation perplexity (the bar of "tokens to reach"
     in the arms table; the comparisons also use each seed's own reference best)."""
@@ -402,8 +411,8 @@ def results_section(groups, reference: str, added: dict) -> list[str]:
              f"best validation perplexity at that head count, interpolated in log "
              "perplexity between evaluations; mean ± std over the runs that reached it.", "",
              "| arm | heads | learned params | best val ppl | epoch of best | best at last epoch | tokens to reach | "
-             "test ppl | train tok/s (load-dependent) | seeds |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "test ppl | best val ppl per word | train tok/s (load-dependent) | seeds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (arm, h), rs in groups.items():
         s = [r.summary for r in rs]
         reach = [x for r in rs if (x := r.tokens_to_reach(targets[h])) is not None] if h in targets else []
@@ -413,10 +422,13 @@ def results_section(groups, reference: str, added: dict) -> list[str]:
         lines.append(f"| {arm} | {h} | {s[0]['params']:,} | {_fmt(*mean_std([x['best_val_ppl'] for x in s]))} | "
                      f"{_fmt(*mean_std([x['best_epoch'] for x in s]), digits=1)} | "
                      f"{sum(r.censored for r in rs)} of {len(s)} | {reach_txt} | "
-                     f"{_fmt(*mean_std([x['test_ppl'] for x in s]))} | "
+                     f"{_fmt(*mean_std([x['test_ppl'] for x in s]))} | {_per_word(s)} | "
                      f"{np.mean([x['train_tokens_per_s'] for x in s]):,.0f} | {len(s)} |")
     lines += ["", "Mean ± sample standard deviation over seeds. \"Best at last epoch\": runs whose validation "
               "perplexity was still falling when training ended, so their epoch of best is a lower bound. "
+              "\"Per word\": the best validation loss per word of the validation text instead of per token "
+              "(lm-evaluation-harness's word perplexity, comparable across tokenizers; docs/evaluation.md), "
+              "\"–\" for runs from before it was recorded. "
               "\"train tok/s\" is the machine's throughput while the run trained (other runs shared its cores): "
               "load noise, not a property of the arm; see BENCHMARKS.md for timed comparisons.", ""]
     if added:

@@ -7,6 +7,9 @@
   the tokens no earlier window scored, so with stride < block_size every token has at least
   block_size - stride tokens of context. Each window's first token is context only, so with
   stride = block_size the first token of every window goes unscored.
+
+`per_unit` turns a total NLL into lm-evaluation-harness's tokenizer-free metrics (word perplexity, byte
+perplexity, bits per byte) over the words and bytes of the scored text (data.dataset.scored_text).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from iattention.data.dataset import eval_windows
+from iattention.data.dataset import ScoredText, eval_windows
 from iattention.train.distributed import DistContext
 from iattention.utils.faults import fault_point
 
@@ -56,6 +59,16 @@ def ppl(loss: float) -> float:
 
 def perplexity(nll_sum: float, count: int) -> float:
     return ppl(nll_sum / max(count, 1))
+
+
+def per_unit(nll_sum: float, text: ScoredText, scored: int | None = None) -> dict | None:
+    """word_ppl = exp(NLL / words), byte_ppl = exp(NLL / bytes), bits_per_byte = NLL / bytes / ln 2 (NLL:
+    the total in nats over `text`), as lm-eval defines them. None when the NLL is not over every token of
+    `text` (`scored`, the number of tokens the NLL sums over, differs from text.tokens) or it is empty."""
+    if text.words == 0 or text.bytes == 0 or scored is not None and scored != text.tokens:
+        return None
+    return dict(word_ppl=ppl(nll_sum / text.words), byte_ppl=ppl(nll_sum / text.bytes),
+                bits_per_byte=nll_sum / text.bytes / math.log(2))
 
 
 @torch.no_grad()

@@ -21,11 +21,11 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TENSORBOARD, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends, resolve_vocab
-from iattention.data.dataset import epoch_order, load_data, n_train_windows, train_batch
+from iattention.data.dataset import epoch_order, load_data, n_train_windows, scored_text, train_batch
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train.distributed import DistContext, setup, teardown
-from iattention.train.evaluate import perplexity, ppl, split_nll
+from iattention.train.evaluate import per_unit, perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.schedule import lr_at
 from iattention.utils.faults import fault_point
@@ -113,6 +113,9 @@ class Trainer:
             raise UserError(f"train.batch_size={t.batch_size} must be divisible by grad_accum x processes "
                             f"({t.grad_accum} x {self.ctx.world})")
         self.data = load_data(cfg.data)
+        # What validation and test predict (every token after the first), in words and bytes: constants
+        # of the (possibly cut) splits, for the per-word and per-byte metrics.
+        self.scored = {s: scored_text(self.data.tokenizer, self.data.splits[s]) for s in ("valid", "test")}
         # The resolved model config, on this trainer's own copy of the run config.
         self.cfg = cfg = dataclasses.replace(cfg, model=resolve_vocab(cfg.model, cfg.data.tokenizer,
                                                                      self.data.vocab_size))
@@ -224,6 +227,11 @@ class Trainer:
                                self.cfg.model.block_size, self.cfg.train.eval_batch_size, self.ctx, self.autocast)
         return nll / max(count, 1), perplexity(nll, count)
 
+    def _per_unit(self, split: str, loss: float) -> dict:
+        """Word/byte metrics of a mean loss over `split`'s scored tokens (None each where it has no words)."""
+        text = self.scored[split]
+        return per_unit(loss * text.tokens, text) or dict(word_ppl=None, byte_ppl=None, bits_per_byte=None)
+
     def _record(self, kind: str, tokens_per_s: float) -> dict:
         s = self.state
         val_loss, val_ppl = self._eval_split("valid")
@@ -233,7 +241,7 @@ class Trainer:
         train_loss = s.run_loss_sum / s.run_loss_count if s.run_loss_count else None  # None before any step
         rec = dict(kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
                    train_loss=train_loss, train_ppl=None if train_loss is None else ppl(train_loss),
-                   val_loss=val_loss, val_ppl=val_ppl,
+                   val_loss=val_loss, val_ppl=val_ppl, val_word_ppl=self._per_unit("valid", val_loss)["word_ppl"],
                    tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0)
         self.metrics.append(rec)
         if self.writer:
@@ -383,11 +391,17 @@ class Trainer:
             ckpt.load_model_state(self.model, ckpt.load_tensors(best), best)
         test_loss, test_ppl = self._eval_split("test")
         s.wall_time += time.time() - self._t0
+        units = {}  # tokenizer-free metrics (lm-eval's definitions) of the best validation and of test
+        for split, prefix, loss in (("valid", "best_val", s.best_val_loss), ("test", "test", test_loss)):
+            text, m, short = self.scored[split], self._per_unit(split, loss), "val" if split == "valid" else split
+            units.update({f"{prefix}_word_ppl": m["word_ppl"], f"{prefix}_byte_ppl": m["byte_ppl"],
+                          f"{prefix}_bits_per_byte": m["bits_per_byte"], f"{short}_tokens_scored": text.tokens,
+                          f"{short}_words": text.words, f"{short}_bytes": text.bytes})
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
             best_val_loss=s.best_val_loss, best_val_ppl=ppl(s.best_val_loss), best_epoch=s.best_epoch,
-            test_loss=test_loss, test_ppl=test_ppl, epochs_run=s.epoch, steps=s.step,
+            test_loss=test_loss, test_ppl=test_ppl, **units, epochs_run=s.epoch, steps=s.step,
             stopped_early=s.stopped_early, skipped_batches=s.skipped, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9), wall_time_s=s.wall_time,
             started_from=self.init_source, device=str(self.ctx.device), hardware=hardware(self.ctx.device),
