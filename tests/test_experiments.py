@@ -409,3 +409,29 @@ def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_pa
     assert (tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_bytes() == arm_json
     again = run_sweep("tiny", specs, tmp_path / "sw", base + ["model.vocab_size=512"], log=lambda *_: None)
     assert again[0]["_status"] == "skipped (finished)"
+
+
+def test_report_calls_the_margin_declared_only_when_a_plan_declares_it(tmp_path, config):
+    """Default margin: "not declared in advance"; --margin alone: given, not shown declared; --declared
+    PLAN: declared there. The forest plot of the comparisons is written and linked."""
+    for seed, shift in enumerate((0.0, 10.0, 20.0)):
+        for arm, delta in (("standard", 0.0), ("canonical", -2.0 + (0, 1, -0.6)[seed])):
+            c = dict(config, model=dict(config["model"], attention=arm))
+            _armed_run(tmp_path / "runs", arm, [f"model.attention={arm}"], 2, seed,
+                       [300, 150 + shift + delta, 160 + shift + delta], c)
+    plan = tmp_path / "PLAN.md"
+    plan.write_text("margin 3%\n")
+    default = write_report([tmp_path / "runs"], tmp_path / "a").read_text()
+    given = write_report([tmp_path / "runs"], tmp_path / "b", margin_pct=3.0).read_text()
+    declared = write_report([tmp_path / "runs"], tmp_path / "c", margin_pct=3.0, declared=str(plan)).read_text()
+    assert "(default ±2%, not declared in advance)" in default and "declared before the runs" not in default
+    assert "the margin given with --margin; no plan file" in given and "declared before the runs in" not in given
+    assert f"(the margin declared before the runs in {plan})" in declared
+    assert "![forest.png](forest.png)" in default and (tmp_path / "a" / "forest.png").stat().st_size > 0
+
+
+def test_report_refuses_a_missing_declared_plan(tmp_path, capsys):
+    from iattention.cli import main
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--declared", str(tmp_path / "PLAN.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("iattn: error: --declared") and "no such file" in err and "\n" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from iattention.cli.args import (
@@ -78,8 +79,11 @@ def cmd_report(args) -> None:
 
     check_out_folder(args.out)
     added = read_added_seeds(args.added) if args.added else {}
+    if args.declared and not os.path.isfile(args.declared):
+        raise UserError(f"--declared {args.declared}: no such file; name the plan (e.g. results/STUDY/PLAN.md) that "
+                        "declared the margin and family before the runs, or leave --declared out")
     path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
-                        added=added, family=args.family)
+                        added=added, family=args.family, declared=args.declared)
     print(f"wrote {path}")
 
 
@@ -160,9 +164,12 @@ def register(sub) -> None:
     r.add_argument("--out", type=out_path, required=True, help="folder for report.md and figures")
     r.add_argument("--title", default="I-Attention study")
     r.add_argument("--reference", default="standard", help="arm every other arm is compared with (default: standard)")
-    r.add_argument("--margin", type=float, default=2.0, metavar="PCT",
+    r.add_argument("--margin", type=float, default=None, metavar="PCT",
                    help="equivalence margin, %% of the reference's mean best validation perplexity (default: 2); "
                         "declare it before the runs")
+    r.add_argument("--declared", metavar="PLAN",
+                   help="the plan file (e.g. results/STUDY/PLAN.md) that declared the margin and family before the "
+                        "runs; without it the report does not call them declared")
     r.add_argument("--family", type=str_list, default=None, metavar="ARMS",
                    help="arms whose comparisons form the Holm-corrected verdict family (default: every arm); "
                         "the others are reported unadjusted, as exploratory")
