@@ -433,3 +433,24 @@ def test_written_files_respect_the_umask(tmp_path, umask, mode):
         os.umask(old)
     assert (tmp_path / "report.md").stat().st_mode & 0o777 == mode
     assert (tmp_path / "run" / ".lock").stat().st_mode & 0o777 == mode
+
+
+def test_a_converted_model_folder_respects_the_umask(corpus, tmp_path, capsys):
+    """Before: a converted model's folder kept mkdtemp's 0700 (and its checkpoint mkstemp's 0600)."""
+    import torch
+
+    from iattention.checkpoint.state import save_checkpoint
+    from iattention.model.gpt import GPT
+    from iattention.train import load_config
+
+    cfg = load_config("tiny", None, [*corpus["ov"], "model.vocab_size=256"])
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "m.safetensors", GPT(cfg.model), {"config": cfg.to_dict()})
+    old = os.umask(0o022)
+    try:
+        assert main(["convert", "--from", str(tmp_path / "m.safetensors"), "--to", "canonical",
+                     "--out", str(tmp_path / "c")]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "c" / "model.safetensors").stat().st_mode & 0o777 == 0o644
