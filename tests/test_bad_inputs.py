@@ -275,18 +275,18 @@ def _dead_pid() -> int:
 
 
 def test_temps_of_a_killed_writer_are_removed_at_the_next_write_and_a_live_one_is_kept(env, tmp_path, capsys):
-    """A SIGKILLed `report` leaves `.NAME.PID.xxxx.tmp` figures and a killed `convert` a `.NAME.PID.xxxx.conv`
+    """A SIGKILLed `report` leaves `.NAME.iattn-PID.xxxx.tmp` figures, a killed `convert` a `.NAME.iattn-PID.xxxx.conv`
     folder: the next report / convert of the same target removes them when PID is gone, keeps them if not."""
     out = tmp_path / "report"
     out.mkdir()
     dead, alive = _dead_pid(), os.getppid()
-    stale = out / f".perplexity_vs_epoch.png.{dead}.abcd1234.tmp"
-    live = out / f".perplexity_vs_epoch.png.{alive}.efgh5678.tmp"
+    stale = out / f".perplexity_vs_epoch.png.iattn-{dead}.abcd1234.tmp"
+    live = out / f".perplexity_vs_epoch.png.iattn-{alive}.efgh5678.tmp"
     stale.write_bytes(b"half a png")
     live.write_bytes(b"another writer's png")
     assert main(["report", str(env["root"] / "done"), "--out", str(out)]) == 0
     assert not stale.exists() and live.exists()
-    conv_stale = tmp_path / f".conv.{dead}.abcd1234.conv"
+    conv_stale = tmp_path / f".conv.iattn-{dead}.abcd1234.conv"
     conv_stale.mkdir()
     (conv_stale / "model.safetensors").write_bytes(b"half")
     assert main(["convert", "--from", str(env["root"] / "done"), "--to", "canonical", "--out",

@@ -25,7 +25,7 @@ from iattention.config.identity import config_mismatch, extends
 from iattention.config.load import config_from_dict
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
-from iattention.utils.atomic import write_json, write_text
+from iattention.utils.atomic import remove_stale_in, write_json, write_text
 from iattention.utils.files import read_text, read_yaml
 
 CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
@@ -199,13 +199,32 @@ class RunFolder:
         return None
 
     def clean_temp(self) -> None:
-        """Temp files of a write that a crash cut short."""
-        for stale in self.path.glob(".*.tmp"):
-            stale.unlink()
+        """Our temp files of a write that a crash cut short (named `.NAME.iattn-PID.xxxx.tmp`, writer gone);
+        never another file, whatever its name."""
+        remove_stale_in(self.path)
+
+    def foreign(self) -> list[str]:
+        """What an existing folder without config.yaml holds that a run does not write before its config:
+        the names of someone else's files (empty for a new folder, or one a run was refused in)."""
+        from iattention.utils.atomic import temp_writer
+        from iattention.utils.lock import LOCK_NAME
+
+        if not self.path.is_dir() or (self / CONFIG).exists():
+            return []
+        ours = {LOCK_NAME, TOKENIZER, ARM}
+        return sorted(p.name for p in self.path.iterdir() if p.name not in ours and temp_writer(p.name) is None)
+
+    def check_ours(self) -> None:
+        """Refuse a non-empty folder that is not one of our runs: nothing in it is overwritten or removed."""
+        foreign = self.foreign()
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise UserError(f"output folder {self.path} is not an iattn run folder (no {CONFIG}) and holds {shown}; "
+                            "choose a new or empty folder for --out (nothing there was touched)")
 
     def discard_unstarted(self) -> None:
         """Remove a folder this process created and that no run started in (no config.yaml yet): its lock,
-        a saved tokenizer and temp files go; anything else found there keeps the folder."""
+        a saved tokenizer and our temp files go; anything else found there keeps the folder."""
         if (self / CONFIG).exists():
             return
         from iattention.utils.lock import LOCK_NAME

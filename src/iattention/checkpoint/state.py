@@ -17,6 +17,7 @@ from safetensors.torch import load_file, safe_open, save_file
 from iattention.errors import UserError
 from iattention.utils.atomic import write_with
 from iattention.utils.faults import fault_point
+from iattention.utils.files import check_regular
 
 FORMAT = "iattention-checkpoint-1"
 TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
@@ -55,14 +56,18 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
 
 @contextmanager
 def _reading(path: Path):
-    """A missing, corrupt, truncated or foreign file is one line naming it."""
+    """A missing, corrupt, truncated or foreign file is one line naming it. A FIFO or device is refused
+    before it is opened (reading one would wait forever). The message never says "delete it": the file
+    may be anyone's (`--init-from /etc/passwd`)."""
+    check_regular(path, "checkpoint", "give a .safetensors checkpoint or a run folder")
     try:
         yield
     except FileNotFoundError:
         raise UserError(f"checkpoint {path} does not exist; check the path") from None
     except (SafetensorError, OSError, ValueError) as e:
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); "
-                        "delete it and resume from another checkpoint or retrain") from None
+        raise UserError(f"checkpoint {path} is corrupt or truncated, or not a safetensors file at all "
+                        f"({str(e).splitlines()[0][:80]}); use an intact checkpoint (a run's last or best "
+                        "checkpoint, or one saved again), or retrain") from None
 
 
 def read_meta(path: str | Path) -> dict:
@@ -77,8 +82,8 @@ def read_meta(path: str | Path) -> dict:
     except json.JSONDecodeError:
         meta = None
     if not isinstance(meta, dict):
-        raise UserError(f"checkpoint {path} has corrupt metadata (not a JSON object); delete it and resume from "
-                        "another checkpoint or retrain")
+        raise UserError(f"checkpoint {path} has corrupt metadata (not a JSON object); resume from another "
+                        "checkpoint or retrain")
     if meta.get("format") != FORMAT:
         raise UserError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT}")
     return meta

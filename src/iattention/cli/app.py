@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 
 from iattention.cli.args import Parser, check_heads, ints
-from iattention.errors import UserError
+from iattention.errors import Stopped, UserError
 from iattention.utils.files import os_error_message
 
 
@@ -75,7 +77,40 @@ def _is_override(token: str) -> bool:
     return not token.startswith("-") and "=" in token and "." in token.split("=", 1)[0]
 
 
+def _one_line(message: str) -> str:
+    """An error is one line whatever it names (a path with a newline in it too)."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `iattn` command. As the program itself (argv None), a closed stdout pipe ends it quietly (exit 141,
+    as `yes | head` does) and a second Ctrl-C while it exits cannot interrupt clean-up or atexit handlers."""
+    import signal
+
+    as_program = argv is None
+    try:
+        code = _main(argv)
+        if as_program:
+            sys.stdout.flush()  # a pipe closed early fails here, inside the handler below, not at exit
+        return code
+    except BrokenPipeError:
+        if not as_program:
+            raise
+        # The Python docs' recipe (signal module, "Note on SIGPIPE"): nothing more can reach the reader, so
+        # point stdout at devnull, where the interpreter's final flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    finally:
+        if as_program and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting now: atexit handlers run to their end
+
+
+def _main(argv: list[str] | None) -> int:
+    import signal
+
+    from iattention.utils.faults import fault_spec
+
     parser = build_parser()
     # KEY=VALUE overrides may stand anywhere, also after options (`--out X train.threads=1`): argparse
     # takes the positional ones before the first option and leaves the rest over, which are collected here.
@@ -89,19 +124,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        fault_spec()
         args.func(args)
     except UserError as e:
-        print(f"iattn: error: {e}", file=sys.stderr)
+        print(f"iattn: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise
     except OSError as e:  # the machine or a path (disk full, read-only, a file where a folder is needed)
         message = os_error_message(e)
         if message is None:  # anything else is a bug: keep its traceback
             raise
-        print(f"iattn: error: {message}", file=sys.stderr)
+        print(f"iattn: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot break the clean-up now
         print("iattn: interrupted", file=sys.stderr)
         return 130
+    except Stopped as e:
+        print(f"iattn: stopped by {e.name}", file=sys.stderr)
+        return 128 + e.signum
     return 0
 
 

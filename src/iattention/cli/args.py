@@ -46,9 +46,18 @@ def int_at_least(minimum: int, maximum: int = 2**63 - 1):
 
 
 def out_path(text: str) -> str:
-    """argparse type: an output path; an empty one would silently mean the current folder."""
+    """argparse type: an output path; an empty one would silently mean the current folder. A path that is not
+    UTF-8 (argv bytes arrive as lone surrogates: no library can write it) or holds a control character (a
+    newline would split every message naming it) is refused before any work."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("expected a UTF-8 path; this one holds bytes that are not UTF-8") from None
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"expected a path without control characters, got {text!r}")
     return text
 
 

@@ -215,8 +215,16 @@ def cmd_scales(args) -> None:
         lines += [f"| {r['arm']} | {r['n_head']} | {r['kind']} | {r['rms0']:.4f} | {r['update']:.2e} | "
                   f"{r['relative']:.2e} | {r['weight_decay']:g} | {r['lr_scale']:.3g} |" for r in rows]
         write_text(args.out, "\n".join(lines) + "\n")
-        write_text(str(args.out).rsplit(".", 1)[0] + ".json", json.dumps(rows, indent=1))
+        write_text(json_beside(args.out), json.dumps(rows, indent=1))
         print(f"wrote {args.out}")
+
+
+def json_beside(markdown) -> Path:
+    """The JSON file beside a markdown table: its name with the suffix .json (`results.v2/table` ->
+    `results.v2/table.json`, `table.md` -> `table.json`); never the table itself (`t.json` -> `t.json.json`)."""
+    md = Path(markdown)
+    out = md.with_suffix(".json") if md.suffix else md.with_name(md.name + ".json")
+    return md.with_name(md.name + ".json") if out == md else out
 
 
 def cmd_sweep(args) -> None:

@@ -34,6 +34,9 @@ def _local_wikitext(cfg: DataConfig, split: str) -> Path | None:
     root = data_dir(cfg)
     if root is None:
         return None
+    if root.exists() and not root.is_dir():
+        raise UserError(f"data folder {root} is a file, not a folder; point --data-dir / IATTN_DATA_DIR at the "
+                        f"folder holding {cfg.dataset}/")
     if not root.is_dir():
         raise UserError(f"data folder {root} does not exist; point --data-dir / IATTN_DATA_DIR at the folder "
                         f"holding {cfg.dataset}/")

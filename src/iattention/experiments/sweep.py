@@ -12,17 +12,22 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from iattention.checkpoint.run_folder import RunFolder
-from iattention.errors import UserError
+from iattention.config.load import config_from_dict
+from iattention.data.sources import resolved_data_dir
+from iattention.errors import Stopped, UserError
 from iattention.experiments.arms import Arm
+from iattention.utils.files import check_out_folder
 from iattention.utils.lock import holder
 
 
@@ -79,6 +84,7 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     pid = holder(folder.path)
     if pid:  # another sweep (another terminal or machine) is training it now
         return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
+    folder.check_ours()  # a user's folder of that name: nothing is written into it
     folder.path.mkdir(parents=True, exist_ok=True)
     arm = {"arm": spec.arm.name, "overrides": list(spec.arm.overrides)}
     old = folder.read_arm()
@@ -93,12 +99,92 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     if quiet:
         cmd.append("--quiet")
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=quiet, text=True)
-    if proc.returncode != 0:
-        err = (proc.stderr or "").strip().splitlines()
-        raise UserError(f"run {spec.name} failed (exit {proc.returncode}): {err[-1] if err else 'see its output'}")
+    code, stderr = _run_child(cmd, quiet)
+    if code != 0:
+        pid = holder(folder.path)
+        if pid:  # another sweep's run took the lock between our look and our child's start: it is running
+            return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
+        raise UserError(_child_failure(spec.name, code, stderr))
     folder.write_arm(arm)  # the arm's overrides as this sweep ran it
     return folder.read_summary() | {"_status": f"ran in {time.time() - t0:.0f}s"}
+
+
+ERROR_PREFIX = "iattn: error: "
+
+
+def _child_failure(name: str, code: int, stderr: str | None) -> str:
+    """One line for a run that failed: the child's own one-line error (its prefix not repeated); a crash
+    (a traceback: a bug) has its output shown above, never relayed as the message."""
+    lines = (stderr or "").strip().splitlines()
+    errors = [line[len(ERROR_PREFIX):] for line in lines if line.startswith(ERROR_PREFIX)]
+    if errors:
+        return f"run {name} failed: {errors[-1]}"
+    if code < 0:
+        return f"run {name} was killed by {signal.Signals(-code).name}; rerun the sweep to resume it"
+    if stderr:
+        sys.stderr.write(stderr if stderr.endswith("\n") else stderr + "\n")
+    return (f"run {name} crashed (exit {code}; its output is above): a bug in iattn, please report it; rerun the "
+            "sweep to resume the other runs")
+
+
+# The sweep's training children, so that a signal to the sweep reaches them (a SIGTERM used to leave an
+# orphan that went on training and holding its run's lock). Reentrant: the handler runs in the main thread,
+# which may hold it.
+_children: set[subprocess.Popen] = set()
+_children_lock = threading.RLock()
+_stopping: list[int] = []  # the signal that stops the sweep, once one came: no child starts after it
+
+
+def _run_child(cmd: list[str], quiet: bool) -> tuple[int, str | None]:
+    with _children_lock:
+        _check_stopping()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if quiet else None,
+                                stderr=subprocess.PIPE if quiet else None, text=True)
+        _children.add(proc)
+        if _stopping:  # the signal came while it started
+            proc.send_signal(_stopping[0])
+    try:
+        _, stderr = proc.communicate()
+    finally:
+        proc.wait()
+        with _children_lock:
+            _children.discard(proc)
+    _check_stopping()
+    return proc.returncode, stderr
+
+
+def _check_stopping() -> None:
+    """The sweep was told to stop: it ends (once its children have), and no new run starts."""
+    if _stopping:
+        raise KeyboardInterrupt if _stopping[0] == signal.SIGINT else Stopped(_stopping[0])
+
+
+@contextmanager
+def _forwarding_signals():
+    """While the sweep runs: SIGTERM, SIGHUP and SIGINT are passed on to every training child; each run's
+    thread then waits for its child to end and stops the sweep (Stopped, or KeyboardInterrupt for SIGINT).
+    Only the main thread can set handlers; elsewhere (a sweep run from a library thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum, frame):
+        with _children_lock:
+            if not _stopping:
+                _stopping.append(signum)
+            for child in _children:
+                if child.returncode is None:
+                    child.send_signal(signum)
+
+    sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {sig: signal.signal(sig, forward) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with _children_lock:
+            _stopping.clear()
 
 
 def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list[str]) -> None:
@@ -117,6 +203,10 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
     out = Path(out)
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
+    # Every run's config is checked before anything is created (a bad seed was refused by the first child,
+    # after its folder and arm.json existed).
+    configs = [expected_config(spec, preset, list(overrides)) for spec in specs]
+    check_out_folder(out, resolved_data_dir(config_from_dict(configs[0]).data) if configs else None)
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} is a file; choose a folder for --out")
     if out.is_dir():
@@ -132,7 +222,11 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
                 f"(epoch {summary['best_epoch']})")
         return summary | {"_arm": spec.arm.name}
 
-    if jobs == 1:
-        return [work(s) for s in specs]
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(work, specs))
+    with _forwarding_signals():
+        if jobs == 1:
+            return [work(s) for s in specs]
+        pool = ThreadPoolExecutor(jobs)
+        try:
+            return list(pool.map(work, specs))
+        finally:  # on a signal: no queued run starts, and the sweep waits for the running ones to end
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -18,7 +18,7 @@ from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
-from iattention.utils.atomic import remove_stale, temp_prefix
+from iattention.utils.atomic import apply_umask, remove_stale, temp_prefix
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -104,6 +104,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         parent.mkdir(parents=True, exist_ok=True)
         remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
         tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
+        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
     except (PermissionError, FileExistsError, NotADirectoryError):
         raise UserError(f"cannot write into {parent}; choose a writable --out") from None
     try:

@@ -29,6 +29,7 @@ from iattention.train.evaluate import per_unit, perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.schedule import lr_at
 from iattention.utils.faults import fault_point
+from iattention.utils.files import check_out_folder
 from iattention.utils.hardware import allow_tf32, hardware
 
 
@@ -79,18 +80,16 @@ class Trainer:
     def _prepare(self) -> None:
         """Data and model config, the run folder, then (unless the run there is finished) the model,
         its optimizer and state (fresh or resumed), and the runtime around them."""
+        check_out_folder(self.out, self.cfg.data.data_dir)
         if self.out.exists() and not self.out.is_dir():
             raise UserError(f"output path {self.out} is a file; choose a folder for --out")
+        self.folder.check_ours()  # a user's folder: refused before anything is written into it
         # One process per run folder, from here until the run ends (utils/lock.py); taken before the data
-        # loads, so a second sweep sees a run that is still loading as in use and skips it.
-        self._created = not self.out.exists()
+        # loads, so a second sweep sees a run that is still loading as in use and skips it. A refused lock
+        # removes only what this process made (never the holder's .lock).
         if self.ctx.is_main:
-            try:
-                self._lock = self.folder.lock()
-            except UserError:  # e.g. a full disk: the folder made for the lock goes too
-                if self._created:
-                    self.folder.discard_unstarted()
-                raise
+            self._lock = self.folder.lock()
+            self._created = self._lock.created_folder
         self._load_data()
         self.extending = self.folder.check_for(_config_dict(self.cfg), self.resume)
         if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer

@@ -6,6 +6,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,21 +27,73 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# Temp names say whose they are: `.NAME.iattn-PID.xxxxxxxx.tmp` (`.conv` for a converted model's folder).
+# Only a name of this form whose writer is gone is ever removed: a user's `.notes.tmp` is never ours.
+TEMP_MARK = "iattn-"
+_TEMP_RE = re.compile(r"^\..*\." + TEMP_MARK + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|conv)$")
+_MAX_STEM = 120  # bytes of the target's name kept in a temp name: a 255-byte name still fits (NAME_MAX 255)
+
+
+def _stem(name: str) -> str:
+    """The target's name, cut to _MAX_STEM bytes (whole characters) so its temp name is a legal file name."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return raw[:_MAX_STEM].decode("utf-8", "ignore") if len(raw) > _MAX_STEM else name
+
+
 def temp_prefix(path: Path) -> str:
-    """Temp names carry the writer's pid (`.NAME.PID.xxxx.tmp`), so a later writer of the same target can
-    tell the leftovers of a killed process (`remove_stale`) from another live writer's file."""
-    return f".{path.name}.{os.getpid()}."
+    """Temp names carry a mark and the writer's pid (`.NAME.iattn-PID.xxxx.tmp`), so a later writer can tell
+    its own kind's leftovers of a killed process (`remove_stale`) from another live writer's file, and from
+    files that are not ours at all."""
+    return f".{_stem(path.name)}.{TEMP_MARK}{os.getpid()}."
+
+
+def temp_writer(name: str) -> int | None:
+    """The pid in one of our temp names; None for any other name (a user's file)."""
+    m = _TEMP_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _remove(stale: Path) -> None:
+    if stale.is_dir() and not stale.is_symlink():
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        stale.unlink(missing_ok=True)
 
 
 def remove_stale(path: Path, suffix: str = ".tmp") -> None:
     """Remove temps of `path` left by processes that are gone (SIGKILL leaves no chance to clean up)."""
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*{suffix}"):
-        pid = stale.name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                stale.unlink(missing_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(_stem(path.name))}.{TEMP_MARK}*{suffix}"):
+        pid = temp_writer(stale.name)
+        if pid is not None and not _alive(pid):
+            _remove(stale)
+
+
+def remove_stale_in(folder: Path) -> None:
+    """Every temp of ours in `folder` whose writer is gone; nothing else (not a user's `.x.tmp`)."""
+    for stale in Path(folder).glob(".*"):
+        pid = temp_writer(stale.name)
+        if pid is not None and not _alive(pid):
+            _remove(stale)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc), else set back at once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike, folder: bool = False) -> None:
+    """mkstemp / mkdtemp create 0600 / 0700; what we write gets the mode any other file gets:
+    0666 (folders 0777) less the umask."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
 
 
 @contextmanager
@@ -63,6 +116,7 @@ def atomic_path(path: str | os.PathLike):
         yield Path(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        apply_umask(tmp)
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):

@@ -11,18 +11,32 @@ import os
 import signal
 from pathlib import Path
 
+from iattention.errors import UserError
+
+POINTS = ("ckpt_write", "eval", "step")
 _hits: dict[str, int] = {}
 
 
-def fault_point(name: str, torn: Path | None = None) -> None:
+def fault_spec() -> tuple[str, int] | None:
+    """IATTN_FAULT as (point, N); None when unset. Anything else is one line (checked by the CLI at start,
+    so a typo does not surface only at the first checkpoint)."""
     spec = os.environ.get("IATTN_FAULT")
     if not spec:
-        return
+        return None
     point, _, count = spec.partition(":")
-    if point != name:
+    count = count.strip() or "1"
+    if point not in POINTS or not count.isdigit() or int(count) < 1:
+        raise UserError(f"IATTN_FAULT={spec!r} is not POINT:N (POINT one of {', '.join(POINTS)}, N an integer >= 1); "
+                        "fix it or unset IATTN_FAULT (it is for crash-safety tests)")
+    return point, int(count)
+
+
+def fault_point(name: str, torn: Path | None = None) -> None:
+    spec = fault_spec()
+    if spec is None or spec[0] != name:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == int(count or 1):
+    if _hits[name] == spec[1]:
         if torn is not None and torn.exists():
             os.truncate(torn, torn.stat().st_size // 2)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -31,6 +31,32 @@ def check_regular(path: Path, what: str, fix: str) -> None:
         raise UserError(f"{what} {path} is not a regular file (a pipe or device); {fix}")
 
 
+def check_out_folder(path: str | Path, data_dir: str | Path | None = None, flag: str = "--out") -> None:
+    """Refuse an output folder we must never write into: the file system root, the home folder, the data
+    folder; and a path whose symlinks lead nowhere (a loop, a missing target)."""
+    import os
+
+    path = Path(path)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise UserError(f"{flag} {path} is a symbolic link to {os.readlink(path)}, which does not exist; "
+                            f"fix the link or choose another {flag}") from None
+    except OSError as e:
+        message = os_error_message(e, path)
+        if message is None:
+            raise
+        raise UserError(f"{flag} {message}") from None
+    where = path.resolve()
+    precious = {Path("/"): "the file system root", Path.home().resolve(): "your home folder"}
+    if data_dir:
+        precious[Path(data_dir).resolve()] = "the data folder"
+    if where in precious:
+        raise UserError(f"{flag} {path} is {precious[where]}; give a folder of its own for the results "
+                        f"(e.g. {flag} runs/NAME)")
+
+
 def read_bytes(path: str | Path, what: str, fix: str) -> bytes:
     path = Path(path)
     check_regular(path, what, fix)
@@ -56,6 +82,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 repeated = key in seen
@@ -109,6 +137,7 @@ _OS_ERRORS = {
     errno.EISDIR: ("is a folder where a file is needed", "give a file path, or remove the folder"),
     errno.ENAMETOOLONG: ("file name too long", "choose a shorter path"),
     errno.ENOTEMPTY: ("is a non-empty folder where a file is needed", "choose another path"),
+    errno.ELOOP: ("too many levels of symbolic links (a symlink loop)", "fix the links or choose another path"),
 }
 
 

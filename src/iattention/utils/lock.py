@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from iattention.errors import UserError
@@ -23,33 +24,70 @@ class RunLock:
     def __init__(self, folder: str | Path):
         self.path = Path(folder) / LOCK_NAME
         self._fd: int | None = None
+        self.created_folder = False  # this process made the folder (so only it may remove it again)
+
+    def _make_folder(self) -> None:
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True)
+            self.created_folder = True
+        except FileExistsError:
+            if not folder.is_dir():
+                if folder.is_symlink():
+                    raise UserError(f"{folder} is a symbolic link that leads to no folder (a missing target or a "
+                                    "loop); fix the link or choose another --out") from None
+                raise UserError(f"cannot create folder {folder}: a file of that name exists; choose another "
+                                "--out") from None
+        except PermissionError:
+            raise UserError(f"folder {folder} is not writable; choose a writable output folder") from None
+        except OSError as e:
+            raise UserError(f"cannot take the lock {os_error_message(e, folder) or f'{folder}: {e}'}") from None
+
+    def _give_up(self, fd: int | None = None, unlink: bool = False) -> None:
+        """Undo what this process made on a failed acquire: never a lock file another process may hold."""
+        if fd is not None:
+            if unlink:  # still flocked by us: nobody else holds this file
+                self.path.unlink(missing_ok=True)
+            os.close(fd)
+        if self.created_folder:
+            try:
+                self.path.parent.rmdir()
+            except OSError:
+                pass
+            self.created_folder = False
 
     def acquire(self) -> RunLock:
+        self._make_folder()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileExistsError:
-            raise UserError(f"cannot create folder {self.path.parent}: a file of that name exists; choose another "
-                            "--out") from None
-        except PermissionError:
-            raise UserError(f"folder {self.path.parent} is not writable; choose a writable output folder") from None
-        except IsADirectoryError:
-            raise UserError(f"lock file {self.path} is a folder; remove it (rmdir) and rerun") from None
+            # O_NOFOLLOW: a symlink named .lock is refused, never followed (it would truncate its target);
+            # O_NONBLOCK: a FIFO named .lock cannot block the open.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
         except OSError as e:
+            self._give_up()
+            if self.path.is_symlink():
+                raise UserError(f"lock file {self.path} is a symbolic link (to {os.readlink(self.path)}); it is never "
+                                "followed: remove the link and rerun") from None
+            if isinstance(e, IsADirectoryError):
+                raise UserError(f"lock file {self.path} is a folder; remove it (rmdir) and rerun") from None
+            if isinstance(e, PermissionError):
+                raise UserError(f"folder {self.path.parent} is not writable; choose a writable output folder") \
+                    from None
             raise UserError(f"cannot take the lock {os_error_message(e, self.path) or f'{self.path}: {e}'}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            self._give_up(fd)
+            raise UserError(f"lock file {self.path} is not a regular file (a pipe or device); remove it and rerun")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._give_up(fd)  # the holder's lock file stays: it is not ours
             raise UserError(f"run folder {self.path.parent} is in use by another process (pid {pid}); wait for it "
                             "to finish or stop it, or choose another --out") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         except OSError as e:  # a full disk: the lock is not taken
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            self._give_up(fd, unlink=self.created_folder)
             raise UserError(f"cannot take the lock {os_error_message(e, self.path) or f'{self.path}: {e}'}") from None
         self._fd = fd
         return self
@@ -69,12 +107,16 @@ class RunLock:
 
 
 def holder(folder: str | Path) -> str | None:
-    """The pid holding the folder's lock, or None if nobody holds it (checked without taking it)."""
+    """The pid holding the folder's lock, or None if nobody holds it (checked without taking it; a lock that
+    is a symlink or not a regular file is never opened: the trainer refuses it)."""
     path = Path(folder) / LOCK_NAME
-    if not path.is_file():
-        return None
-    fd = os.open(path, os.O_RDONLY)
     try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
