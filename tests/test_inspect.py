@@ -65,3 +65,21 @@ def test_iattn_inspect_writes_patterns_spectra_and_table(tmp_path, capsys):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     table = (out / "spectra.md").read_text()
     assert "| standard (standard, 2 heads) | 0 |" in table and "| canonical (canonical, 2 heads) | 0 |" in table
+    # A prompt far longer than the block size: cut to it with a notice, and a title that keeps the figure
+    # readable (a 600-character prompt once made a 4704-pixel-wide figure).
+    import matplotlib.image
+
+    capsys.readouterr()
+    long_prompt = "the cat sat on the mat and then the dog ran to the park. " * 11
+    assert main(["inspect", str(tmp_path / "standard"), "--prompt", long_prompt, "--out", str(tmp_path / "long")]) == 0
+    err = capsys.readouterr().err
+    assert f"the prompt has {len(long_prompt)} tokens" in err and "first 32 tokens are inspected" in err
+    height, width = matplotlib.image.imread(tmp_path / "long" / "standard-attention.png").shape[:2]
+    assert width < 1200 and height < 1200
+
+
+def test_head_colours_differ_for_every_head():
+    from iattention.lab.inspect import head_colors
+
+    for n in (1, 4, 12, 25):
+        assert len({tuple(c) for c in head_colors(n)}) == n

@@ -5,6 +5,7 @@ Built on the model directly (`iattention.model.inspect.run_with_cache`), for eve
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ def pattern_figure(pattern_of, labels: list[str], L: int, H: int, title: str):
         pattern = pattern_of(layer)
         for h in range(H):
             ax = axes[layer][h]
-            ax.imshow(pattern[h], cmap="viridis", vmin=0, vmax=1)
+            im = ax.imshow(pattern[h], cmap="viridis", vmin=0, vmax=1)
             ax.set_xticks([])
             ax.set_yticks([])
             if layer == 0:
@@ -51,32 +52,56 @@ def pattern_figure(pattern_of, labels: list[str], L: int, H: int, title: str):
             axes[layer][0].set_yticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6)
         for h in range(H):
             axes[L - 1][h].set_xticks(range(len(labels)), [repr(t)[1:-1] for t in labels], fontsize=6, rotation=90)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=min(1.0, 0.9 / L + 0.3), pad=0.02,
+                 label="attention weight")
     fig.suptitle(title, fontsize=9)
     return fig
 
 
+def short(text: str, limit: int = 60) -> str:
+    """A prompt for a figure title: its repr, cut to about `limit` characters with an ellipsis."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def head_colors(n_head: int) -> list:
+    """One colour per head from a qualitative palette (tab10, tab20), so neighbouring heads differ; past
+    20 heads, evenly spaced colours of a continuous map."""
+    plt = _pyplot()
+    if n_head <= 20:
+        palette = plt.get_cmap("tab10" if n_head <= 10 else "tab20")
+        return [palette(h) for h in range(n_head)]
+    return [plt.get_cmap("turbo")(h / (n_head - 1)) for h in range(n_head)]
+
+
 def spectra_figure(names: list[str], spectra: list[list[dict]]):
-    """Per run a column: the singular values of every head's W_Q W_K^T (top) and W_V W_O (bottom)."""
+    """Per run a column: the singular values of every head's W_Q W_K^T (top) and W_V W_O (bottom). Colour
+    = head (a qualitative palette, so neighbouring heads differ), line style = layer."""
     import matplotlib.ticker
 
     plt = _pyplot()
     fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 7), squeeze=False, sharey="row")
+    styles = ["-", "--", ":", "-."]
     for col, (name, layers) in enumerate(zip(names, spectra)):
-        cmap = plt.get_cmap("viridis", max(len(layers), 2))
+        n_head = layers[0]["qk"].shape[0]
+        colors = head_colors(n_head)
         for row, key in enumerate(("qk", "ov")):
             ax = axes[row][col]
             for layer, s in enumerate(layers):
                 sv = s[key].numpy()
                 for h in range(sv.shape[0]):
-                    ax.plot(np.arange(1, sv.shape[1] + 1), sv[h], color=cmap(layer), lw=0.8, alpha=0.8,
-                            label=f"layer {layer}" if h == 0 else None)
+                    ax.plot(np.arange(1, sv.shape[1] + 1), sv[h], color=colors[h], ls=styles[layer % len(styles)],
+                            lw=0.9, alpha=0.85, label=f"head {h}" if layer == 0 else None)
+            for layer in range(min(len(layers), len(styles))):
+                ax.plot([], [], color="gray", ls=styles[layer], label=f"layer {layer}"
+                        + (f" (+{len(styles)}k)" if len(layers) > len(styles) else ""))
             ax.set_yscale("log")
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
             if row == 1:
                 ax.set_xlabel("singular value index (per head, largest first)")
             ax.set_title(f"{name}\n{'W_Q W_Kᵀ' if key == 'qk' else 'W_V W_O'}", fontsize=9)
             ax.grid(alpha=0.3)
-        axes[0][col].legend(fontsize=7)
+        axes[0][col].legend(fontsize=6, ncol=2 if n_head > 6 else 1)
     axes[0][0].set_ylabel("singular value (log)")
     axes[1][0].set_ylabel("singular value (log)")
     fig.subplots_adjust(hspace=0.3)
@@ -99,7 +124,10 @@ def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> s
     return "\n".join(lines) + "\n"
 
 
-def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None) -> list[Path]:
+def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None,
+                 notify=lambda line: print(line, file=sys.stderr)) -> list[Path]:
+    """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
+    `notify` says so."""
     from iattention.interop.load import load_run
     from iattention.model.inspect import run_with_cache
     from iattention.symmetry.spectra import head_spectra
@@ -111,7 +139,11 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     written, spectra, names = [], [], []
     for run in runs:
         model, tok = load_run(run, data_dir)
-        ids = tok.encode(prompt)[: model.config.block_size]
+        ids = tok.encode(prompt)
+        if len(ids) > model.config.block_size:
+            notify(f"note: the prompt has {len(ids)} tokens; {run} has block size {model.config.block_size}, "
+                   f"so its first {model.config.block_size} tokens are inspected")
+            ids = ids[: model.config.block_size]
         if len(ids) == 0:
             raise UserError("--prompt is empty after tokenization; give some text")
         _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
@@ -120,8 +152,8 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
         names.append(f"{name} ({c.attention}, {c.n_head} head{'s' * (c.n_head > 1)})")
         fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),
                              [tok.decode([i]) for i in ids], c.n_layer, c.n_head,
-                             f"attention patterns: {names[-1]}\nprompt {prompt!r} ({len(ids)} tokens; row = query, "
-                             "column = key, colour = weight 0..1)")
+                             f"attention patterns: {names[-1]}\nprompt {short(prompt)} ({len(ids)} tokens; "
+                             "row = query, column = key, colour = weight 0..1)")
         out.mkdir(parents=True, exist_ok=True)
         written.append(_save(fig, out / f"{name}-attention.png"))
         spectra.append([head_spectra(attn.to_heads()) for attn in model.attention_layers])
