@@ -75,7 +75,7 @@ def _auto_vocab(data_json: str) -> int:
 def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
     folder = RunFolder(out / spec.name)
     if folder.has_summary():
-        return folder.read_summary() | {"_status": "skipped (finished)"}
+        return folder.read_results()[0] | {"_status": "skipped (finished)"}
     pid = holder(folder.path)
     if pid:  # another sweep (another terminal or machine) is training it now
         return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
@@ -98,7 +98,7 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
         err = (proc.stderr or "").strip().splitlines()
         raise UserError(f"run {spec.name} failed (exit {proc.returncode}): {err[-1] if err else 'see its output'}")
     folder.write_arm(arm)  # the arm's overrides as this sweep ran it
-    return folder.read_summary() | {"_status": f"ran in {time.time() - t0:.0f}s"}
+    return folder.read_results()[0] | {"_status": f"ran in {time.time() - t0:.0f}s"}
 
 
 def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list[str]) -> None:
