@@ -235,8 +235,13 @@ class RunFolder:
 
     def check_checkpoint(self, path: Path, meta: dict) -> None:
         """A checkpoint in this folder must be this run's (its config, or the run's before an extension to
-        more epochs): one copied in from another run would be evaluated in its place."""
-        saved = self.read_config()
+        more epochs): one copied in from another run would be evaluated in its place. A damaged config.yaml
+        leaves nothing to compare with: the checkpoint carries its own config, and commands that read only
+        the weights keep working (train --resume refuses that file itself)."""
+        try:
+            saved = self.read_config()
+        except UserError:
+            return
         if saved is None:
             return
         theirs = meta.get("config")
