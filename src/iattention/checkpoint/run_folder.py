@@ -128,6 +128,41 @@ class RunFolder:
         return read_json_object(self / SUMMARY, "a run summary", "rerun that run (iattn sweep or "
                                 "iattn train --resume finishes it again)", SUMMARY_SCHEMA)
 
+    def read_results(self) -> tuple[dict, list[dict]]:
+        """(summary, metrics.jsonl records) of a finished run, the summary checked against the log it was
+        computed from: the best validation perplexity and its epoch, the epochs run, and perplexities that
+        can be (>= 1, the test one too). An edited or damaged summary.json is refused, naming the key,
+        never reported."""
+        summary = self.read_summary()
+        if summary is None:
+            raise UserError(f"{self.path} holds no finished run (no {SUMMARY}); finish it with iattn train --resume")
+        records = self.read_records(METRICS, finished=True)
+        epochs = [r for r in records if r["kind"] == "epoch"]
+        fix = f"restore {SUMMARY} (or rerun the run: delete it and iattn train --resume finishes it again)"
+
+        def refuse(key: str, there, expected) -> None:
+            raise UserError(f"run {self.path}: {SUMMARY} disagrees with {METRICS} on {key} ({there!r} there, "
+                            f"{expected} from the log); {fix}")
+
+        for r in records:
+            if r["val_ppl"] < 1:  # exp(mean NLL >= 0); NaN or Inf: a diverged evaluation, never the best
+                raise UserError(f"run {self.path}: {METRICS} holds val_ppl {r['val_ppl']!r} at step {r['step']}, "
+                                "not a perplexity (>= 1); restore it, or delete the run folder and rerun")
+        if summary["epochs_run"] != len(epochs):
+            refuse("epochs_run", summary["epochs_run"], f"{len(epochs)} epoch records")
+        finite = [r for r in epochs if math.isfinite(r["val_ppl"])]
+        best = min(finite, key=lambda r: r["val_ppl"]) if finite else None  # the first of equal minima
+        want_ppl, want_epoch = (best["val_ppl"], best["epoch"]) if best else (math.inf, 0)
+        got = summary["best_val_ppl"]
+        if not (got == want_ppl or math.isfinite(got) and math.isclose(got, want_ppl, rel_tol=1e-9)):
+            refuse("best_val_ppl", got, f"{want_ppl!r}, the lowest epoch val_ppl")
+        if summary["best_epoch"] != want_epoch:
+            refuse("best_epoch", summary["best_epoch"], f"epoch {want_epoch}, where val_ppl is lowest")
+        test = summary.get("test_ppl")
+        if test is not None and not (isinstance(test, (int, float)) and not isinstance(test, bool) and test >= 1):
+            raise UserError(f"run {self.path}: {SUMMARY} holds test_ppl {test!r}, not a perplexity (>= 1); {fix}")
+        return summary, records
+
     def finished(self, epochs: int) -> dict | None:
         """The summary when it is one of `epochs` epochs (or an early stop); a shorter one is what an
         extension leaves when it dies after rewriting config.yaml: not finished."""
@@ -197,6 +232,23 @@ class RunFolder:
             if (self / name).is_file():
                 return self / name
         return None
+
+    def check_checkpoint(self, path: Path, meta: dict) -> None:
+        """A checkpoint in this folder must be this run's (its config, or the run's before an extension to
+        more epochs): one copied in from another run would be evaluated in its place. A damaged config.yaml
+        leaves nothing to compare with: the checkpoint carries its own config, and commands that read only
+        the weights keep working (train --resume refuses that file itself)."""
+        try:
+            saved = self.read_config()
+        except UserError:
+            return
+        if saved is None:
+            return
+        theirs = meta.get("config")
+        diff = config_mismatch(theirs, saved)
+        if diff and not extends(theirs, saved):
+            raise UserError(f"checkpoint {path} is not this run's: it comes from another config than {self / CONFIG} "
+                            f"({diff}); use the run's own checkpoint, or evaluate the file from its own run folder")
 
     def clean_temp(self) -> None:
         """Our temp files of a write that a crash cut short (named `.NAME.iattn-PID.xxxx.tmp`, writer gone);

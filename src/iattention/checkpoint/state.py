@@ -43,7 +43,7 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
     if optimizer is not None:
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
         tensors.update(opt_tensors)
-        meta["optimizer"] = opt_meta
+        meta["optimizer"] = dict(opt_meta, tensors=sorted(opt_tensors))  # what a resume must find
         tensors["rng/torch"] = torch.get_rng_state()
     tensors = {k: v.cpu() for k, v in tensors.items()}
 
@@ -94,8 +94,20 @@ def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
 
 
+def check_finite(tensors: dict[str, torch.Tensor], source, fix: str) -> None:
+    """Refuse NaN or Inf in any floating tensor, naming it: such weights give "perplexity inf" or nan
+    logits, never a number to stand behind."""
+    for k, v in tensors.items():
+        if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            bad = ~torch.isfinite(v)
+            kinds = "/".join(w for w, m in (("NaN", torch.isnan(v)), ("Inf", torch.isinf(v))) if bool(m.any()))
+            raise UserError(f"{source} holds non-finite weights ({int(bad.sum())} {kinds} value(s) in {k}); {fix}")
+
+
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     state = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+    check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
+                 "or retrain")
     for k in TIED:
         state[k] = state["transformer.wte.weight"] if "transformer.wte.weight" in state else None
     own = model.state_dict()
@@ -112,12 +124,36 @@ def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
                         "use the config the checkpoint was trained with") from None
 
 
-def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict, path=None) -> None:
     state: dict[int, dict] = {}
     for k, v in tensors.items():
         if k.startswith("optim/"):
             _, pid, key = k.split("/", 2)
             state.setdefault(int(pid), {})[key] = v
+    _check_optimizer_complete(tensors, state, meta, path)
     optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
     if "rng/torch" in tensors:
         torch.set_rng_state(tensors["rng/torch"])
+
+
+def _check_optimizer_complete(tensors: dict, state: dict[int, dict], meta: dict, path) -> None:
+    """A checkpoint past its first optimizer step holds the optimizer's state (AdamW's moments): one
+    without it, or without some of it, would resume silently on fresh moments, another run than the one
+    interrupted. The names it was written with are in its metadata (an older checkpoint, without them:
+    it must hold some optimizer state once a step was applied)."""
+    opt = meta.get("optimizer") if isinstance(meta.get("optimizer"), dict) else {}
+    fix = "resume from a complete checkpoint or retrain"
+    listed = opt.get("tensors")
+    if isinstance(listed, list):
+        missing = [k for k in listed if k not in tensors]
+        if missing:
+            raise UserError(f"checkpoint {path} lacks {len(missing)} of its {len(listed)} optimizer tensors (e.g. "
+                            f"{missing[0]}): resuming would restart the optimizer's moments; {fix}")
+        return
+    run = meta.get("state") if isinstance(meta.get("state"), dict) else {}
+    applied = int(run.get("step", 0) or 0) - int(run.get("skipped", 0) or 0)
+    if applied <= 0:
+        return
+    if not state:
+        raise UserError(f"checkpoint {path} has run {applied} optimizer step(s) but holds no optimizer tensors: "
+                        f"resuming would restart the optimizer's moments; {fix}")

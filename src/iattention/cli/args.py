@@ -122,7 +122,7 @@ def with_flags(cfg, args):
     import dataclasses
 
     data = {k: os.path.abspath(v) for k in ("data_dir", "tokenizer_file") if (v := getattr(args, k, None))}
-    train = {"init_from": args.init_from} if getattr(args, "init_from", None) else {}
+    train = {"init_from": os.path.abspath(args.init_from)} if getattr(args, "init_from", None) else {}
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data),
                                train=dataclasses.replace(cfg.train, **train))
 

@@ -29,7 +29,7 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from iattention.data import load_data
-    from iattention.data.dataset import scored_text
+    from iattention.data.dataset import check_eval_split, scored_text
     from iattention.data.sources import data_dir_told
     from iattention.interop.load import data_config_for, load_any
     from iattention.train.distributed import DistContext
@@ -54,6 +54,8 @@ def cmd_eval(args) -> None:
         raise UserError(f"tokenizer {data_cfg.tokenizer} has {data.vocab_size} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")
     tokens = data.splits[args.split]
+    check_eval_split(tokens, args.split, block, "evaluate a longer split (--full for the whole of a cut one) or "
+                     "pass a smaller --block-size")
     if args.stride:
         nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size)
         protocol = f"sliding windows of {block} tokens every {args.stride} (transformers' strided perplexity)"

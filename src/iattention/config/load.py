@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from importlib import resources
@@ -150,7 +151,13 @@ def load_config(preset: str | None = None, config_file: str | None = None, overr
                                             "hold a mapping of sections (model:, data:, optim:, train:)"))
     for o in overrides:
         raw = _merge(raw, parse_override(o))
-    return _build(raw)
+    cfg = _build(raw)
+    source = cfg.train.init_from
+    if source and source != ((base or {}).get("train") or {}).get("init_from"):
+        # stored resolved: a resume from another working folder must start from the same weights. A saved
+        # run's own value is kept as it was (a run recorded before this has a relative one).
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=os.path.abspath(source)))
+    return cfg
 
 
 def config_from_dict(d: dict) -> RunConfig:

@@ -54,6 +54,21 @@ def tokenizer_of(cfg: DataConfig) -> Tokenizer:
     return load_tokenizer(cfg, read_split(cfg, "train") if cfg.tokenizer.startswith("bpe:") else None)
 
 
+def check_eval_split(tokens: np.ndarray, split: str, block_size: int, fix: str) -> None:
+    """An evaluation split needs one whole window (block_size predictions, so block_size + 1 tokens): a
+    shorter one scores a handful of tokens (one token: none at all) and its perplexity means nothing."""
+    if len(tokens) < block_size + 1:
+        raise UserError(f"the {split} split has {len(tokens)} token(s), fewer than one window of {block_size} "
+                        f"predictions plus one token ({block_size + 1}); {fix}")
+
+
+def fingerprint(tokens: np.ndarray) -> str:
+    """sha256 of a token stream (as int64, whatever dtype the cache holds it in)."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int64).tobytes()).hexdigest()
+
+
 def n_train_windows(tokens: np.ndarray, block_size: int) -> int:
     return max(0, (len(tokens) - 1) // block_size)
 

@@ -224,12 +224,22 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     `family`: the arms whose comparisons form the Holm family (default: all); `declared`: the plan file that
     declared margin and family before the runs (None: the report says they were not shown to be)."""
     out, added = Path(out), added or {}
+    if margin_pct is not None and not (isinstance(margin_pct, (int, float)) and math.isfinite(margin_pct)
+                                       and margin_pct > 0):
+        raise UserError(f"--margin {margin_pct} is not an equivalence margin: it must be a finite percentage > 0; "
+                        "declare it before the runs, e.g. --margin 2")
     runs = find_runs(dirs)
     groups = group(runs)
     arms = list(dict.fromkeys(a for a, _ in groups))
     if reference not in arms:
         raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
     arms = [reference] + [a for a in arms if a != reference]  # the reference first in every table
+    if family is not None:
+        unknown = [a for a in family if a not in arms]
+        if unknown or not set(family) - {reference}:
+            raise UserError(f"--family {','.join(family)}: " + (f"arm(s) {', '.join(map(repr, unknown))} have no runs "
+                            "here" if unknown else f"names only the reference {reference!r}, so the Holm family "
+                            "would be empty") + f"; name compared arms of {', '.join(arms[1:]) or '(none)'}")
     groups = dict(sorted(groups.items(), key=lambda kv: (kv[0][1], arms.index(kv[0][0]))))
     cfg = next(r for r in runs if r.arm == reference).summary["config"]  # the study config, at its own lr
     study_lr = float(cfg["optim"]["lr"])

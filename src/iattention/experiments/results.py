@@ -74,9 +74,8 @@ def find_runs(dirs: list[str | Path]) -> list[Run]:
             raise UserError(f"{d} is not a folder; give sweep or run folders")
         for summary_path in sorted(d.rglob(SUMMARY)):
             folder = RunFolder(summary_path.parent)
-            summary = folder.read_summary()
+            summary, evals = folder.read_results()  # checked against metrics.jsonl
             arm, arm_keys = _arm_of(folder, summary)
-            evals = folder.read_records(METRICS, finished=True)
             found.append(Run(folder.path, summary, evals, arm, arm_keys))
     if not found:
         raise UserError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}")

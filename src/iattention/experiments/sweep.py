@@ -80,7 +80,7 @@ def _auto_vocab(data_json: str) -> int:
 def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
     folder = RunFolder(out / spec.name)
     if folder.has_summary():
-        return folder.read_summary() | {"_status": "skipped (finished)"}
+        return folder.read_results()[0] | {"_status": "skipped (finished)"}
     pid = holder(folder.path)
     if pid:  # another sweep (another terminal or machine) is training it now
         return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
@@ -106,7 +106,7 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
             return {"_status": f"skipped (running, pid {pid})", "best_val_ppl": float("nan"), "best_epoch": "-"}
         raise UserError(_child_failure(spec.name, code, stderr))
     folder.write_arm(arm)  # the arm's overrides as this sweep ran it
-    return folder.read_summary() | {"_status": f"ran in {time.time() - t0:.0f}s"}
+    return folder.read_results()[0] | {"_status": f"ran in {time.time() - t0:.0f}s"}
 
 
 ERROR_PREFIX = "iattn: error: "

@@ -87,7 +87,11 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
         logits = out(x).logits.double()
         after = sum(p.numel() for p in out.parameters())
     diff = (logits - ref).abs().max().item()
-    return out, ConversionReport(src.num_params(), after, diff, diff / ref.abs().max().item(), cond)
+    scale = ref.abs().max().item()
+    if scale == 0:  # every logit zero (e.g. an all-zero model): no relative difference to report
+        raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
+                        "nothing model), so the conversion cannot be checked; convert a model with weights")
+    return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,

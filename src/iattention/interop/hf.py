@@ -8,12 +8,14 @@ and cut back on export. Canonical / identity_q models are expanded to standard a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.state import check_finite
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
@@ -41,6 +43,7 @@ def _load_hf(model_or_path):
         raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
                         "save_pretrained")
     read_hf_config(path)
+    _check_hf_weights(path)
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         model, info = tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
@@ -61,6 +64,56 @@ def _load_hf(model_or_path):
         raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, keys[:3]))} for GPT-2 "
                         "with its config.json; re-save the model with save_pretrained")
     return model
+
+
+INDEX = "model.safetensors.index.json"
+_FLOAT = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+_OTHER = {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def _weight_files(path: Path) -> list[str]:
+    """The safetensors files an HF folder's weights live in: its index's shards (each a file inside the
+    folder: a path that leaves it is refused, not followed), else model.safetensors."""
+    index = path / INDEX
+    if not index.exists():
+        return ["model.safetensors"]
+    fix = "re-save the model with save_pretrained"
+    obj = read_json_object(index, "a safetensors index", fix, schema={"weight_map": (dict,)})
+    files = list(dict.fromkeys(obj["weight_map"].values()))
+    for f in files:
+        # lexically, not resolved: a shard symlinked into a cache (as the hub's snapshots are) stays readable
+        if not isinstance(f, str) or not f or os.path.isabs(f) or os.path.normpath(f).split(os.sep)[0] == "..":
+            raise UserError(f"{index} maps tensors to {f!r}, outside the model folder {path}; an index names "
+                            f"files inside its folder only; {fix}")
+    return files
+
+
+def _check_hf_weights(path: Path) -> None:
+    """transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a
+    float32 file would load as another model. All weights must share one floating dtype (as our own
+    checkpoints must match the model's), the attention-mask buffers of old files aside."""
+    seen: dict[str, tuple[str, str]] = {}
+    for name in _weight_files(path):
+        if not (path / name).is_file():
+            continue  # transformers reports the missing file
+        try:
+            with safe_open(str(path / name), framework="pt") as f:
+                for k in f.keys():
+                    if k.endswith((".attn.bias", ".attn.masked_bias")):
+                        continue
+                    dtype = f.get_slice(k).get_dtype()
+                    if dtype not in _FLOAT:
+                        kind = _OTHER.get(dtype, dtype.lower())
+                        raise UserError(f"{path / name} holds {k} as {kind}, not floating point; GPT-2 weights are "
+                                        "float tensors: re-save the model with save_pretrained")
+                    seen.setdefault(dtype, (name, k))
+        except SafetensorError as e:
+            raise UserError(f"cannot read {path / name} as safetensors ({str(e).splitlines()[0][:100]}); re-save "
+                            "it with save_pretrained(safe_serialization=True)") from None
+    if len(seen) > 1:
+        (a, (_, ka)), (b, (fb, kb)) = list(seen.items())[:2]
+        raise UserError(f"{path / fb} mixes dtypes ({ka} is {_FLOAT[a]}, {kb} is {_FLOAT[b]}); transformers would "
+                        "cast them silently: convert the model to one dtype explicitly and re-save it")
 
 
 # What GPT2Config needs from config.json (key: accepted types), checked before transformers reads it.
@@ -99,6 +152,8 @@ def _check_supported(hc) -> None:
 def from_hf(model_or_path) -> GPT:
     """A transformers GPT2LMHeadModel (object or local folder) -> standard-attention GPT, same logits."""
     hf = _load_hf(model_or_path)
+    source = model_or_path if isinstance(model_or_path, (str, Path)) else "the Hugging Face model"
+    check_finite(hf.state_dict(), source, "use a model with finite weights (it diverged or was damaged)")
     hc = hf.config
     _check_supported(hc)
     cfg = GPTConfig(n_layer=hc.n_layer, n_head=hc.n_head, n_embd=hc.n_embd, vocab_size=hc.vocab_size,

@@ -25,6 +25,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
         path = found
     meta = ckpt.read_meta(path)
+    RunFolder(path.parent).check_checkpoint(path, meta)
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")

@@ -21,7 +21,15 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TENSORBOARD, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends, resolve_vocab
-from iattention.data.dataset import epoch_order, load_data, n_train_windows, scored_text, train_batch
+from iattention.data.dataset import (
+    check_eval_split,
+    epoch_order,
+    fingerprint,
+    load_data,
+    n_train_windows,
+    scored_text,
+    train_batch,
+)
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train.distributed import DistContext, setup, teardown
@@ -120,6 +128,11 @@ class Trainer:
                                                                      self.data.vocab_size))
         cfg.model.validate()
         T = cfg.model.block_size
+        for split, cap in (("valid", "data.valid_tokens"), ("test", None)):
+            check_eval_split(self.data.splits[split], split, T, f"give a longer {split} file"
+                             + (f", raise {cap} (0: the whole split)" if cap else "") + " or lower model.block_size")
+        # What resume checks it continues on: the token streams this run trains and selects on.
+        self.fingerprints = {s: fingerprint(self.data.splits[s]) for s in ("train", "valid")}
         self.n_windows = n_train_windows(self.data.splits["train"], T)
         self.steps_per_epoch = self.n_windows // t.batch_size
         if self.steps_per_epoch == 0:
@@ -184,13 +197,27 @@ class Trainer:
         if diff and not (self.extending and extends(meta.get("config"), _config_dict(self.cfg))):
             raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
                             "run's own config or choose another --out")
+        self._check_fingerprints(path, meta)
         tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(self.model, tensors, path)
-        ckpt.load_optimizer_state(self.optimizer, tensors, meta)
+        ckpt.load_optimizer_state(self.optimizer, tensors, meta, path)
         self.state = TrainState(**meta["state"])
         self.metrics = self.folder.read_records(METRICS, self.state.step)
         self.steps = self.folder.read_records(STEPS, self.state.step)
         self._check_logs()
+
+    def _check_fingerprints(self, path: Path, meta: dict) -> None:
+        """The data a checkpoint trained on must be the data it resumes on: an edited file, another tokenizer
+        cache or data folder would continue another run. A checkpoint from before fingerprints has none."""
+        saved = meta.get("data_fingerprint")
+        if not isinstance(saved, dict):
+            return
+        for split, now in self.fingerprints.items():
+            if split in saved and saved[split] != now:
+                raise UserError(f"checkpoint {path} was trained on other {split} data than this run reads now "
+                                f"(token fingerprint {str(saved[split])[:12]} there vs {now[:12]} here: the {split} "
+                                "file, the data folder or the tokenizer changed); restore the data the run was "
+                                "trained on, or start a new run in another --out")
 
     def _check_logs(self) -> None:
         """Logs are saved before each checkpoint, so they hold every step and every epoch-end evaluation
@@ -207,7 +234,8 @@ class Trainer:
 
     # ---------------------------------------------------------------- persistence
     def _meta(self) -> dict:
-        return {"config": _config_dict(self.cfg), "state": dataclasses.asdict(self.state)}
+        return {"config": _config_dict(self.cfg), "state": dataclasses.asdict(self.state),
+                "data_fingerprint": self.fingerprints}
 
     def _save_logs(self) -> None:
         if self.ctx.is_main:
@@ -387,6 +415,7 @@ class Trainer:
         s = self.state
         best = self.folder / BEST
         if best.exists():  # absent only if no validation loss was ever finite
+            self.folder.check_checkpoint(best, ckpt.read_meta(best))
             ckpt.load_model_state(self.model, ckpt.load_tensors(best), best)
         test_loss, test_ppl = self._eval_split("test")
         s.wall_time += time.time() - self._t0
