@@ -139,19 +139,19 @@ def test_word_perplexity_is_token_perplexity_to_the_tokens_per_word(tmp_path, ca
 
 
 def test_eval_word_perplexity_matches_cross_entropy_on_the_models_logits(tmp_path, capsys):
-    """One window (30 validation tokens < block 32): the NLL is F.cross_entropy on the model's logits of
-    the whole prefix, and the words are counted on the raw file's bytes 1..29."""
-    paths, s = _run(tmp_path, **{"data.valid_tokens": 30})
+    """One window (33 validation tokens: 32 predictions, the block size): the NLL is F.cross_entropy on the
+    model's logits of the whole prefix, and the words are counted on the raw file's bytes 1..32."""
+    paths, s = _run(tmp_path, **{"data.valid_tokens": 33})
     model, _ = load_model(tmp_path / "run")
-    ids = torch.tensor(list(open(paths["valid"], "rb").read()[:30]))
+    ids = torch.tensor(list(open(paths["valid"], "rb").read()[:33]))
     with torch.no_grad():
         logits, _ = model(ids[None, :-1])
     nll = F.cross_entropy(logits[0].double(), ids[1:], reduction="sum").item()
-    words = len(re.split(r"\s+", open(paths["valid"], "rb").read()[1:30].decode()))
+    words = len(re.split(r"\s+", open(paths["valid"], "rb").read()[1:33].decode()))
     out = _eval(capsys, tmp_path / "run", "--split", "valid")
-    assert (out["tokens"], out["words"], out["bytes"]) == (29, words, 29)
+    assert (out["tokens"], out["words"], out["bytes"]) == (32, words, 32)
     assert out["word_perplexity"] == pytest.approx(math.exp(nll / words), rel=1e-5)
-    assert out["bits_per_byte"] == pytest.approx(nll / 29 / math.log(2), rel=1e-5)
+    assert out["bits_per_byte"] == pytest.approx(nll / 32 / math.log(2), rel=1e-5)
     assert s["best_val_word_ppl"] == pytest.approx(math.exp(nll / words), rel=1e-5)
 
 
