@@ -19,6 +19,9 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
     assert code == 0
     data = json.loads(out.read_text())
     rows = data["rows"]
+    # the plan comes first (configurations x rounds), so a user knows what the minutes go to
+    plan = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("plan:"))
+    assert f"plan: {len(rows)} configurations × 1 rounds = {len(rows)} timings" in plan
     assert {(r["model"], r["attention"], r["n_head"]) for r in rows} >= {
         ("iattention", "standard", 1), ("iattention", "canonical", 1), ("iattention", "identity_q", 2),
         ("hf-gpt2", "standard", 2)}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from iattention.config import GPTConfig, OptimConfig
 from iattention.errors import UserError
@@ -194,7 +195,12 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
 
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
-              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print) -> dict:
+              windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print,
+              show_progress: bool | None = None) -> dict:
+    """Every configuration timed `rounds` times, interleaved. `log` gets the plan and the result lines;
+    a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
+    if show_progress is None:
+        show_progress = sys.stderr.isatty()
     from iattention.bench.flops import device_peak_tflops
 
     spec = bench_spec(preset)
@@ -211,11 +217,20 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     # each configuration's figure is the median over all its timed windows.
     # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
     timings: dict[int, list] = {i: [] for i in range(len(entries))}
+    per_config = 2 * (2 + windows) * steps  # training and forward-only: warm-up and timed windows
+    log(f"plan: {len(entries)} configurations × {rounds} rounds = {len(entries) * rounds} timings of "
+        f"{per_config} steps each (batch {spec['batch']} × {spec['model']['block_size']} tokens), interleaved")
+    progress = tqdm(total=len(entries) * rounds, desc="bench", unit="timing", disable=not show_progress,
+                    file=sys.stderr, dynamic_ncols=True)
     for rnd in range(rounds):
         order = list(enumerate(entries))
-        for i, (_, _, _, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+        for i, (label, attention, h, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+            progress.set_postfix_str(f"round {rnd + 1}/{rounds}: {attention if label == 'iattention' else label} "
+                                     f"h={h}")
             timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
                                          windows, steps, amp=amp))
+            progress.update()
+    progress.close()
     rows = []
     for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
         ts = timings[i]
