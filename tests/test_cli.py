@@ -48,3 +48,12 @@ def test_sweep_ends_with_the_table_compare_prints(tmp_path, capsys):
     assert "best val ppl" in header and "epoch of best" in header
     assert any(x.startswith("standard ") and " 1    0 " in x for x in text.splitlines())
     assert f"iattn report {out} --out {out}/report" in text
+    # progress: the plan, a line when a run starts, the count done with each result
+    assert f"sweep tiny: 1 runs, 0 already finished, 1 to train (1 at a time) -> {out}" in text
+    assert any(x.startswith("standard-h1-s0") and x.rstrip().endswith("started") for x in text.splitlines())
+    assert "[1/1 done]" in text
+    assert main(["sweep", "--preset", "tiny", "--arms", "standard", "--heads", "1,2", "--seeds", "0", "--out", out,
+                 *ov]) == 0
+    text = capsys.readouterr().out
+    assert "2 runs, 1 already finished, 1 to train" in text and "started" not in text.split("standard-h2-s0")[0]
+    assert "[1/2 done" in text and "[2/2 done]" in text

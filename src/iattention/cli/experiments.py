@@ -232,7 +232,6 @@ def cmd_sweep(args) -> None:
 
     _check_heads(args)
     specs = _specs(args)
-    print(f"sweep {args.preset}: {len(specs)} runs -> {args.out}")
     summaries = run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=args.jobs,
                           threads=args.threads)
     print_summary_table(summaries, args.out)

@@ -187,6 +187,10 @@ def _forwarding_signals():
             _stopping.clear()
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list[str]) -> None:
     """Before anything runs: refuse a sweep whose folder holds finished runs of another config."""
     for spec in specs:
@@ -215,11 +219,28 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
     threads = threads or (0 if jobs == 1 else 1)
     printing = threading.Lock()  # parallel jobs: one whole line at a time
 
+    # Progress: a line when a run starts, and with each result the count of runs done and an ETA from the
+    # mean wall time of the runs this sweep trained (finished runs found on disk cost nothing).
+    todo = [s for s in specs if not RunFolder(out / s.name).has_summary()]
+    log(f"sweep {preset}: {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to train "
+        f"({jobs} at a time) -> {out}")
+    done, trained = [0], []
+
     def work(spec):
+        t0 = time.time()
+        if spec in todo:
+            with printing:
+                log(f"{spec.name:<28} started")
         summary = run_one(spec, preset, out, list(overrides), threads, quiet)
         with printing:
+            done[0] += 1
+            if summary["_status"].startswith("ran"):
+                trained.append(time.time() - t0)
+            left = len(todo) - len(trained)
+            eta = (f", ETA {_minutes(sum(trained) / len(trained) * left / min(jobs, max(left, 1)))}"
+                   if trained and left else "")
             log(f"{spec.name:<28} {summary['_status']:<20} best val ppl {summary['best_val_ppl']:8.2f} "
-                f"(epoch {summary['best_epoch']})")
+                f"(epoch {summary['best_epoch']})   [{done[0]}/{len(specs)} done{eta}]")
         return summary | {"_arm": spec.arm.name}
 
     with _forwarding_signals():
