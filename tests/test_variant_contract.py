@@ -190,8 +190,6 @@ def check_head_blocks(cfg: GPTConfig) -> None:
             assert p[idx].dim() == 2, f"{cfg.attention}: a block of {name} is not 2-D"
             seen[idx] += 1
         assert bool((seen == 1).all()), f"{cfg.attention}: the blocks of {name} do not cover each entry once"
-        if idxs == [()]:
-            continue  # a matrix stated to be shared by all heads
         for idx in idxs:
             if not p[idx].numel():
                 continue
@@ -223,24 +221,29 @@ def check_removed_params(cfg: GPTConfig) -> None:
 
 
 def check_redundant_biases(cfg: GPTConfig) -> None:
-    """redundant_biases names exactly the learned b_K and (with a learned b_O to fold into) the learned b_V,
-    and fully_reduced_count drops exactly their learned entries."""
+    """redundant_biases names exactly the b_K and (with a learned b_O to fold into) the b_V that have parameters
+    of their own (a b_K tied to b_Q has none: dropping it changes the scores), and fully_reduced_count drops
+    exactly those parameters."""
     layer = _layer(cfg)
     J, rows = _math_jacobian(layer)
+    rank = int(torch.linalg.matrix_rank(J))
 
-    def learned(name):
-        return int(torch.linalg.matrix_rank(J[rows[name]])) if rows[name].stop > rows[name].start else 0
+    def own(name):
+        """Parameter directions that reach the math form through this field only."""
+        others = torch.ones(J.shape[0], dtype=torch.bool)
+        others[rows[name]] = False
+        return rank - int(torch.linalg.matrix_rank(J[others]))
 
-    expected = {"b_K"} if learned("b_K") else set()
-    if learned("b_V") and learned("b_O"):
-        expected.add("b_V")
+    learned_b_O = rows["b_O"].stop > rows["b_O"].start and bool(J[rows["b_O"]].any())
+    own_params = {"b_K": own("b_K"), "b_V": own("b_V") if learned_b_O else 0}
+    expected = {name for name, n in own_params.items() if n}
     try:
         said = ATTENTION_REGISTRY[cfg.attention].redundant_biases(cfg)
     except NotImplementedError as e:
         raise AssertionError(f"{cfg.attention}: redundant_biases is not stated: {e}") from e
     assert set(said) == expected, f"{cfg.attention}: redundant_biases says {sorted(said)}, the math form shows " \
                                   f"{sorted(expected)}"
-    reduced = GPT(cfg).num_params() - cfg.n_layer * sum(learned(b) for b in expected)
+    reduced = GPT(cfg).num_params() - cfg.n_layer * sum(own_params.values())
     assert fully_reduced_count(cfg) == reduced, \
         f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the math form shows {reduced}"
 
@@ -330,6 +333,14 @@ def test_a_correct_extra_variant_passes_the_contract(monkeypatch, cls):
     monkeypatch.setitem(ATTENTION_REGISTRY, cls.variant, cls)
     assert cls.variant in variant_names()
     run_contract(cls.variant)
+
+
+def test_the_architecture_tests_toy_variant_keeps_the_contract(monkeypatch):
+    """tests/test_architecture.py's toy (W_K = W_Q, b_K = b_Q): its tied b_K is not redundant, only b_V."""
+    from test_architecture import _toy_class
+
+    monkeypatch.setitem(ATTENTION_REGISTRY, "toy", _toy_class())
+    run_contract("toy")
 
 
 def test_a_variant_must_state_its_redundant_biases_and_its_fused_heads(monkeypatch):

@@ -110,7 +110,7 @@ class CausalSelfAttention(nn.Module):
         heads alike. Default: a 3-D parameter (H, a, b) splits along its first axis; any other learned
         matrix makes it refuse, so a variant storing heads side by side in one matrix (a fused nn.Linear)
         must override this (see `row_blocks`, `column_blocks`) rather than have Muon take the whole
-        matrix as one block. A matrix that really is shared by every head is {name: [()]}."""
+        matrix as one block."""
         blocks, other = {}, []
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
