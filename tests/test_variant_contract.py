@@ -165,6 +165,19 @@ def check_canonicalize_is_exact(cfg: GPTConfig) -> None:
         _same_function(cfg, model, canon, f"canonicalize(minimal={minimal})", 1e-10)
 
 
+def check_matched_init(cfg: GPTConfig) -> None:
+    """A full-class variant built with init=matched computes what standard GPT-2 built from the same seed does."""
+    if not ATTENTION_REGISTRY[cfg.attention].full_class:
+        return
+    torch.manual_seed(7)
+    std = GPT(cfg.replace(attention="standard", canonical="both", minimal_bias=False))
+    torch.manual_seed(7)
+    matched = GPT(cfg.replace(init="matched"))
+    with torch.no_grad():
+        err = max_rel(matched(_x())[0], std(_x())[0])
+    assert err <= 1e-4, f"{cfg.attention}: init=matched is not the standard start (max rel. error {err:.3g})"
+
+
 def check_head_blocks(cfg: GPTConfig) -> None:
     """head_blocks names every learned matrix, splits it into 2-D blocks that cover each entry once, and each
     block feeds exactly one head (so Muon gives every head its own block)."""
@@ -249,7 +262,8 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
 
 
 CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
-          check_canonicalize_is_exact, check_head_blocks, check_removed_params, check_redundant_biases]
+          check_canonicalize_is_exact, check_matched_init, check_head_blocks, check_removed_params,
+          check_redundant_biases]
 
 
 def run_contract(name: str) -> None:
