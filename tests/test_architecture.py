@@ -131,7 +131,7 @@ def test_the_checker_sees_lazy_relative_and_by_name_imports(tmp_path):
 def _toy_class():
     """A variant defined here and nowhere else: queries and keys share one projection (a symmetric score
     matrix per head), V and O are learned. Not the full class of standard attention."""
-    from iattention.attention.base import CausalSelfAttention
+    from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
     from iattention.attention.heads import HeadWeights, fused_to_heads, heads_to_fused, heads_to_out, out_to_heads
     from iattention.errors import UserError
 
@@ -150,6 +150,14 @@ def _toy_class():
 
         def project_out(self, y):
             return self.c_proj(y)
+
+        def head_blocks(self):
+            d, r, H = self.n_embd, self.d_head, self.n_head
+            return {"c_qv.weight": row_blocks(2, d, r, H), "c_proj.weight": column_blocks(r, H)}
+
+        @classmethod
+        def redundant_biases(cls, config):
+            return ("b_V",) if config.bias else ()  # b_K is b_Q (tied): not droppable
 
         def to_heads(self):
             qv = fused_to_heads(self.c_qv, "QV", self.n_head)

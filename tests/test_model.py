@@ -5,6 +5,7 @@ import torch
 
 from helpers import max_rel
 from iattention import GPT, GPTConfig
+from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import UserError
 
 SHAPE = dict(n_layer=2, n_embd=64, vocab_size=300, block_size=32)
@@ -42,7 +43,7 @@ def test_matched_init_uses_pivoted_blocks_and_survives_a_state_dict_round_trip()
     assert torch.equal(other(x)[0], can(x)[0])
 
 
-@pytest.mark.parametrize("attention", ["identity_ko", "identity_q"])
+@pytest.mark.parametrize("attention", [v for v in variant_names() if not ATTENTION_REGISTRY[v].full_class])
 def test_matched_init_is_refused_for_smaller_classes(attention):
     with pytest.raises(UserError, match="smaller function class"):
         GPTConfig(**SHAPE, n_head=2, attention=attention, init="matched")

@@ -1,4 +1,4 @@
-"""Attention parameterizations: `standard`, `canonical` (I-Attention), `identity_q` and `identity_ko`."""
+"""Attention parameterizations: one file per variant, all listed in `registry.py` (`variant_names()`)."""
 
 from iattention.attention.canonical import CanonicalAttention
 from iattention.attention.heads import HeadWeights

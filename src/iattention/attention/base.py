@@ -49,9 +49,15 @@ class CausalSelfAttention(nn.Module):
       variant: its registry name;
       full_class: whether it holds every standard head exactly (on an open dense set), which
         `model.init=matched` needs;
-      removed_params(config): learned parameters it removes relative to standard, whole model;
-      projection_flops(config): matmul FLOPs per token of its projections, one layer, forward pass.
-    The defaults of the last two measure a layer built from `config` (fine for small shapes).
+      removed_params(config): learned parameters it removes relative to standard, whole model (biases
+        included: a layer built from `config` has standard's count minus this / n_layer);
+      projection_flops(config): matmul FLOPs per token of its projections, one layer, forward pass;
+      redundant_biases(config): which math-form biases the layer learns that change no function
+        (no default: every variant states its own);
+      head_blocks(): each learned matrix's per-head 2-D blocks, for Muon (the default covers only
+        (H, a, b) tensors and refuses a variant with any other matrix).
+    The defaults of removed_params and projection_flops measure a layer built from `config` (fine for
+    small shapes). `tests/test_variant_contract.py` checks every registered variant against all of this.
 
     `config` is a GPTConfig (read: n_head, n_embd, d_head, n_layer, dropout, bias and the variant's keys).
     """
@@ -89,13 +95,35 @@ class CausalSelfAttention(nn.Module):
         """Merged head outputs (B, T, d) -> the layer's output (B, T, d), before residual dropout."""
         raise NotImplementedError
 
+    @classmethod
+    def redundant_biases(cls, config) -> tuple[str, ...]:
+        """The math-form biases ("b_K", "b_V") that a layer built from `config` learns and that change no
+        function: a learned b_K adds q_i . b_K to every score of query i, which softmax ignores; a learned
+        b_V adds b_V W_O to every output (attention rows sum to one), which folds into a learned b_O.
+        `symmetry.fully_reduced_count` drops d parameters per layer for each name. No default: a variant
+        without a key bias, or without an output bias to fold b_V into, says so here."""
+        raise NotImplementedError(f"{cls.__name__} must state redundant_biases(config)")
+
     def head_blocks(self) -> dict[str, list[tuple]]:
         """Each learned matrix's per-head 2-D blocks, as indices into the parameter: {local parameter name:
         [index of head 0's block, ...]}, so that a per-matrix optimizer (Muon) treats every variant's
-        heads alike. Default: a 3-D parameter (H, a, b) splits along its first axis; a parameter not named
-        here is one block. A variant storing several heads in one matrix overrides this."""
-        return {name: [(h,) for h in range(p.shape[0])] for name, p in self.named_parameters()
-                if p.dim() == 3 and p.shape[0] == self.n_head}
+        heads alike. Default: a 3-D parameter (H, a, b) splits along its first axis; any other learned
+        matrix makes it refuse, so a variant storing heads side by side in one matrix (a fused nn.Linear)
+        must override this (see `row_blocks`, `column_blocks`) rather than have Muon take the whole
+        matrix as one block."""
+        blocks, other = {}, []
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if p.dim() < 2 or leaf == "bias" or leaf.startswith("b_"):
+                continue
+            if p.dim() == 3 and p.shape[0] == self.n_head:
+                blocks[name] = [(h,) for h in range(self.n_head)]
+            else:
+                other.append(f"{name} {tuple(p.shape)}")
+        if other:
+            raise NotImplementedError(f"{type(self).__name__} learns matrices that are not (n_head, a, b) tensors "
+                                      f"({', '.join(other)}): override head_blocks to give each head's block")
+        return blocks
 
     def to_heads(self) -> HeadWeights:
         """The layer's weights in math form (see heads.py)."""

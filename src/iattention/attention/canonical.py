@@ -61,9 +61,15 @@ class CanonicalAttention(CausalSelfAttention):
 
     @classmethod
     def removed_params(cls, config) -> int:
-        """r^2 per head per canonical half, per layer."""
+        """r^2 per head per canonical half, per layer; with minimal_bias also b_K and b_V (2 d per layer)."""
         halves = 2 if config.canonical == "both" else 1
-        return halves * config.d_head**2 * config.n_head * config.n_layer
+        biases = 2 * config.n_embd if config.minimal_bias and config.bias else 0
+        return (halves * config.d_head**2 * config.n_head + biases) * config.n_layer
+
+    @classmethod
+    def redundant_biases(cls, config) -> tuple[str, ...]:
+        """b_K and b_V, unless minimal_bias already dropped them (b_V folded into b_O)."""
+        return ("b_K", "b_V") if config.bias and not config.minimal_bias else ()
 
     @classmethod
     def projection_flops(cls, config) -> int:

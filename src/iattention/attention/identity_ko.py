@@ -36,6 +36,11 @@ class IdentityKOAttention(CausalSelfAttention):
         return config.n_layer * 2 * config.n_embd**2
 
     @classmethod
+    def redundant_biases(cls, config) -> tuple[str, ...]:
+        """b_K and b_V (learned, with the learned b_O to fold b_V into)."""
+        return ("b_K", "b_V") if config.bias else ()
+
+    @classmethod
     def projection_flops(cls, config) -> int:
         """Q and V only (4 d^2), at every head count."""
         return 4 * config.n_embd**2

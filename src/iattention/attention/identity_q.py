@@ -37,6 +37,11 @@ class IdentityQAttention(CausalSelfAttention):
         return config.n_layer * (config.n_embd**2 + (config.n_embd if config.bias else 0))
 
     @classmethod
+    def redundant_biases(cls, config) -> tuple[str, ...]:
+        """b_K and b_V (learned, with a learned b_O to fold b_V into)."""
+        return ("b_K", "b_V") if config.bias else ()
+
+    @classmethod
     def projection_flops(cls, config) -> int:
         """K, V and O GEMMs: 6 d^2."""
         return 6 * config.n_embd**2

@@ -23,6 +23,11 @@ class StandardAttention(CausalSelfAttention):
     def removed_params(cls, config) -> int:
         return 0
 
+    @classmethod
+    def redundant_biases(cls, config) -> tuple[str, ...]:
+        """b_K and b_V (learned, with a learned b_O to fold b_V into)."""
+        return ("b_K", "b_V") if config.bias else ()
+
     def qkv(self, x):
         return self.c_attn(x).split(self.n_embd, dim=2)
 

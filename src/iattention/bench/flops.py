@@ -2,9 +2,8 @@
 
 `executed_flops_per_token` counts the matmul FLOPs the implementation really runs (2 per multiply-add),
 forward pass, per token of a length-T sequence:
-  attention projections per layer: the variant's class says (`projection_flops`): standard
-    2*d*3d + 2*d*d = 8 d^2; canonical 8 d^2 with H > 1 (it builds the full W_K / W_O), 4 d^2 at H = 1
-    (keys and output are index copies; 6 d^2 for "qk" or "vo"); identity_q 6 d^2; identity_ko 4 d^2;
+  attention projections per layer: the variant's class says (`projection_flops`, whose docstring
+    gives its formula), e.g. standard 2*d*3d + 2*d*d = 8 d^2;
   attention scores and weighted sum: 2*T*d + 2*T*d (full T x T, as SDPA's FLOP counters report it);
   MLP: 4 d d_mlp (16 d^2 at GPT-2's width);  LM head: 2 d V_padded.
 Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nanoGPT's MFU formula,

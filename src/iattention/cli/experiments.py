@@ -105,12 +105,13 @@ def read_added_seeds(path: str) -> dict:
 
 def register(sub) -> None:
     from iattention.config import preset_names
+    from iattention.experiments.arms import BUILTIN_ARMS
 
     def common(p, heads_default, seeds_default):
         p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
         p.add_argument("--arms", type=str_list, default=None,
-                       help="comma-separated arms: built-in (standard, canonical, identity_q, identity_ko, "
-                            "canonical-matched) or defined in --arms-file (default: standard,canonical)")
+                       help=f"comma-separated arms: built-in ({', '.join(BUILTIN_ARMS)}) or defined in "
+                            "--arms-file (default: standard,canonical)")
         p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
         p.add_argument("--attention", type=str_list, default=None,
                        help="older form of --arms: comma-separated attention variants")

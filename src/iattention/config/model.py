@@ -16,8 +16,8 @@ CANONICAL_HALVES = ("both", "qk", "vo")
 class GPTConfig:
     """GPT-2 architecture: learned positions, pre-LayerNorm, GELU MLP, tied embeddings.
 
-    attention: "standard" | "canonical" (I-Attention) | "identity_q" (W_Q = I) |
-        "identity_ko" (W_K = W_O = I_d as whole maps: the paper's 110M-parameter variant).
+    attention: a registered variant (`variant_names()`: attention/registry.py; each class's module
+        docstring says what it learns), e.g. "standard" or "canonical" (I-Attention).
     canonical: which halves of a canonical head have their r x r block fixed to I.
     init: "gpt2": N(0, 0.02) for every learned matrix entry (residual projections scaled), biases 0.
         "matched": draw the standard GPT-2 initialisation from the same RNG stream, then canonicalize

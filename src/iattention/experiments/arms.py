@@ -1,9 +1,9 @@
 """Arms of a study: a name plus config overrides, e.g. `canonical-matched` =
 `model.attention=canonical model.init=matched`.
 
-Built-in arms: one per attention variant (`standard`, `canonical`, `identity_q`, `identity_ko`) and
-`canonical-matched`. A study defines more in a YAML file (name -> list of KEY=VALUE overrides) that
-`iattn sweep --arms-file` reads; commit that file next to the study's runs.
+Built-in arms: one per registered attention variant (`variant_names()`) and `canonical-matched`. A study
+defines more in a YAML file (name -> list of KEY=VALUE overrides) that `iattn sweep --arms-file` reads;
+commit that file next to the study's runs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from iattention.attention.cache import KVCache
 from iattention.attention.registry import build_attention
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
-from iattention.symmetry.transforms import canonicalize_into
+from iattention.symmetry.transforms import canonicalize_into, load_into
 
 
 class MLP(nn.Module):
@@ -84,16 +84,20 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def _init_matched(self, rng_at_entry: torch.Tensor) -> None:
-        """Start from the standard GPT-2 init that the same RNG state gives, canonicalized exactly.
+        """Start from the standard GPT-2 init that the same RNG state gives: canonicalized exactly (pivoted
+        blocks) for `canonical`, loaded head by head (`load_heads`) for any other full-class variant.
 
         The standard model is drawn from the RNG state this constructor was entered with, and the
         RNG is left where building that standard model leaves it, so everything drawn afterwards
         (dropout masks, ...) matches a standard run with the same seed too.
         """
         torch.random.set_rng_state(rng_at_entry)
-        standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2"))
+        standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False))
         rng_after = torch.random.get_rng_state()
-        canonicalize_into(standard, self, block="pivoted")
+        if self.config.attention == "canonical":
+            canonicalize_into(standard, self, block="pivoted")
+        else:
+            load_into(standard, self)
         torch.random.set_rng_state(rng_after)
 
     def _init_weights(self, module: nn.Module) -> None:

@@ -10,11 +10,18 @@ from iattention.symmetry.counts import (
     redundancy,
     standard_param_count,
 )
-from iattention.symmetry.transforms import canonicalize, canonicalize_into, expand, fold_biases, random_gauge
+from iattention.symmetry.transforms import (
+    canonicalize,
+    canonicalize_into,
+    expand,
+    fold_biases,
+    load_into,
+    random_gauge,
+)
 
 __all__ = [
     "BLOCKS", "balancedness", "bias_redundancy", "canonicalize", "canonicalize_into", "condition_numbers", "expand",
-    "fold_biases", "fully_reduced_count", "iso_param_mlp_hidden", "param_count", "random_gauge", "redundancy",
-    "select_blocks",
+    "fold_biases", "fully_reduced_count", "iso_param_mlp_hidden", "load_into", "param_count", "random_gauge",
+    "redundancy", "select_blocks",
     "standard_param_count",
 ]

@@ -1,4 +1,5 @@
-"""Closed-form parameter counts and the redundancy removed by canonical attention."""
+"""Parameter counts: standard GPT-2's in closed form, and what each variant removes from it (its class says:
+`removed_params`, `redundant_biases`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from iattention.config.model import GPTConfig
 
 
 def redundancy(config: GPTConfig) -> int:
-    """Parameters the variant removes relative to standard (biases aside): its class says how many."""
+    """Parameters the variant removes relative to standard (minimal_bias's dropped biases included): its
+    class says how many."""
     return ATTENTION_REGISTRY[config.attention].removed_params(config)
 
 
@@ -20,18 +22,18 @@ def standard_param_count(config: GPTConfig) -> int:
 
 
 def bias_redundancy(config: GPTConfig) -> int:
-    """b_K and b_V per layer (2 d with biases): redundant in every variant (see GPTConfig.minimal_bias)."""
-    return 2 * config.n_embd * config.n_layer if config.bias else 0
+    """Learned biases that change no function, whole model: d per layer for each bias the variant's class
+    names in `redundant_biases(config)` (b_K, b_V; see GPTConfig.minimal_bias)."""
+    return config.n_layer * config.n_embd * len(ATTENTION_REGISTRY[config.attention].redundant_biases(config))
 
 
 def param_count(config: GPTConfig) -> int:
-    removed = bias_redundancy(config) if config.minimal_bias else 0
-    return standard_param_count(config) - redundancy(config) - removed
+    return standard_param_count(config) - redundancy(config)
 
 
 def fully_reduced_count(config: GPTConfig) -> int:
-    """Learned parameters once the biases are reduced too (b_K dropped, b_V folded into b_O)."""
-    return standard_param_count(config) - redundancy(config) - bias_redundancy(config)
+    """Learned parameters once the redundant biases are reduced too (b_K dropped, b_V folded into b_O)."""
+    return param_count(config) - bias_redundancy(config)
 
 
 def iso_param_mlp_hidden(config: GPTConfig) -> int:

@@ -136,6 +136,13 @@ def expand(model):
     cfg = model.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False)
     out = type(model)(cfg).to(dtype)
     out.train(model.training)
+    return load_into(model, out)
+
+
+@torch.no_grad()
+def load_into(model, out):
+    """Fill `out` (a model of `model`'s shape whose variant can hold its heads) with `model`'s function: the
+    other weights copied, each attention layer moved by to_heads / load_heads; returns `out`."""
     _copy_non_attention(model, out)
     for src, dst in zip(model.attention_layers, out.attention_layers):
         dst.load_heads(src.to_heads())
