@@ -85,3 +85,55 @@ def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
     if case in ("model.dropout is a string", "config a list"):  # read by eval too
         rc = main(["eval", str(path)])
         _one_line_error(capsys, rc, str(path))
+
+
+# ------------------------------------------------------------------ a real full disk
+@contextlib.contextmanager
+def _small_disk(folder, free_bytes: int):
+    """A 2 MB tmpfs mounted at `folder`, filled so that about `free_bytes` stay free; always unmounted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"cannot mount a tmpfs here ({e}); needs root (mount -t tmpfs)")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()[:80]}); needs root (mount -t tmpfs)")
+    try:
+        st = os.statvfs(folder)
+        with open(folder / "filler", "wb") as f:
+            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - free_bytes))
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=60)
+
+
+def _leftovers(folder) -> list[str]:
+    """Temp files or folders, or half-written outputs, under folder."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.name.endswith((".tmp", ".conv")) or p.name.startswith(".") and p.name != ".lock")
+
+
+def test_a_real_full_disk_is_one_line(run, tmp_path, capsys):
+    """safetensors raises SafetensorError (not OSError) on ENOSPC, numpy's tofile an OSError without errno:
+    train (checkpoint, token cache) and convert --to canonical|hf each say "disk full", and leave no
+    half-written file behind."""
+    mnt = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    with _small_disk(mnt, free_bytes=64 * 1024):
+        capsys.readouterr()
+        # the checkpoint (weights + AdamW moments, ~260 kB) does not fit
+        rc = main(["train", "--preset", "tiny", "--quiet", *run["ov"], "--out", str(mnt / "run")])
+        _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+        assert not list((mnt / "run").glob("*.safetensors")), _leftovers(mnt)
+        # the token cache on the full disk (the train split is ~12 kB of uint16 ids)
+        ov = [o if not o.startswith("data.cache_dir=") else f"data.cache_dir={mnt / 'cache'}" for o in run["ov"]]
+        (mnt / "pad").write_bytes(b"\0" * (os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize - 4096))
+        rc = main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "run2")])
+        _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+        (mnt / "pad").unlink()
+        for to in ("canonical", "hf"):
+            rc = main(["convert", "--from", str(run["run"]), "--to", to, "--out", str(mnt / to)])
+            _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+            assert not (mnt / to).exists()
+        assert _leftovers(mnt) == [], _leftovers(mnt)
+        assert not list((mnt / "cache").rglob("*.bin")), "a half-written token cache was left"

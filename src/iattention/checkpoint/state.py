@@ -180,7 +180,7 @@ def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
 _OPTIM_NAME = re.compile(r"optim/(\d+)/(\w+)")
 
 
-def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict, path) -> None:
+def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict, path="(unnamed)") -> None:
     path = Path(path)
     if "optimizer" not in meta:
         raise _bad_meta(path, "optimizer", "missing: the checkpoint holds no optimizer state to resume")
