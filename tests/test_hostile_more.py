@@ -137,3 +137,35 @@ def test_a_real_full_disk_is_one_line(run, tmp_path, capsys):
             assert not (mnt / to).exists()
         assert _leftovers(mnt) == [], _leftovers(mnt)
         assert not list((mnt / "cache").rglob("*.bin")), "a half-written token cache was left"
+
+
+# ------------------------------------------------------------------ an HF config.json of the wrong types
+@pytest.mark.parametrize("key,value", [("layer_norm_epsilon", "1e-5"), ("n_inner", "big"), ("resid_pdrop", [0.1]),
+                                       ("scale_attn_weights", "yes")])
+def test_hf_config_of_wrong_types_is_one_line(run, tmp_path, capsys, key, value):
+    hf = tmp_path / "hf"
+    assert main(["convert", "--from", str(run["run"]), "--to", "hf", "--out", str(hf)]) == 0
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg[key] = value
+    (hf / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    for argv in (["eval", str(hf)], ["convert", "--from", str(hf), "--to", "canonical", "--out", str(tmp_path / "c")]):
+        _one_line_error(capsys, main(argv), str(hf / "config.json"), repr(key))
+
+
+# ------------------------------------------------------------------ a damaged tokenizer cache
+@pytest.mark.parametrize("damage", [b"", b'{"version": "1.0", "trunc', b"\xff\x00garbage"])
+def test_damaged_bpe_tokenizer_cache_is_rebuilt(run, tmp_path, capsys, damage):
+    """A cut-short or empty cache/tokenizers/bpe300-*.json used to break every later bpe:300 run."""
+    ov = [o for o in run["ov"] if not o.startswith(("data.tokenizer=", "data.cache_dir="))]
+    ov += ["data.tokenizer=bpe:300", f"data.cache_dir={tmp_path / 'cache'}"]
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "a")]) == 0
+    (cached,) = (tmp_path / "cache" / "tokenizers").glob("bpe300-*.json")
+    good = cached.read_bytes()
+    cached.write_bytes(damage)
+    capsys.readouterr()
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "b")]) == 0
+    assert "rebuilding it" in capsys.readouterr().err
+    assert cached.read_bytes() == good  # rebuilt to the very same tokenizer
+    same = json.loads((tmp_path / "a" / "summary.json").read_text())["best_val_ppl"]
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["best_val_ppl"] == same

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,14 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
 
     key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
     path = cache_root(cfg) / "tokenizers" / f"bpe{size}-{key}.json"
+    tok = None
     if path.is_file():
-        tok = HFTokenizer.from_file(str(path))
-    else:
+        try:
+            tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # cut short, empty, overwritten: rebuilt, as a damaged token cache is
+            print(f"iattn: tokenizer cache {path} is unreadable ({str(e).splitlines()[0][:60]}); rebuilding it",
+                  file=sys.stderr)
+    if tok is None:
         tok = HFTokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
