@@ -169,3 +169,45 @@ def test_damaged_bpe_tokenizer_cache_is_rebuilt(run, tmp_path, capsys, damage):
     assert cached.read_bytes() == good  # rebuilt to the very same tokenizer
     same = json.loads((tmp_path / "a" / "summary.json").read_text())["best_val_ppl"]
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["best_val_ppl"] == same
+
+
+# ------------------------------------------------------------------ BPE training on text without spaces
+def test_bpe_training_on_text_without_spaces_is_not_quadratic(tmp_path):
+    """160 kB of letters without a space took ~18 s (quadratic in the "word" length: 2 MB ran past 240 s);
+    long runs are now fed to the trainer in pieces."""
+    import random
+    import time
+
+    from iattention.data.config import DataConfig
+    from iattention.data.tokenizers import load_tokenizer
+
+    rng = random.Random(0)
+    text = "".join(rng.choice("abcdefghij") for _ in range(160_000))
+    t0 = time.perf_counter()
+    tok = load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path)), text)
+    assert time.perf_counter() - t0 < 6.0
+    assert tok.decode(tok.encode(text[:5000])) == text[:5000]
+
+
+def test_bpe_on_wikitext_is_the_tokenizer_it_always_was(tmp_path):
+    """Committed results depend on bpe:4096 on WikiText-2: the tokenizer trained the way it always was (its
+    lines, whole) must equal ours, byte for byte (here on the first 100k characters)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from helpers import shared_data_dir
+    from iattention.data.config import DataConfig
+    from iattention.data.tokenizers import load_tokenizer
+
+    if shared_data_dir() is None:
+        pytest.skip("no local WikiText-2 (set IATTN_DATA_DIR)")
+    with open(os.path.join(shared_data_dir(), "wikitext-2-v1", "wiki.train.tokens"), encoding="utf-8") as f:
+        text = f.read()[:100_000]
+    old = HFTokenizer(models.BPE())
+    old.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    old.decoder = decoders.ByteLevel()
+    old.train_from_iterator(text.splitlines(keepends=True), trainer=trainers.BpeTrainer(
+        vocab_size=4096, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    load_tokenizer(DataConfig(tokenizer="bpe:4096", cache_dir=str(tmp_path)), text)
+    (cached,) = (tmp_path / "tokenizers").glob("bpe4096-*.json")
+    assert cached.read_text(encoding="utf-8") == old.to_str()
