@@ -11,7 +11,6 @@ import subprocess
 import uuid
 
 import pytest
-import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -211,3 +210,20 @@ def test_bpe_on_wikitext_is_the_tokenizer_it_always_was(tmp_path):
     load_tokenizer(DataConfig(tokenizer="bpe:4096", cache_dir=str(tmp_path)), text)
     (cached,) = (tmp_path / "tokenizers").glob("bpe4096-*.json")
     assert cached.read_text(encoding="utf-8") == old.to_str()
+
+
+# ------------------------------------------------------------------ absurd sizes
+@pytest.mark.parametrize("sizes", [["model.n_layer=200000"], ["model.n_embd=12288", "model.n_head=1"],
+                                   ["model.block_size=100000"], ["model.vocab_pad_multiple=1000000000"]])
+def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
+    """These reached MemoryError: the check counted float32 weights of the true vocabulary only. The estimate
+    now holds the padded vocabulary, gradients, AdamW's moments and one batch's activations."""
+    paths = write_corpus(tmp_path)
+    if "block_size" in sizes[0]:  # enough tokens for one batch of 8 windows of 100,000
+        with open(paths["train"], "w") as f:
+            f.write("the cat sat on the mat. " * 40_000)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
+    capsys.readouterr()
+    rc = main(["train", "--preset", "tiny", "--quiet", *ov, *sizes, "--out", str(tmp_path / "run")])
+    line = _one_line_error(capsys, rc, "needs an estimated", "GiB available on this machine", "AdamW moments")
+    assert "activations" in line

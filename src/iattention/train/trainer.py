@@ -23,7 +23,7 @@ from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TENSORB
 from iattention.config import RunConfig, config_mismatch, extends, resolve_vocab
 from iattention.data.dataset import epoch_order, load_data, n_train_windows, train_batch
 from iattention.errors import UserError
-from iattention.model.gpt import GPT
+from iattention.model.gpt import GPT, check_fits_in_memory
 from iattention.train.distributed import DistContext, setup, teardown
 from iattention.train.evaluate import perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
@@ -127,6 +127,8 @@ class Trainer:
 
     def _build(self) -> None:
         torch.manual_seed(self.cfg.train.seed)
+        t = self.cfg.train
+        check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.ctx.world)), self.ctx.device)
         self.model = GPT(self.cfg.model).to(self.ctx.device)
         if self.cfg.train.init_from:
             from iattention.train.init_from import load_initial_weights
