@@ -133,7 +133,7 @@ CASES = {
         lambda e: ["scales", "--preset", "tiny", *e["ov"], "--seed", str(10**23)],
         "argument --seed: expected an integer <="),
     "a vocabulary larger than memory": (lambda e: _train(e, "model.vocab_size=100000000000"),
-                                        "needs 11920.9 GiB for its float32 weights alone"),
+                                        "needs an estimated"),
     # Issue 23: paths that are not what they should be.
     "train --out under a file": (lambda e: _train(e, out="a_file/run"), "a part of that path is a file"),
     "report --out under a file": (

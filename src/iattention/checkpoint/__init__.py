@@ -7,7 +7,9 @@ from iattention.checkpoint.state import (
     load_optimizer_state,
     load_tensors,
     read_meta,
+    read_state,
     save_checkpoint,
 )
 
-__all__ = ["RunFolder", "load_model_state", "load_optimizer_state", "load_tensors", "read_meta", "save_checkpoint"]
+__all__ = ["RunFolder", "load_model_state", "load_optimizer_state", "load_tensors", "read_meta", "read_state",
+           "save_checkpoint"]

@@ -6,7 +6,9 @@ Nothing is unpickled on load, so a checkpoint cannot run code. Files are written
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,10 +16,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.utils.atomic import write_with
 from iattention.utils.faults import fault_point
-from iattention.utils.files import check_regular
+from iattention.utils.files import as_os_error, check_regular
 
 FORMAT = "iattention-checkpoint-1"
 TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
@@ -48,7 +51,10 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
     tensors = {k: v.cpu() for k, v in tensors.items()}
 
     def write(tmp: Path) -> None:
-        save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)})
+        try:
+            save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)})
+        except SafetensorError as e:  # safetensors (Rust) reports a full disk as this, not as an OSError
+            raise as_os_error(e, tmp) from None
         fault_point("ckpt_write", torn=tmp)
 
     write_with(path, write)
@@ -86,7 +92,70 @@ def read_meta(path: str | Path) -> dict:
                         "checkpoint or retrain")
     if meta.get("format") != FORMAT:
         raise UserError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT}")
+    _check_meta(path, meta)
     return meta
+
+
+def _bad_meta(path: Path, key: str, problem: str) -> UserError:
+    return UserError(f"checkpoint {path} has bad metadata ({key}: {problem}); delete it and resume from another "
+                     "checkpoint or retrain")
+
+
+def _kind(value) -> str:
+    return f"{type(value).__name__} {value!r}"[:60]
+
+
+def _check_meta(path: Path, meta: dict) -> None:
+    """The metadata's schema and types, checked on read, so that a crafted but parseable file is one line
+    naming the key instead of a traceback wherever the value is used."""
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
+        raise _bad_meta(path, "config", f"{_kind(config)}, expected an object")
+    for section, value in config.items():
+        if not isinstance(value, dict):
+            raise _bad_meta(path, f"config.{section}", f"{_kind(value)}, expected an object")
+    model = config.get("model")
+    if model is not None:
+        types = {f.name: type(f.default) for f in dataclasses.fields(GPTConfig)}
+        for key, value in model.items():
+            want = types.get(key)
+            if want is None:
+                raise _bad_meta(path, f"config.model.{key}", "not a model key")
+            ok = (int, float) if want is float else (want,)
+            if not isinstance(value, ok) or isinstance(value, bool) and want is not bool:
+                raise _bad_meta(path, f"config.model.{key}", f"{_kind(value)}, expected {want.__name__}")
+        try:
+            GPTConfig.from_dict(model)
+        except UserError as e:
+            raise _bad_meta(path, "config.model", str(e)) from None
+    state = meta.get("state", {})
+    if not isinstance(state, dict):
+        raise _bad_meta(path, "state", f"{_kind(state)}, expected an object")
+    for key, value in state.items():
+        if not isinstance(value, (int, float)):  # bools are ints; the trainer checks each key (read_state)
+            raise _bad_meta(path, f"state.{key}", f"{_kind(value)}, expected a number")
+    if "optimizer" in meta:
+        groups = meta["optimizer"].get("param_groups") if isinstance(meta["optimizer"], dict) else None
+        if not isinstance(groups, list) or not groups or not all(
+                isinstance(g, dict) and isinstance(g.get("params"), list)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
+            raise _bad_meta(path, "optimizer.param_groups", "expected a list of objects with integer 'params'")
+
+
+def read_state(path: str | Path, meta: dict, cls):
+    """The checkpoint's training state as the dataclass `cls`: every key one of its fields, of its type."""
+    state = meta.get("state")
+    if not isinstance(state, dict):
+        raise _bad_meta(Path(path), "state", "missing")
+    types = {f.name: type(f.default) for f in dataclasses.fields(cls)}
+    for key, value in state.items():
+        want = types.get(key)
+        if want is None:
+            raise _bad_meta(Path(path), f"state.{key}", f"not a key of the training state ({', '.join(types)})")
+        ok = (int, float) if want is float else (want,)
+        if not isinstance(value, ok) or isinstance(value, bool) and want is not bool:
+            raise _bad_meta(Path(path), f"state.{key}", f"{_kind(value)}, expected {want.__name__}")
+    return cls(**state)
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
@@ -124,16 +193,36 @@ def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
                         "use the config the checkpoint was trained with") from None
 
 
-def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict, path=None) -> None:
+_OPTIM_NAME = re.compile(r"optim/(\d+)/(\w+)")
+
+
+def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict, path="(unnamed)") -> None:
+    path = Path(path)
+    if "optimizer" not in meta:
+        raise _bad_meta(path, "optimizer", "missing: the checkpoint holds no optimizer state to resume")
+    n_params = sum(len(g["params"]) for g in optimizer.param_groups)
     state: dict[int, dict] = {}
     for k, v in tensors.items():
         if k.startswith("optim/"):
-            _, pid, key = k.split("/", 2)
-            state.setdefault(int(pid), {})[key] = v
+            m = _OPTIM_NAME.fullmatch(k)
+            if m is None or int(m[1]) >= n_params:
+                raise _bad_meta(path, f"tensor {k}", f"expected optim/<parameter index < {n_params}>/<name>")
+            state.setdefault(int(m[1]), {})[m[2]] = v
     _check_optimizer_complete(tensors, state, meta, path)
-    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise _bad_meta(path, "optimizer", f"does not fit this model's optimizer: {str(e).splitlines()[0][:80]}") \
+            from None
     if "rng/torch" in tensors:
-        torch.set_rng_state(tensors["rng/torch"])
+        rng = tensors["rng/torch"]
+        if rng.dtype != torch.uint8 or rng.dim() != 1:
+            raise _bad_meta(path, "tensor rng/torch", f"{str(rng.dtype).replace('torch.', '')} of shape "
+                            f"{list(rng.shape)}, expected a 1-D uint8 RNG state")
+        try:
+            torch.set_rng_state(rng)
+        except RuntimeError as e:
+            raise _bad_meta(path, "tensor rng/torch", str(e).splitlines()[0][:80]) from None
 
 
 def _check_optimizer_complete(tensors: dict, state: dict[int, dict], meta: dict, path) -> None:

@@ -78,7 +78,8 @@ class GPTConfig:
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
             raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
-        if not 0.0 <= float(self.dropout) < 1.0:
+        d = self.dropout
+        if not isinstance(d, (int, float)) or isinstance(d, bool) or not 0.0 <= d < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
     @property

@@ -49,7 +49,7 @@ def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
     read_back = path.is_file()
     if not read_back:
         ids = tokenizer.encode(text).astype(dtype)
-        write_with(path, lambda tmp: ids.tofile(tmp))
+        write_with(path, lambda tmp: _write_array(tmp, ids))
         write_text(count, f"{len(ids)}\n")
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
@@ -61,6 +61,13 @@ def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
         path.unlink()
         return cached_tokens(cfg, text, tokenizer)
     return ids
+
+
+def _write_array(path: Path, ids: np.ndarray) -> None:
+    """Like ids.tofile(path), but through Python's file write: numpy's fwrite reports a full disk as an
+    OSError without errno ("N requested and M written"); this one carries ENOSPC."""
+    with open(path, "wb") as f:
+        f.write(memoryview(np.ascontiguousarray(ids)).cast("B"))
 
 
 def _intact(path: Path, count: Path, itemsize: int) -> bool:

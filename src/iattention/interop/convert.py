@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
@@ -19,6 +21,7 @@ from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, remove_stale, temp_prefix
+from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -126,6 +129,14 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if data:
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, out)
+    except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
+        shutil.rmtree(tmp, ignore_errors=True)
+        e = as_os_error(e, out)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UserError(f"disk full while writing {out}; free space and rerun (nothing was written)") from None
+        if os_error_message(e, out):
+            raise UserError(f"cannot write {os_error_message(e, out)}") from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -120,6 +120,14 @@ def _check_hf_weights(path: Path) -> None:
 HF_CONFIG_SCHEMA = {"model_type": (str,), "n_layer": (int,), "n_head": (int,), "n_embd": (int,),
                     "vocab_size": (int,), "n_positions": (int,)}
 
+_NUM = (float, int)
+# Keys GPT2Config reads that may be absent (its defaults), each of the types it can use.
+HF_CONFIG_OPTIONAL = {"n_inner": (int, type(None)), "layer_norm_epsilon": _NUM, "resid_pdrop": _NUM,
+                      "embd_pdrop": _NUM, "attn_pdrop": _NUM, "initializer_range": _NUM, "activation_function": (str,),
+                      "scale_attn_weights": (bool,), "scale_attn_by_inverse_layer_idx": (bool,),
+                      "reorder_and_upcast_attn": (bool,), "tie_word_embeddings": (bool,), "use_cache": (bool,),
+                      "n_ctx": (int, type(None)), "bos_token_id": (int, type(None)), "eos_token_id": (int, type(None))}
+
 
 def read_hf_config(folder: Path) -> dict:
     """An HF folder's config.json, checked: a GPT-2 config with positive integer sizes, else one line."""
@@ -128,6 +136,11 @@ def read_hf_config(folder: Path) -> dict:
     cfg = read_json_object(path, "a Hugging Face config", fix, schema=HF_CONFIG_SCHEMA)
     if cfg["model_type"] != "gpt2":
         raise UserError(f"{path} describes a {cfg['model_type']!r} model; iattention reads GPT-2 (model_type gpt2)")
+    for key, types in HF_CONFIG_OPTIONAL.items():  # transformers would fail on them with a TypeError
+        value = cfg.get(key)
+        if key in cfg and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
+            raise UserError(f"{path} is corrupt (a Hugging Face config: key {key!r}: "
+                            f"{type(value).__name__} {value!r}"[:200] + f", expected {types[0].__name__}); {fix}")
     bad = [k for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions") if cfg[k] < 1]
     if bad:
         raise UserError(f"{path} is corrupt ({bad[0]}={cfg[bad[0]]} must be >= 1); {fix}")

@@ -45,27 +45,66 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-def _check_fits_in_memory(config: GPTConfig) -> None:
-    """Refuse, in one line, a model whose float32 weights alone exceed this machine's memory (a vocabulary
-    of 10^11 would otherwise die in the allocator with a traceback)."""
+def available_memory(device: torch.device | None = None) -> int | None:
+    """Bytes this process can still allocate: the GPU's free memory, else MemAvailable (Linux), else the
+    machine's physical memory; None where the system does not say."""
+    if device is not None and device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_estimate(config: GPTConfig, batch_size: int = 0, cuda: bool = False) -> dict[str, int]:
+    """Bytes a float32 model needs (an estimate): its weights with the padded vocabulary; when training
+    (batch_size > 0) also the gradients, AdamW's two moments and the activations of one batch (per layer
+    34 bytes per token and channel, as in Korthikanti et al. 2022 for half precision: a low estimate, so no
+    run that fits is refused; the logits; on CPU one layer's attention scores)."""
     from iattention.symmetry.counts import standard_param_count
 
-    need = standard_param_count(config) * 4
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system: let the allocator decide
+    params = standard_param_count(config) + (config.padded_vocab_size - config.vocab_size) * config.n_embd
+    need = {"weights": params * 4}
+    if batch_size:
+        B, T, d, H = batch_size, config.block_size, config.n_embd, config.n_head
+        need["gradients"] = params * 4
+        need["AdamW moments"] = params * 8
+        need["activations"] = 2 * B * T * (config.n_layer * 34 * d + 3 * config.padded_vocab_size)
+        if not cuda:  # one layer's attention scores, which the CPU kernels materialise (flash on CUDA does not)
+            need["activations"] += 4 * B * H * T * T
+    return need
+
+
+def check_fits_in_memory(config: GPTConfig, batch_size: int = 0, device: torch.device | None = None) -> None:
+    """Refuse, in one line and before allocating anything, a model (and, with batch_size, its training)
+    whose estimated memory exceeds what this machine has available: an absurd size would otherwise die in
+    the allocator with a MemoryError or be killed."""
+    have = available_memory(device)
+    if have is None:  # the system does not say: let the allocator decide
         return
-    if need > have:
-        raise UserError(f"the model (vocab_size={config.vocab_size}, n_embd={config.n_embd}, n_layer={config.n_layer},"
-                        f" block_size={config.block_size}) needs {need / 2**30:.1f} GiB for its float32 weights alone,"
-                        f" more than this machine's {have / 2**30:.1f} GiB; lower those sizes")
+    need = memory_estimate(config, batch_size, cuda=device is not None and device.type == "cuda")
+    total = sum(need.values())
+    if total > have:
+        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in need.items())
+        what = f"training it with batch {batch_size}" if batch_size else "the model"
+        raise UserError(f"{what} (vocab_size={config.vocab_size} padded to {config.padded_vocab_size}, n_embd="
+                        f"{config.n_embd}, n_layer={config.n_layer}, n_head={config.n_head}, block_size="
+                        f"{config.block_size}) needs an estimated {total / 2**30:.1f} GiB ({parts} GiB), more than "
+                        f"the {have / 2**30:.1f} GiB available on this machine; lower those sizes")
 
 
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         config.validate()
-        _check_fits_in_memory(config)
+        check_fits_in_memory(config)
         rng_at_entry = torch.random.get_rng_state()
         self.config = config
         d = config.n_embd

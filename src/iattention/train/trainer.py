@@ -31,7 +31,7 @@ from iattention.data.dataset import (
     train_batch,
 )
 from iattention.errors import UserError
-from iattention.model.gpt import GPT
+from iattention.model.gpt import GPT, check_fits_in_memory
 from iattention.train.distributed import DistContext, setup, teardown
 from iattention.train.evaluate import per_unit, perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
@@ -142,6 +142,8 @@ class Trainer:
 
     def _build(self) -> None:
         torch.manual_seed(self.cfg.train.seed)
+        t = self.cfg.train
+        check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.ctx.world)), self.ctx.device)
         self.model = GPT(self.cfg.model).to(self.ctx.device)
         if self.cfg.train.init_from:
             from iattention.train.init_from import load_initial_weights
@@ -201,7 +203,7 @@ class Trainer:
         tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(self.model, tensors, path)
         ckpt.load_optimizer_state(self.optimizer, tensors, meta, path)
-        self.state = TrainState(**meta["state"])
+        self.state = ckpt.read_state(path, meta, TrainState)
         self.metrics = self.folder.read_records(METRICS, self.state.step)
         self.steps = self.folder.read_records(STEPS, self.state.step)
         self._check_logs()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import re
 import stat
 from pathlib import Path
 
@@ -149,3 +151,16 @@ def os_error_message(e: OSError, where: str | Path | None = None) -> str | None:
     problem, fix = _OS_ERRORS[e.errno]
     where = where or (e.filename2 if e.errno == errno.EISDIR and e.filename2 else e.filename)
     return f"{where}: {problem}; {fix}" if where else f"{problem}; {fix}"
+
+
+def as_os_error(e: Exception, where: str | Path | None = None) -> OSError:
+    """An OSError for an error a library raised for a failed write without being one: safetensors (Rust)
+    raises `SafetensorError('... I/O error: No space left on device (os error 28)')`. The errno is read
+    from Rust's "(os error N)"; without one the error is returned as an OSError without errno (a bug)."""
+    if isinstance(e, OSError):
+        return e
+    m = re.search(r"\(os error (\d+)\)", str(e))
+    if m is None:
+        return OSError(str(e))
+    code = int(m[1])
+    return OSError(code, os.strerror(code), str(where) if where else None)
