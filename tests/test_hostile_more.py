@@ -219,9 +219,10 @@ def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
     """These reached MemoryError: the check counted float32 weights of the true vocabulary only. The estimate
     now holds the padded vocabulary, gradients, AdamW's moments and one batch's activations."""
     paths = write_corpus(tmp_path)
-    if "block_size" in sizes[0]:  # enough tokens for one batch of 8 windows of 100,000
-        with open(paths["train"], "w") as f:
-            f.write("the cat sat on the mat. " * 40_000)
+    if "block_size" in sizes[0]:  # enough tokens for one batch of 8 windows of 100,000, and a window to evaluate
+        for split in ("train", "valid", "test"):
+            with open(paths[split], "w") as f:
+                f.write("the cat sat on the mat. " * (40_000 if split == "train" else 5_000))
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
     capsys.readouterr()
     rc = main(["train", "--preset", "tiny", "--quiet", *ov, *sizes, "--out", str(tmp_path / "run")])
