@@ -29,8 +29,9 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from iattention.data import load_data
-    from iattention.data.sources import data_dir_told
-    from iattention.interop.load import data_config_for, load_any
+    from iattention.data.dataset import tokenizer_of
+    from iattention.data.sources import data_dir_told, read_text_file
+    from iattention.interop.load import data_config_for, kept_tokenizer, load_any
     from iattention.train.distributed import DistContext
     from iattention.train.evaluate import perplexity, split_nll, strided_nll
 
@@ -43,16 +44,25 @@ def cmd_eval(args) -> None:
         raise UserError(f"--stride {args.stride} is larger than the window ({block}); use at most {block}")
     data_cfg = data_config_for(run_data, args.checkpoint, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                                tokenizer_file=args.tokenizer_file)
-    cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
-    cut = getattr(data_cfg, cut_key) if cut_key else 0
-    if args.full and cut_key:
-        setattr(data_cfg, cut_key, 0)
-        cut = 0
-    data = load_data(data_cfg, splits=(args.split,))
-    if data.vocab_size > model.config.vocab_size:
-        raise UserError(f"tokenizer {data_cfg.tokenizer} has {data.vocab_size} tokens, more than the model's "
+    kept = kept_tokenizer(args.checkpoint, run_data, args.tokenizer)  # then only the split evaluated is read
+    if args.text:  # any text file, with the model's tokenizer, through the same evaluation below
+        text = read_text_file(args.text, "--text")
+        tok = kept or tokenizer_of(data_cfg)
+        tokens, cut_key, cut = tok.encode(text), None, 0
+        if len(tokens) < 2:
+            raise UserError(f"--text {args.text} is {len(tokens)} token long; give a text of at least 2 tokens")
+        vocab = tok.vocab_size
+    else:
+        cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
+        cut = getattr(data_cfg, cut_key) if cut_key else 0
+        if args.full and cut_key:
+            setattr(data_cfg, cut_key, 0)
+            cut = 0
+        data = load_data(data_cfg, splits=(args.split,), tokenizer=kept)
+        tokens, vocab = data.splits[args.split], data.vocab_size
+    if vocab > model.config.vocab_size:
+        raise UserError(f"tokenizer {data_cfg.tokenizer} has {vocab} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")
-    tokens = data.splits[args.split]
     if args.stride:
         nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size)
         protocol = f"sliding windows of {block} tokens every {args.stride} (transformers' strided perplexity)"
@@ -61,11 +71,14 @@ def cmd_eval(args) -> None:
         protocol = f"non-overlapping windows of {block} tokens"
     part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
             if cut else f"the whole {args.split} split ({len(tokens):,} tokens)")
-    result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut else "whole",
+    if args.text:
+        part = f"the text file {args.text} ({len(tokens):,} tokens)"
+    result = dict(checkpoint=args.checkpoint, split="text" if args.text else args.split,
+                  **({"text": args.text} if args.text else {}), portion="prefix" if cut else "whole",
                   tokenizer=data_cfg.tokenizer, tokens=n, block_size=block, stride=args.stride or None,
                   protocol=protocol, loss=nll / n, ppl=perplexity(nll, n))
     print(json.dumps(result) if args.json else
-          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, {data_cfg.tokenizer} "
+          f"{result['split']} perplexity {result['ppl']:.3f} over {n:,} predicted tokens: {part}, {data_cfg.tokenizer} "
           f"tokenizer, {protocol}")
 
 
@@ -101,6 +114,8 @@ def register(sub) -> None:
                    help="sliding-window perplexity (the transformers guide's protocol): windows every S tokens")
     e.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
     e.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    e.add_argument("--text", metavar="FILE",
+                   help="score this UTF-8 text file instead of a split (per-token perplexity, the model's tokenizer)")
     e.add_argument("--block-size", type=int_at_least(1), default=None,
                    help="window length (default: the model's block_size)")
     e.add_argument("--batch-size", type=int_at_least(1), default=16)
