@@ -34,6 +34,10 @@ def cmd_convert(args) -> None:
         except UserError as e:  # the weights convert anyway; say what the folder lacks and how to add it
             print(f"iattn: warning: {args.out} gets no tokenizer ({e}); pass --data-dir / --tokenizer-file "
                   "and convert again to include it", file=sys.stderr)
+    if tokenizer is not None and tokenizer.vocab_size > src.config.vocab_size:  # e.g. a random HF GPT-2 of 211 tokens
+        print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
+              f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
+        tokenizer = None
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
