@@ -20,7 +20,11 @@ $(BIN)/iattn: pyproject.toml
 	$(BIN)/pip install -q -e ".[hf,dev]"
 	touch $(BIN)/iattn
 
+# Remember the data folder for the user (like HF_HOME), so every README command finds it afterwards
+# without IATTN_DATA_DIR: `iattn data where` shows it, `iattn data forget` drops it.
 setup: $(BIN)/iattn
+	@if [ -d "$(DATA_DIR)" ]; then $(BIN)/iattn data remember "$(DATA_DIR)"; \
+	else echo "no data folder at $(DATA_DIR): set DATA_DIR=/path (or IATTN_DATA_DIR), or pip install 'iattention[data]' to download"; fi
 
 demo: setup
 	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/iattn compare --preset cpu-quick --out runs/demo

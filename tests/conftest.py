@@ -7,3 +7,13 @@ import torch
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_data_folder(tmp_path_factory, monkeypatch, request):
+    """Tests never read (or write) the data folder remembered for the user (`iattn data remember`); each test
+    has its own config folder (created only if written)."""
+    import hashlib
+
+    key = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "xdg-config" / key))

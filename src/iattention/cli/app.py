@@ -67,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_registrars():
     """Each command module of this package adds its parsers here (imported when the parser is built)."""
-    from iattention.cli import bench, experiments, inspect, interop, lab, model, train
+    from iattention.cli import bench, data, experiments, inspect, interop, lab, model, train
 
-    for module in (train, model, experiments, interop, bench, lab, inspect):
+    for module in (train, model, experiments, interop, bench, lab, inspect, data):
         yield module.register
 
 

@@ -11,26 +11,47 @@ from iattention.errors import UserError
 
 
 def cmd_convert(args) -> None:
+    from pathlib import Path
+
+    from iattention.cli.args import check_out_folder
     from iattention.interop.convert import convert, save_converted
     from iattention.interop.load import load_any
 
+    if Path(args.out).exists():  # before the minutes of loading and converting, not after them
+        raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
+    check_out_folder(args.out)
     src, data, _ = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
         from iattention.data.dataset import tokenizer_of
         from iattention.data.sources import data_dir_told
-        from iattention.interop.load import data_config_for
+        from iattention.interop.load import data_config_for, kept_tokenizer
 
-        try:
-            tokenizer = tokenizer_of(data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
-                                                     tokenizer_file=args.tokenizer_file))
+        try:  # the run's own tokenizer.json when it keeps one (never one rebuilt from other data)
+            tokenizer = kept_tokenizer(args.src, data) or tokenizer_of(
+                data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
+                                tokenizer_file=args.tokenizer_file))
         except UserError as e:  # the weights convert anyway; say what the folder lacks and how to add it
             print(f"iattn: warning: {args.out} gets no tokenizer ({e}); pass --data-dir / --tokenizer-file "
                   "and convert again to include it", file=sys.stderr)
+    if tokenizer is not None and tokenizer.vocab_size > src.config.vocab_size:  # e.g. a random HF GPT-2 of 211 tokens
+        print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
+              f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
+        tokenizer = None
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
-    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer)
+    card = None
+    if args.to == "hf":
+        import shlex
+
+        from iattention.checkpoint.run_folder import RunFolder
+
+        run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
+        card = dict(source=str(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
+                    command=shlex.join(["iattn", *sys.argv[1:]]) if sys.argv[1:2] == ["convert"] else
+                    f"iattn convert --from {shlex.quote(str(args.src))} --to hf --out {shlex.quote(str(args.out))}")
+    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card)
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{args.dtype}] at {args.out}")
     if rep.conditioning:

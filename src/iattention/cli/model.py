@@ -35,11 +35,12 @@ def cmd_generate(args) -> None:
 
     from iattention.data.dataset import tokenizer_of
     from iattention.data.sources import data_dir_told
-    from iattention.interop.load import data_config_for, load_any
+    from iattention.interop.load import data_config_for, kept_tokenizer, load_any
 
     model, data, _ = load_any(args.model)
-    tok = tokenizer_of(data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
-                                       tokenizer_file=args.tokenizer_file))
+    tok = kept_tokenizer(args.model, data, args.tokenizer) or tokenizer_of(
+        data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
+                        tokenizer_file=args.tokenizer_file))
     if tok.vocab_size > model.config.vocab_size:
         raise UserError(f"tokenizer {tok.name} has {tok.vocab_size} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the model's own tokenizer (--tokenizer)")

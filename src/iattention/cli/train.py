@@ -29,9 +29,9 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from iattention.data import load_data
-    from iattention.data.dataset import check_eval_split, scored_text
-    from iattention.data.sources import data_dir_told
-    from iattention.interop.load import data_config_for, load_any
+    from iattention.data.dataset import check_eval_split, scored_text, tokenizer_of
+    from iattention.data.sources import data_dir_told, read_text_file
+    from iattention.interop.load import data_config_for, kept_tokenizer, load_any
     from iattention.train.distributed import DistContext
     from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
@@ -44,18 +44,28 @@ def cmd_eval(args) -> None:
         raise UserError(f"--stride {args.stride} is larger than the window ({block}); use at most {block}")
     data_cfg = data_config_for(run_data, args.checkpoint, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                                tokenizer_file=args.tokenizer_file)
-    cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
-    cut = getattr(data_cfg, cut_key) if cut_key else 0
-    if args.full and cut_key:
-        setattr(data_cfg, cut_key, 0)
-        cut = 0
-    data = load_data(data_cfg, splits=(args.split,))
-    if data.vocab_size > model.config.vocab_size:
-        raise UserError(f"tokenizer {data_cfg.tokenizer} has {data.vocab_size} tokens, more than the model's "
+    kept = kept_tokenizer(args.checkpoint, run_data, args.tokenizer)  # then only the split evaluated is read
+    if args.text:  # any text file, with the model's tokenizer, through the same evaluation below
+        text = read_text_file(args.text, "--text")
+        tok = kept or tokenizer_of(data_cfg)
+        tokens, cut_key, cut = tok.encode(text), None, 0
+        if len(tokens) < 2:
+            raise UserError(f"--text {args.text} is {len(tokens)} token long; give a text of at least 2 tokens")
+        vocab, tokenizer = tok.vocab_size, tok
+    else:
+        cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
+        cut = getattr(data_cfg, cut_key) if cut_key else 0
+        if args.full and cut_key:
+            setattr(data_cfg, cut_key, 0)
+            cut = 0
+        data = load_data(data_cfg, splits=(args.split,), tokenizer=kept)
+        tokens, vocab, tokenizer = data.splits[args.split], data.vocab_size, data.tokenizer
+    if vocab > model.config.vocab_size:
+        raise UserError(f"tokenizer {data_cfg.tokenizer} has {vocab} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")
-    tokens = data.splits[args.split]
-    check_eval_split(tokens, args.split, block, "evaluate a longer split (--full for the whole of a cut one) or "
-                     "pass a smaller --block-size")
+    what = "text" if args.text else args.split
+    check_eval_split(tokens, what, block, "give a longer text file or pass a smaller --block-size" if args.text else
+                     "evaluate a longer split (--full for the whole of a cut one) or pass a smaller --block-size")
     if args.stride:
         nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size)
         protocol = f"sliding windows of {block} tokens every {args.stride} (transformers' strided perplexity)"
@@ -64,11 +74,14 @@ def cmd_eval(args) -> None:
         protocol = f"non-overlapping windows of {block} tokens"
     part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
             if cut else f"the whole {args.split} split ({len(tokens):,} tokens)")
+    if args.text:
+        part = f"the text file {args.text} ({len(tokens):,} tokens)"
     # Per word and per byte (lm-eval's tokenizer-free metrics) of the text the tokens predict: tokens[1:].
     # Only when every one of them was scored (not with --stride equal to the window, which skips some).
-    text = scored_text(data.tokenizer, tokens)
+    text = scored_text(tokenizer, tokens)
     units = per_unit(nll, text, scored=n)
-    result = dict(checkpoint=args.checkpoint, split=args.split, portion="prefix" if cut else "whole",
+    result = dict(checkpoint=args.checkpoint, split=what, **({"text": args.text} if args.text else {}),
+                  portion="prefix" if cut else "whole",
                   tokenizer=data_cfg.tokenizer, tokens=n, words=text.words if units else None,
                   bytes=text.bytes if units else None, block_size=block, stride=args.stride or None,
                   protocol=protocol, loss=nll / n, ppl=perplexity(nll, n),
@@ -79,7 +92,7 @@ def cmd_eval(args) -> None:
            f" (no per-word or per-byte figures: this protocol scores {n:,} of the {text.tokens:,} tokens after the "
            "first)")
     print(json.dumps(result) if args.json else
-          f"{args.split} perplexity {result['ppl']:.3f} over {n:,} predicted tokens{per}: {part}, "
+          f"{what} perplexity {result['ppl']:.3f} over {n:,} predicted tokens{per}: {part}, "
           f"{data_cfg.tokenizer} tokenizer, {protocol}")
 
 
@@ -115,6 +128,8 @@ def register(sub) -> None:
                    help="sliding-window perplexity (the transformers guide's protocol): windows every S tokens")
     e.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
     e.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    e.add_argument("--text", metavar="FILE",
+                   help="score this UTF-8 text file instead of a split (per-token perplexity, the model's tokenizer)")
     e.add_argument("--block-size", type=int_at_least(1), default=None,
                    help="window length (default: the model's block_size)")
     e.add_argument("--batch-size", type=int_at_least(1), default=16)

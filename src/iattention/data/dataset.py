@@ -34,12 +34,17 @@ class TokenData:
         return self.tokenizer.vocab_size
 
 
-def load_data(cfg: DataConfig, splits=SPLITS) -> TokenData:
+def load_data(cfg: DataConfig, splits=SPLITS, tokenizer: Tokenizer | None = None) -> TokenData:
+    """The token ids of `splits`. `tokenizer`: one the caller has (a run's own tokenizer.json), so only the
+    splits asked for are read; else the data config's, built (a `bpe:N` one from the train split)."""
     texts = {s: read_split(cfg, s) for s in splits}
-    train_text = texts.get("train") if "train" in texts else None
-    if cfg.tokenizer.startswith("bpe:") and train_text is None:
-        train_text = read_split(cfg, "train")
-    tok = load_tokenizer(cfg, train_text)
+    if tokenizer is not None:
+        tok = tokenizer
+    else:
+        train_text = texts.get("train") if "train" in texts else None
+        if cfg.tokenizer.startswith("bpe:") and train_text is None:
+            train_text = read_split(cfg, "train")
+        tok = load_tokenizer(cfg, train_text)
     tokens = {s: cached_tokens(cfg, t, tok) for s, t in texts.items()}
     for split, cap in (("train", cfg.train_tokens), ("valid", cfg.valid_tokens)):
         if cap < 0:

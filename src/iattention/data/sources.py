@@ -12,7 +12,11 @@ from iattention.utils.files import read_bytes
 
 
 def data_dir(cfg: DataConfig) -> Path | None:
-    d = cfg.data_dir or os.environ.get("IATTN_DATA_DIR", "")
+    """The data folder to read, first to last: data.data_dir (--data-dir), $IATTN_DATA_DIR, the folder the user
+    remembered (`iattn data remember DIR`, see data/remember.py); None: download."""
+    from iattention.data.remember import remembered_data_dir
+
+    d = cfg.data_dir or os.environ.get("IATTN_DATA_DIR", "") or remembered_data_dir()
     return Path(d).expanduser() if d else None
 
 
@@ -60,6 +64,11 @@ def _read_text_file(path: Path, what: str) -> str:
                         "convert it to UTF-8") from None
 
 
+def read_text_file(path: str | Path, what: str = "text") -> str:
+    """A UTF-8 text file's content; an empty, binary, non-UTF-8 or missing file is one line."""
+    return _read_text_file(Path(path).expanduser(), what)
+
+
 def _hf_wikitext(cfg: DataConfig, split: str) -> str:
     hf_split = {"valid": "validation"}.get(split, split)
     try:
@@ -70,9 +79,11 @@ def _hf_wikitext(cfg: DataConfig, split: str) -> str:
     except Exception as e:  # offline, not installed, hub error: all end in the same advice
         name = WIKITEXT_RELEASES[cfg.dataset].format(split=split)
         where = data_dir(cfg)
-        place = f"{where}/{cfg.dataset}/{name}" if where else f"<DIR>/{cfg.dataset}/{name} and set --data-dir DIR"
+        place = f"{where}/{cfg.dataset}/{name}" if where else f"DIR/{cfg.dataset}/{name}"
         raise UserError(f"{cfg.dataset} {split} split not found locally and not downloadable "
-                        f"({type(e).__name__}); put the official file at {place}") from None
+                        f"({type(e).__name__}); put the official file at {place} and pass --data-dir DIR (or set "
+                        "IATTN_DATA_DIR=DIR, or once: iattn data remember DIR), or pip install "
+                        "\"iattention[data]\" to download it") from None
 
 
 def read_split(cfg: DataConfig, split: str) -> str:

@@ -83,9 +83,12 @@ def _gpt2(cfg: DataConfig) -> Tokenizer:
     from tiktoken_ext.openai_public import r50k_pat_str
 
     local = cfg.tokenizer_file or os.environ.get("IATTN_TOKENIZER_FILE", "")
-    if not local and (cfg.data_dir or os.environ.get("IATTN_DATA_DIR")):
-        guess = Path(cfg.data_dir or os.environ["IATTN_DATA_DIR"]) / "tokenizers" / "r50k_base.tiktoken"
-        local = str(guess) if guess.is_file() else ""
+    if not local:
+        from iattention.data.sources import data_dir
+
+        folder = data_dir(cfg)
+        guess = folder / "tokenizers" / "r50k_base.tiktoken" if folder else None
+        local = str(guess) if guess and guess.is_file() else ""
     if not local:  # online users: tiktoken's own download and cache
         try:
             enc = tiktoken.get_encoding("gpt2")

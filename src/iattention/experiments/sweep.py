@@ -60,8 +60,23 @@ def finished_mismatch(spec: RunSpec, folder: RunFolder, preset: str, overrides: 
     """None if the finished run in `folder` is the run this sweep asks for, else the first differing key."""
     want = expected_config(spec, preset, overrides)
     if want["model"].get("vocab_size") == 0:  # "from the tokenizer": compare with what it resolves to now
-        want["model"]["vocab_size"] = _auto_vocab(json.dumps(want["data"], sort_keys=True))
+        want["model"]["vocab_size"] = _kept_vocab(folder, want["data"]) or _auto_vocab(
+            json.dumps(want["data"], sort_keys=True))
     return folder.summary_mismatch(want)
+
+
+def _kept_vocab(folder: RunFolder, data: dict) -> int | None:
+    """A finished bpe:N run keeps the tokenizer it trained with (tokenizer.json): its vocabulary is what
+    model.vocab_size=0 resolved to, read without any data (a finished run needs none)."""
+    from iattention.checkpoint.run_folder import TOKENIZER
+    from iattention.config import GPTConfig, resolve_vocab
+    from iattention.data.tokenizers import tokenizer_from_file
+
+    spec = str(data.get("tokenizer", ""))
+    if not spec.startswith("bpe:") or not (folder.path / TOKENIZER).is_file():
+        return None
+    built = tokenizer_from_file(folder.path / TOKENIZER, spec).vocab_size
+    return resolve_vocab(GPTConfig(vocab_size=0), spec, built).vocab_size
 
 
 @functools.cache

@@ -98,10 +98,12 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
-                   data: dict | None = None, tokenizer=None) -> None:
+                   data: dict | None = None, tokenizer=None, card: dict | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
-    `tokenizer` (for an HF folder): written in transformers' form beside the weights."""
+    `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
+    token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
+    beyond the model itself (source config, summary, command; interop/card.py)."""
     from iattention.interop.load import DATA_SPEC_FILE
     out = Path(out)
     if out.exists():
@@ -116,11 +118,21 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         raise UserError(f"cannot write into {parent}; choose a writable --out") from None
     try:
         if to == "hf":
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            eos = None
             if tokenizer is not None:
+                from iattention.interop.hf import add_eos_row
                 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 
-                save_hf_tokenizer(tokenizer, tmp)
+                eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=model.config.n_positions)
+                add_eos_row(model, eos)
+            model.save_pretrained(str(tmp), safe_serialization=True)
+            if card is not None:
+                from iattention.interop.card import model_card
+
+                text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,
+                                  params_ours=report.params_before, max_abs_logit_diff=report.max_abs_logit_diff,
+                                  params_exported=sum(p.numel() for p in model.parameters()))
+                (tmp / "README.md").write_text(text)
         else:
             meta = {"config": {"model": model.config.to_dict(), **({"data": data} if data else {})},
                     "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}

@@ -230,3 +230,21 @@ def to_hf(model: GPT):
     hf.load_state_dict(state, strict=False)
     hf.tie_weights()
     return hf.eval()
+
+
+@torch.no_grad()
+def add_eos_row(hf, eos_id: int) -> None:
+    """Give an exported model its end-of-text token (see interop/hf_tokenizer.py): bos/eos = `eos_id` in the
+    model and generation configs, and, when `eos_id` is past the model's vocabulary (bpe:N, byte: an added
+    token), a zero embedding row for it (input: only the position embedding; output: logit 0 everywhere).
+    The logits of every other token are unchanged."""
+    n = hf.config.vocab_size
+    if eos_id > n:
+        raise UserError(f"the tokenizer has {eos_id} tokens, more than the model's {n}; export with the "
+                        "tokenizer the model was trained with (its run folder's tokenizer.json, or --data-dir)")
+    if eos_id == n:
+        hf.resize_token_embeddings(n + 1, mean_resizing=False)
+        hf.get_input_embeddings().weight[n].zero_()
+        hf.tie_weights()
+    for cfg in (hf.config, hf.generation_config):
+        cfg.bos_token_id = cfg.eos_token_id = eos_id

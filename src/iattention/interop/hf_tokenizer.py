@@ -5,9 +5,18 @@ exported folder works with `AutoTokenizer`, `AutoModelForCausalLM` and `pipeline
   (`TikTokenConverter`), with `<|endoftext|>` (50256) as bos/eos, as the Hub's gpt2 tokenizer has.
   The ranks are written to a temporary file in tiktoken's format first (transformers' one-call helper
   would need the `blobfile` package for that step).
-- bpe:N: the byte-level BPE the run trained (Hugging Face `tokenizers`), as is; it has no special
-  tokens, so bos/eos stay unset.
-- byte: a byte-level BPE with the 256 byte tokens at their byte values and no merges (ids = bytes).
+- bpe:N: the byte-level BPE the run trained (Hugging Face `tokenizers`), as is, plus one added special
+  token `<|endoftext|>` at id N (the first id past the run's vocabulary) as bos/eos, so clients that start a
+  document with it (lm-eval's rolling loglikelihood) work. The run was trained without such a token: the
+  exported model gets an embedding row for it that is zero (see `interop.hf.add_eos_row`), so as input it
+  adds nothing but the position embedding, and as output its logit is exactly 0 at every position (the
+  model's trained logits are left as they are; the token takes probability exp(-logsumexp) of them).
+- byte: a byte-level BPE with the 256 byte tokens at their byte values and no merges (ids = bytes), and
+  `<|endoftext|>` at id 256, as for bpe:N.
+
+Every export: model_max_length = the model's block size (longer inputs are truncated by the tokenizer
+when asked, never an IndexError inside the model), and tokenizer_class `PreTrainedTokenizerFast`, a class
+every transformers since 4.x knows (5.x writes `TokenizersBackend`, which 4.x cannot load).
 """
 
 from __future__ import annotations
@@ -45,17 +54,33 @@ def _gpt2_tokenizer(encoding):
                                  extra_special_tokens=encoding._special_tokens).converted()
 
 
-def save_hf_tokenizer(tok: Tokenizer, folder: str | Path) -> None:
+EOS = "<|endoftext|>"
+# tokenizer_config.json keys written; others that a transformers version adds (e.g. 5.x's "backend") are
+# dropped, so older versions read the file as it is.
+_CONFIG_KEYS = ("bos_token", "eos_token", "unk_token", "model_max_length")
+
+
+def save_hf_tokenizer(tok: Tokenizer, folder: str | Path, model_max_length: int | None = None) -> int:
+    """Write `tok` as tokenizer.json + tokenizer_config.json; returns the id of its end-of-text token
+    (50256 for gpt2; the added `<|endoftext|>` = the tokenizer's own size for bpe:N and byte)."""
+    import json
+
     try:
         from transformers import PreTrainedTokenizerFast
     except ImportError:
         raise UserError("exporting the tokenizer needs transformers; pip install 'iattention[hf]'") from None
     if tok.name == "gpt2":
-        fast = PreTrainedTokenizerFast(tokenizer_object=_gpt2_tokenizer(tok._impl), bos_token="<|endoftext|>",
-                                       eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-    elif tok.name == "byte":
-        fast = PreTrainedTokenizerFast(tokenizer_object=_byte_tokenizer())
+        fast = PreTrainedTokenizerFast(tokenizer_object=_gpt2_tokenizer(tok._impl), bos_token=EOS,
+                                       eos_token=EOS, unk_token=EOS)
     else:
-        fast = PreTrainedTokenizerFast(tokenizer_object=tok._impl)
-    fast.model_max_length = int(1e30)
+        obj = _byte_tokenizer() if tok.name == "byte" else tok._impl
+        fast = PreTrainedTokenizerFast(tokenizer_object=obj, bos_token=EOS, eos_token=EOS)
+    if model_max_length:
+        fast.model_max_length = int(model_max_length)
     fast.save_pretrained(str(folder))
+    config_path = Path(folder) / "tokenizer_config.json"
+    written = json.loads(config_path.read_text())
+    config = {k: written[k] for k in _CONFIG_KEYS if k in written}
+    config.update(tokenizer_class="PreTrainedTokenizerFast", clean_up_tokenization_spaces=False)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    return int(fast.convert_tokens_to_ids(EOS))

@@ -102,6 +102,21 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
     return DataConfig(**{**spec, **{k: v for k, v in paths.items() if v}})
 
 
+def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = None):
+    """The tokenizer a model folder keeps beside it, or None: a `bpe:N` run's tokenizer.json, or an exported
+    HF folder's (the same BPE in transformers' form). With it, a model needs no train split to tokenize."""
+    from iattention.data.tokenizers import tokenizer_from_file
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    spec = (data or {}).get("tokenizer", "")
+    if override and override != spec:
+        return None
+    if isinstance(spec, str) and spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
+        return tokenizer_from_file(folder / "tokenizer.json", spec)
+    return None
+
+
 def load_run(path: str | Path, data_dir: str | None = None):
     """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
@@ -109,12 +124,9 @@ def load_run(path: str | Path, data_dir: str | None = None):
     read (default: $IATTN_DATA_DIR, else the folder the run recorded)."""
     from iattention.data.dataset import tokenizer_of
     from iattention.data.sources import data_dir_told
-    from iattention.data.tokenizers import tokenizer_from_file
 
     model, data, _ = load_any(path)
-    path = Path(path)
-    folder = path if path.is_dir() else path.parent
-    spec = (data or {}).get("tokenizer", "")
-    if spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
-        return model, tokenizer_from_file(folder / "tokenizer.json", spec)
+    kept = kept_tokenizer(path, data)
+    if kept is not None:
+        return model, kept
     return model, tokenizer_of(data_config_for(data, str(path), data_dir=data_dir_told(data_dir)))

@@ -1,0 +1,52 @@
+"""The model card (README.md) of an exported Hugging Face folder: what the model is, where it came from,
+and how three clients nobody here wrote load it (transformers, TransformerLens, lm-evaluation-harness)."""
+
+from __future__ import annotations
+
+_METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
+            ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
+
+
+def model_card(*, source: str, config: dict, params_ours: int, params_exported: int, data: dict | None,
+               tokenizer: str | None, eos_id: int | None, summary: dict | None, command: str,
+               max_abs_logit_diff: float) -> str:
+    """Markdown text of the card; `config` is the source's model config, `summary` its run's summary.json."""
+    attention = config.get("attention", "standard")
+    extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
+    lines = [
+        "---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [gpt2, iattention]", "---", "",
+        "# GPT-2 exported by iattention", "",
+        f"Trained as **{attention}** attention ({config.get('n_layer')} layers, {config.get('n_head')} heads, width "
+        f"{config.get('n_embd')}, block size {config.get('block_size')}) and exported as a standard Hugging Face "
+        "`GPT2LMHeadModel`" + (" (canonical attention expanded exactly to standard GPT-2 attention)"
+                               if attention != "standard" else "") + ".", "",
+        "| | |", "| --- | --- |",
+        f"| source | `{source}` |",
+        f"| learned parameters, ours ({attention}) | {params_ours:,} |",
+        f"| parameters as exported (GPT-2 form{extra_row}) | {params_exported:,} |",
+        f"| max abs logit difference, export vs source (probe batch) | {max_abs_logit_diff:.2e} |",
+    ]
+    if data:
+        part = f", first {data['train_tokens']:,} training tokens" if data.get("train_tokens") else ""
+        lines.append(f"| data | {data.get('dataset', '?')}{part} |")
+    if tokenizer:
+        note = {"gpt2": "GPT-2 BPE (r50k); `<|endoftext|>` = 50256 as bos/eos"}.get(
+            tokenizer, f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: its "
+                       "embedding row is zero, so its logit is 0 everywhere")
+        lines.append(f"| tokenizer | {note} |")
+    else:
+        lines.append("| tokenizer | none exported (convert again with --data-dir to include it) |")
+    for key, label in _METRICS:
+        if summary and summary.get(key) is not None:
+            value = summary[key]
+            lines.append(f"| {label} | {value:.3f} |" if isinstance(value, float) else f"| {label} | {value:,} |")
+    lines += ["", f"Made with: `{command}`", "", "## Loading", "", "transformers (offline, from this folder):", "",
+              "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              "tok = AutoTokenizer.from_pretrained(FOLDER)", "model = AutoModelForCausalLM.from_pretrained(FOLDER)",
+              "```", "", "TransformerLens 4.x: `TransformerBridge.boot_transformers(FOLDER)`; 2.x: "
+              "`HookedTransformer.from_pretrained(\"gpt2\", hf_model=model, tokenizer=tok, ...)` with this "
+              "folder's config, or `convert_gpt2_weights`.", "",
+              "lm-evaluation-harness: `--model hf --model_args pretrained=FOLDER` with a local "
+              "`loglikelihood_rolling` task over a text file.", "",
+              "Details and the numbers to expect: docs/interop.md in the iattention repository.", ""]
+    return "\n".join(lines)
