@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from safetensors.torch import load_file, safe_open, save_file
 
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
+from iattention.model.gpt import available_memory
 from iattention.utils.atomic import write_with
 from iattention.utils.faults import fault_point
 from iattention.utils.files import as_os_error, check_regular
@@ -97,8 +99,8 @@ def read_meta(path: str | Path) -> dict:
 
 
 def _bad_meta(path: Path, key: str, problem: str) -> UserError:
-    return UserError(f"checkpoint {path} has bad metadata ({key}: {problem}); delete it and resume from another "
-                     "checkpoint or retrain")
+    return UserError(f"checkpoint {path} has bad metadata ({key}: {problem}); resume from another checkpoint "
+                     "(a run's last or best) or retrain")
 
 
 def _kind(value) -> str:
@@ -158,7 +160,32 @@ def read_state(path: str | Path, meta: dict, cls):
     return cls(**state)
 
 
+_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def check_declared_size(path: Path) -> None:
+    """Before a safetensors file is read into memory: the bytes its header declares must be data the file
+    really holds (a crafted header over a sparse file declares gigabytes of holes), and must fit in the
+    memory this process can still allocate. Only the header is read."""
+    with _reading(path), safe_open(str(path), framework="pt") as f:
+        declared = 0
+        for k in f.keys():
+            sl = f.get_slice(k)
+            declared += math.prod(sl.get_shape()) * _BYTES.get(sl.get_dtype(), 8)
+    st = path.stat()
+    held = st.st_blocks * 512 if getattr(st, "st_blocks", 0) else st.st_size  # allocated bytes, holes excluded
+    gib = 2**30
+    if declared > 2 * held + 2**20:
+        raise UserError(f"checkpoint {path} declares {declared / gib:.3g} GiB of tensors but holds {held / gib:.3g} "
+                        "GiB of data (a sparse or crafted file); use an intact checkpoint")
+    free = available_memory()
+    if free is not None and declared > free:
+        raise UserError(f"checkpoint {path} declares {declared / gib:.3g} GiB of tensors, more than the "
+                        f"{free / gib:.3g} GiB this machine has free; load it on a larger machine")
+
+
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    check_declared_size(Path(path))
     with _reading(Path(path)):
         return load_file(str(path))
 

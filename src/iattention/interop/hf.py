@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import read_json_object
-from iattention.checkpoint.state import check_finite
+from iattention.checkpoint.state import check_declared_size, check_finite
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
@@ -96,6 +96,7 @@ def _check_hf_weights(path: Path) -> None:
     for name in _weight_files(path):
         if not (path / name).is_file():
             continue  # transformers reports the missing file
+        check_declared_size(path / name)  # a crafted header over a sparse file would be materialised
         try:
             with safe_open(str(path / name), framework="pt") as f:
                 for k in f.keys():
