@@ -240,3 +240,40 @@ def test_an_unknown_schedule_is_a_one_line_error():
     from iattention.errors import UserError
     with pytest.raises(UserError, match="optim.schedule must be one of cosine, linear"):
         OptimConfig(schedule="step")
+
+
+def test_apply_step_returns_the_gradient_norm_before_clipping():
+    """The logged grad_norm is the total 2-norm of every gradient before clipping, with and without a clip."""
+    from iattention.train.optim import apply_step
+    for clip in (0.0, 1e-3):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=50, block_size=8))
+        opt = build_optimizer(model, OptimConfig(lr=1e-3), "cpu")
+        x = torch.randint(0, 50, (2, 9))
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        by_hand = sum(float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None) ** 0.5
+        assert apply_step(model, opt, clip) == pytest.approx(by_hand, rel=1e-5)
+        assert by_hand > 1e-2  # so the clipped case really clipped
+
+
+def test_steps_log_the_gradient_norm_and_metrics_start_at_step_zero(tmp_path):
+    """steps.jsonl: a finite grad_norm per step; metrics.jsonl: the first record is the evaluation of the
+    starting function at step 0, the same number as a fresh model of that seed gives."""
+    from iattention.data import load_data
+    from iattention.train.distributed import DistContext
+    from iattention.train.evaluate import split_nll
+
+    paths = write_corpus(tmp_path)
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1}))
+    train(cfg, tmp_path / "run", quiet=True)
+    steps = [json.loads(line) for line in open(tmp_path / "run" / "steps.jsonl")]
+    assert all(s["grad_norm"] > 0 and s["grad_norm"] < 1e3 for s in steps)
+    first = json.loads(open(tmp_path / "run" / "metrics.jsonl").readline())
+    assert (first["kind"], first["step"], first["epoch"], first["train_loss"]) == ("start", 0, 0, None)
+    torch.manual_seed(cfg.train.seed)
+    data = load_data(cfg.data, splits=("valid",))
+    fresh = GPT(cfg.model.replace(vocab_size=json.loads(open(tmp_path / "run" / "summary.json").read())
+                                  ["config"]["model"]["vocab_size"]))
+    nll, n = split_nll(fresh, data.splits["valid"][: cfg.data.valid_tokens or None], cfg.model.block_size,
+                       cfg.train.eval_batch_size, DistContext())
+    assert first["val_loss"] == pytest.approx(nll / n, rel=1e-5)

@@ -30,6 +30,11 @@ class Arm:
 
 BUILTIN_ARMS: dict[str, Arm] = {v: Arm(v, (f"model.attention={v}",)) for v in variant_names()} | {
     "canonical-matched": Arm("canonical-matched", ("model.attention=canonical", "model.init=matched")),
+    # The recipe under which I-Attention trains level with standard at CPU scale (results/README.md): the
+    # matched start and per-group learning rates, and standard under the same rule as its control.
+    "canonical-matched-rmslr": Arm("canonical-matched-rmslr", ("model.attention=canonical", "model.init=matched",
+                                                               "optim.attn_lr_by_init_rms=true")),
+    "standard-rmslr": Arm("standard-rmslr", ("model.attention=standard", "optim.attn_lr_by_init_rms=true")),
 }
 
 

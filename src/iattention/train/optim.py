@@ -147,9 +147,13 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         g["lr"] = lr * g.get("lr_scale", 1.0)
 
 
-def apply_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
-    """Clip the gradient norm (grad_clip 0: off), step, drop the gradients: the one training-step tail."""
+def apply_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    """Clip the gradient norm (grad_clip 0: off), step, drop the gradients: the one training-step tail.
+    Returns the gradient's total 2-norm before clipping (logged per step)."""
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    return float(norm)

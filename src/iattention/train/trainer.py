@@ -312,7 +312,7 @@ class Trainer:
             raise NonFiniteLoss(f"non-finite loss ({loss_val}) at step {self.state.step + 1} (epoch "
                                 f"{self.state.epoch + 1}); {self._last_good()}; lower optim.lr, or set "
                                 "train.skip_nonfinite=true")
-        apply_step(self.model, self.optimizer, self.cfg.optim.grad_clip)
+        self._grad_norm = apply_step(self.model, self.optimizer, self.cfg.optim.grad_clip)
         fault_point("step")
         return loss_val
 
@@ -338,7 +338,7 @@ class Trainer:
         s = self.state
         self.bar = tqdm(total=self.total_steps, initial=s.step, disable=None if self.ctx.is_main and not self.quiet
                         else True, dynamic_ncols=True, desc=self.out.name)
-        if self.cfg.train.init_from and s.step == 0 and not self.metrics:  # where the given weights start
+        if s.step == 0 and not self.metrics:  # the function it starts from: fresh or given weights
             self._record("start", 0.0)
             self._save_logs()
         self.model.train()
@@ -358,6 +358,7 @@ class Trainer:
         while s.batch < self.steps_per_epoch:
             ids = order[s.batch * cfg.train.batch_size: (s.batch + 1) * cfg.train.batch_size]
             t_step = time.time()
+            self._grad_norm = None  # stays None for a skipped (non-finite) batch
             loss = self._train_step(ids)
             if self.ctx.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -372,12 +373,15 @@ class Trainer:
                 s.run_loss_sum += loss
                 s.run_loss_count += 1
             lr = self._lr(s.step - 1)
-            self.steps.append(dict(step=s.step, loss=loss, lr=lr))
+            self.steps.append(dict(step=s.step, loss=loss, lr=lr, grad_norm=self._grad_norm))
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}",
                                  tok_s=f"{epoch_tokens / max(epoch_time, 1e-9):.0f}", refresh=False)
             if self.writer:
                 self.writer.add_scalar("train/loss_step", loss, s.step)
+                self.writer.add_scalar("train/lr_step", lr, s.step)
+                if self._grad_norm is not None:
+                    self.writer.add_scalar("train/grad_norm_step", self._grad_norm, s.step)
             inside = s.batch < self.steps_per_epoch
             if cfg.train.eval_every_steps and s.step % cfg.train.eval_every_steps == 0 and inside:
                 self._record("step", epoch_tokens / max(epoch_time, 1e-9))
