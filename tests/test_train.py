@@ -295,3 +295,42 @@ def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resu
     again = train(longer, tmp_path / "run", resume=True, quiet=True)
     assert (first["epochs_run"], again["epochs_run"]) == (1, 2)
     assert again["steps"] == 2 * first["steps"]
+
+
+def test_wandb_gets_every_step_and_evaluation_and_is_not_imported_when_off(tmp_path, monkeypatch):
+    """train.wandb=PROJECT logs what metrics.jsonl and steps.jsonl hold (a stand-in module records the
+    calls: the test is of our wiring, not of wandb); off, wandb is never imported; absent, one line."""
+    import sys
+    import types
+
+    from iattention.errors import UserError
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.tensorboard": "false"})
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    train(load_config("tiny", None, ov), tmp_path / "off", quiet=True)
+    assert "wandb" not in sys.modules
+
+    calls = []
+    fake = types.ModuleType("wandb")
+    run = types.SimpleNamespace(log=lambda values, step: calls.append((step, values)),
+                                finish=lambda: calls.append("finish"))
+    fake.init = lambda **kw: calls.append(("init", kw)) or run
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "on", quiet=True)
+    init = calls[0][1]
+    assert init["project"] == "proj" and init["config"]["model"]["attention"] == "standard"
+    steps = [json.loads(line) for line in open(tmp_path / "on" / "steps.jsonl")]
+    logged = {}
+    for step, v in calls[1:-1]:
+        logged.setdefault(step, {}).update(v)
+    for s in steps:
+        assert logged[s["step"]]["train/loss_step"] == s["loss"] and logged[s["step"]]["train/lr_step"] == s["lr"]
+    metrics = [json.loads(line) for line in open(tmp_path / "on" / "metrics.jsonl")]
+    epoch = next(m for m in metrics if m["kind"] == "epoch")
+    assert any(v.get("epoch/val_ppl") == epoch["val_ppl"] for _, v in calls[1:-1])
+    assert calls[-1] == "finish"
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    with pytest.raises(UserError, match="needs the wandb package: pip install wandb"):
+        train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "absent", quiet=True)

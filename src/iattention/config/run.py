@@ -72,6 +72,7 @@ class LoopConfig:
     amp_cpu: bool = False  # bf16 autocast on CPU too (AMX: 1.3-1.8x faster here, but other numbers; BENCHMARKS.md)
     threads: int = 0  # torch CPU threads (0: torch default)
     tensorboard: bool = True
+    wandb: str = ""  # a Weights & Biases project to log to as well ("" : off; WANDB_MODE=offline works)
     skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
     init_from: str = ""  # start from these weights (our checkpoint/run folder or an HF GPT-2 folder), not a fresh init
 

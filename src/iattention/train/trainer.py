@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from iattention.checkpoint import state as ckpt
-from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TENSORBOARD, TOKENIZER, RunFolder
+from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends, resolve_vocab
 from iattention.data.dataset import (
     check_eval_split,
@@ -36,6 +36,7 @@ from iattention.train.distributed import DistContext, setup, teardown
 from iattention.train.evaluate import per_unit, perplexity, ppl, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.schedule import lr_at
+from iattention.train.sinks import Sinks
 from iattention.utils.faults import fault_point
 from iattention.utils.files import check_out_folder
 from iattention.utils.hardware import allow_tf32, hardware
@@ -186,11 +187,8 @@ class Trainer:
         kind = ctx.device.type
         self.autocast = (lambda: torch.autocast(kind, dtype=torch.bfloat16)) if use_amp else nullcontext
         allow_tf32(ctx.device)
-        self.writer = None
-        if t.tensorboard and ctx.is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(self.folder / TENSORBOARD))
+        self.sinks = Sinks(self.folder.path, t.tensorboard, t.wandb, _config_dict(self.cfg), self.out.name,
+                           main=ctx.is_main)
 
     def _load_last(self) -> None:
         path = self.folder / LAST
@@ -273,11 +271,7 @@ class Trainer:
                    val_loss=val_loss, val_ppl=val_ppl, val_word_ppl=self._per_unit("valid", val_loss)["word_ppl"],
                    tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0)
         self.metrics.append(rec)
-        if self.writer:
-            for k in ("train_loss", "val_loss", "train_ppl", "val_ppl", "lr", "tokens_per_s"):
-                if rec[k] is not None:
-                    self.writer.add_scalar(f"{kind}/{k}", rec[k], s.step)
-            self.writer.flush()
+        self.sinks.record(rec)
         return rec
 
     # ---------------------------------------------------------------- training
@@ -377,11 +371,7 @@ class Trainer:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}",
                                  tok_s=f"{epoch_tokens / max(epoch_time, 1e-9):.0f}", refresh=False)
-            if self.writer:
-                self.writer.add_scalar("train/loss_step", loss, s.step)
-                self.writer.add_scalar("train/lr_step", lr, s.step)
-                if self._grad_norm is not None:
-                    self.writer.add_scalar("train/grad_norm_step", self._grad_norm, s.step)
+            self.sinks.step(s.step, loss, lr, self._grad_norm)
             inside = s.batch < self.steps_per_epoch
             if cfg.train.eval_every_steps and s.step % cfg.train.eval_every_steps == 0 and inside:
                 self._record("step", epoch_tokens / max(epoch_time, 1e-9))
@@ -446,8 +436,7 @@ class Trainer:
         if self.ctx.is_main:
             self._save_logs()
             self.folder.write_summary(summary)
-        if self.writer:
-            self.writer.close()
+        self.sinks.close()
         return summary
 
 
