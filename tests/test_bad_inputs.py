@@ -141,7 +141,7 @@ CASES = {
     "lab --out under a file": (lambda e: ["lab", "copy", "--out", str(e["root"] / "a_file" / "lab")], "lies under"),
     "convert --out under a file": (
         lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out",
-                   str(e["root"] / "a_file" / "c")], "cannot write into"),
+                   str(e["root"] / "a_file" / "c")], "which is a file, not a folder"),
     "scales --out a folder": (lambda e: ["scales", "--preset", "tiny", *e["ov"], "--out", str(e["root"] / "a_folder")],
                               "is a folder; give a file name"),
     "an empty --out": (lambda e: ["train", "--preset", "tiny", "--out", "", *e["ov"]], "expected a path, got an empty"),
