@@ -36,7 +36,7 @@ def test_loss_decreases_and_logs_are_complete(tmp_path):
     assert len(steps) == summary["steps"] > 10
     assert np.mean([s["loss"] for s in steps[-5:]]) < 0.7 * np.mean([s["loss"] for s in steps[:5]])
     metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
-    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert [(m["kind"], m["epoch"]) for m in metrics] == [("start", 0), ("epoch", 1), ("epoch", 2), ("epoch", 3)]
     for key in ("step", "epoch", "lr", "train_loss", "val_loss", "val_ppl", "train_ppl", "tokens_per_s", "wall_time"):
         assert key in metrics[0]
     for key in ("params", "best_val_ppl", "best_epoch", "test_ppl", "wall_time_s", "train_tokens_per_s", "config",
@@ -200,7 +200,7 @@ def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
     assert (short["epochs_run"], ext["epochs_run"]) == (2, 3)
     assert ext["steps"] == short["steps"] * 3 // 2
     metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
-    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert [m["epoch"] for m in metrics] == [0, 1, 2, 3]  # the start (step 0), then one record per epoch
     assert "epochs: 3" in (tmp_path / "run" / "config.yaml").read_text()
     # fewer epochs, or any other change, is still another run
     import pytest
