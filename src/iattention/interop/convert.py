@@ -27,13 +27,6 @@ TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
-def read_any(path: str | Path) -> GPT:
-    """An HF GPT-2 folder (config.json) or an iattention checkpoint / run folder."""
-    from iattention.interop.load import load_any
-
-    return load_any(path)[0]
-
-
 @torch.no_grad()
 def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
     """Condition numbers of each head's fixed key / output block: {'key': (L, H), 'output': (L, H)}."""

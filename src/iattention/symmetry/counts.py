@@ -1,5 +1,6 @@
-"""Parameter counts: standard GPT-2's in closed form, and what each variant removes from it (its class says:
-`removed_params`, `redundant_biases`)."""
+"""Parameter counts: standard GPT-2's in closed form, and what each variant removes from it, as its class
+states (`removed_params`, `redundant_biases`); `tests/test_variant_contract.py` checks each statement against
+a count made from the built layer."""
 
 from __future__ import annotations
 

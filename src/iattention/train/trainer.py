@@ -1,4 +1,5 @@
-"""The training loop: AdamW, warmup + cosine LR, per-epoch train/validation perplexity,
+"""The training loop: AdamW or Muon (train/optim.py), warmup then cosine or linear LR (train/schedule.py),
+per-epoch train/validation perplexity (and a step-0 evaluation of the starting function),
 best-validation checkpoint, early stopping, exact resume, DDP via torchrun.
 
 What it writes, and how it is read back, is the run folder's (checkpoint/run_folder.py).

@@ -8,7 +8,6 @@ line by `os_error_message` (disk full, read-only, a file where a folder should b
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -118,14 +117,6 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     if problem and mark is not None:
         return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
-def read_json(path: str | Path, what: str, fix: str):
-    text = read_text(path, what, fix)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path} is corrupt ({what} is not valid JSON: {e.msg}); {fix}") from None
 
 
 # errno -> (what happened, the fix); the path is put in front.
