@@ -7,7 +7,7 @@ from helpers import make_model
 from iattention import GPT, GPTConfig
 from iattention.attention.canonical import CanonicalAttention
 from iattention.attention.registry import variant_names
-from iattention.symmetry import param_count, redundancy
+from iattention.symmetry import expand, param_count, redundancy
 
 VARIANTS = variant_names()
 
@@ -20,6 +20,10 @@ def test_param_count_closed_form(d, heads, layers, bias, attention):
                     attention=attention)
     model = GPT(cfg)
     assert model.num_params() == param_count(cfg)
+    # the oracle is the built models, not a formula: what the variant removes is the difference in stored
+    # parameters against a built standard model of the same shape
+    standard = GPT(cfg.replace(attention="standard"))
+    assert redundancy(cfg) == standard.num_params() - model.num_params()
     if attention == "canonical":
         assert redundancy(cfg) == 2 * (d // heads) ** 2 * heads * layers
         # compact storage: the learned tensors hold no masked dead entries
@@ -187,11 +191,20 @@ def test_odd_shapes_forward_backward():
     for cfg in [GPTConfig(n_layer=1, n_head=3, n_embd=30, vocab_size=11, block_size=8, bias=False,
                           attention="canonical"),
                 GPTConfig(n_layer=1, n_head=5, n_embd=50, vocab_size=11, block_size=8, attention="identity_q")]:
-        model = GPT(cfg)
+        torch.manual_seed(0)
+        model = GPT(cfg).double()
+        with torch.no_grad():  # weights large enough that attention shapes the logits
+            for p in model.parameters():
+                p.normal_(0.0, 0.3)
         x = torch.randint(0, 11, (2, 8))
         logits, loss = model(x, x)
         loss.backward()
         assert logits.shape == (2, 8, 11)
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+        # the odd shape computes the function of its exact standard form (expand), not just some tensor
+        with torch.no_grad():
+            ref, _ = expand(model).eval()(x)
+            assert torch.allclose(model.eval()(x)[0], ref, rtol=1e-9, atol=1e-9)
 
 
 OPTIMIZERS = {

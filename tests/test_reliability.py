@@ -1,6 +1,7 @@
 """Crash safety (SIGKILL at random moments and at failpoints), safe loading, non-finite losses."""
 
 import json
+import math
 import os
 import pickle
 import random
@@ -10,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from helpers import tiny_overrides, write_corpus
 from iattention.cli import main
@@ -180,7 +182,14 @@ def test_skip_nonfinite_counts_bad_batches(tmp_path):
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "optim.lr": 1e30, "optim.warmup_steps": 0,
                                                       "optim.grad_clip": 0, "train.skip_nonfinite": True})
     summary = train(load_config("tiny", None, ov), tmp_path / "run", quiet=True)
-    assert summary["skipped_batches"] > 0
+    steps = [json.loads(line) for line in open(tmp_path / "run" / "steps.jsonl")]
+    bad = sum(not math.isfinite(st["loss"]) for st in steps)
+    assert summary["skipped_batches"] == bad > 0  # every non-finite batch counted, and only those
+    assert all(st["grad_norm"] is None for st in steps if not math.isfinite(st["loss"]))  # no step applied
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "run" / "last.safetensors"))
+    assert all(torch.isfinite(v).all() for k, v in weights.items() if v.is_floating_point() and "optim/" not in k)
 
 
 def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_over(tmp_path):
