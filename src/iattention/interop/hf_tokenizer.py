@@ -83,4 +83,23 @@ def save_hf_tokenizer(tok: Tokenizer, folder: str | Path, model_max_length: int 
     config = {k: written[k] for k in _CONFIG_KEYS if k in written}
     config.update(tokenizer_class="PreTrainedTokenizerFast", clean_up_tokenization_spaces=False)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
+    _merges_as_strings(Path(folder) / "tokenizer.json")
     return int(fast.convert_tokens_to_ids(EOS))
+
+
+def _merges_as_strings(path: Path) -> None:
+    """tokenizers >= 0.20 writes BPE merges as pairs (["a", "b"]); the tokenizers that transformers 4.40-4.44
+    ship (0.19) read only the older "a b" strings, and fail with "data did not match any variant of untagged
+    enum ModelWrapper". Every tokenizers version reads the strings, and they are exact for byte-level BPE,
+    whose tokens never hold a space (it is Ġ there), so the export writes those."""
+    import json
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model = data.get("model") or {}
+    merges = model.get("merges")
+    if model.get("type") != "BPE" or not merges or not isinstance(merges[0], list):
+        return
+    if any(" " in part for pair in merges for part in pair):
+        return  # a merge with a space cannot be written as a string: keep the pairs
+    model["merges"] = [" ".join(pair) for pair in merges]
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
