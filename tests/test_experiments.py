@@ -435,3 +435,30 @@ def test_report_refuses_a_missing_declared_plan(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--declared", str(tmp_path / "PLAN.md")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("iattn: error: --declared") and "no such file" in err and "\n" not in err
+
+
+def test_sweep_through_submitit_local_executor_trains_skips_and_logs(tmp_path, capsys):
+    """--launcher submitit: each run is a submitit job (its local executor here, no sbatch), logs under
+    <out>/submitit/; the results are the runs' own; a rerun skips the finished runs and submits nothing."""
+    pytest.importorskip("submitit")
+    from helpers import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
+    out = tmp_path / "sw"
+    args = ["sweep", "--preset", "tiny", "--arms", "standard,canonical", "--heads", "2", "--seeds", "0",
+            "--out", str(out), "--launcher", "submitit", "--slurm-time", "10", *ov]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "launcher: submitit (local executor)" in text and text.count("submitted") == 2
+    for name in ("standard-h2-s0", "canonical-h2-s0"):
+        summary = json.loads((out / name / "summary.json").read_text())
+        assert summary["epochs_run"] == 1 and summary["attention"] == name.split("-")[0]
+    logs = list((out / "submitit").rglob("*_log.err"))
+    assert len(logs) == 2
+    assert main(args) == 0
+    again = capsys.readouterr().out
+    assert "submitted" not in again and again.count("skipped (finished)") == 2
+    assert len(list((out / "submitit").rglob("*_log.err"))) == 2  # nothing submitted again
+    # cluster flags without the launcher are a one-line mistake
+    assert main(["sweep", "--preset", "tiny", "--out", str(tmp_path / "x"), "--gpus-per-run", "1", *ov]) == 2

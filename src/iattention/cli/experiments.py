@@ -138,6 +138,14 @@ def register(sub) -> None:
                                    "Finished runs are skipped, interrupted ones resume; run subsets anywhere and "
                                    "merge them with `iattn report`.")
     common(s, [1, 2, 4, 8], [0, 1, 2])
+    s.add_argument("--launcher", choices=("local", "submitit"), default="local",
+                   help="local: runs train in child processes here (default); submitit: each run is a job through "
+                        "submitit (SLURM where sbatch exists, else its local executor), logs in <out>/submitit/")
+    s.add_argument("--slurm-partition", default=None, help="with --launcher submitit: the SLURM partition")
+    s.add_argument("--slurm-time", type=int_at_least(1), default=24 * 60, metavar="MIN",
+                   help="with --launcher submitit: a job's time limit in minutes (default 1440)")
+    s.add_argument("--gpus-per-run", type=int_at_least(0), default=0,
+                   help="with --launcher submitit: GPUs each run's job asks for (default 0)")
     s.set_defaults(func=cmd_sweep)
 
     sc = sub.add_parser("scales", help="attention weight RMS at step 0 and AdamW update sizes, per arm",
@@ -233,7 +241,15 @@ def cmd_sweep(args) -> None:
 
     _check_heads(args)
     specs = _specs(args)
-    summaries = run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=args.jobs,
-                          threads=args.threads)
+    launcher = None
+    if args.launcher == "submitit":
+        launcher = dict(slurm_partition=args.slurm_partition, slurm_time_min=args.slurm_time,
+                        gpus_per_run=args.gpus_per_run)
+    elif args.slurm_partition or args.gpus_per_run or args.slurm_time != 24 * 60:
+        raise UserError("--slurm-partition, --slurm-time and --gpus-per-run go with --launcher submitit; add it")
+    # with submitit, every run is queued at once unless --jobs says otherwise (the cluster schedules them)
+    jobs = args.jobs if args.launcher == "local" or args.jobs > 1 else len(specs)
+    summaries = run_sweep(args.preset, specs, args.out, list(args.overrides) + data_overrides(args), jobs=jobs,
+                          threads=args.threads, launcher=launcher)
     print_summary_table(summaries, args.out)
     print(f"make the report with: iattn report {args.out} --out {args.out}/report")

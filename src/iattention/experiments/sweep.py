@@ -92,7 +92,10 @@ def _auto_vocab(data_json: str) -> int:
     return resolve_vocab(GPTConfig(vocab_size=0), data["tokenizer"], built).vocab_size
 
 
-def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool) -> dict:
+def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads: int, quiet: bool,
+            launch=None) -> dict:
+    """One run of the grid: skipped when finished or held by another process, else trained by a child
+    process (`launch(cmd, quiet, name)`, default: here; `SubmititLauncher`: as a job)."""
     folder = RunFolder(out / spec.name)
     if folder.has_summary():
         return folder.read_results()[0] | {"_status": "skipped (finished)"}
@@ -114,7 +117,7 @@ def run_one(spec: RunSpec, preset: str, out: Path, overrides: list[str], threads
     if quiet:
         cmd.append("--quiet")
     t0 = time.time()
-    code, stderr = _run_child(cmd, quiet)
+    code, stderr = (launch or _run_child_here)(cmd, quiet, spec.name)
     if code != 0:
         pid = holder(folder.path)
         if pid:  # another sweep's run took the lock between our look and our child's start: it is running
@@ -148,6 +151,65 @@ def _child_failure(name: str, code: int, stderr: str | None) -> str:
 _children: set[subprocess.Popen] = set()
 _children_lock = threading.RLock()
 _stopping: list[int] = []  # the signal that stops the sweep, once one came: no child starts after it
+
+
+def _run_child_here(cmd: list[str], quiet: bool, name: str = "") -> tuple[int, str | None]:
+    return _run_child(cmd, quiet)
+
+
+def run_command(cmd: list[str]) -> tuple[int, str]:
+    """What a submitit job runs: the training command, its exit code and stderr (a cluster job's output
+    also lands in its log under <out>/submitit/). Module-level, so submitit can pickle it by name."""
+    proc = subprocess.run(cmd, stdout=None, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode, proc.stderr
+
+
+class SubmititLauncher:
+    """Each run as a job through submitit (AutoExecutor: SLURM where `sbatch` exists, its local executor
+    otherwise); the sweep's threads wait for their jobs, so skipping, locks and resume are the sweep's own.
+    Job logs go to <out>/submitit/. A signal to the sweep cancels the jobs it submitted."""
+
+    def __init__(self, out: Path, slurm_partition: str | None = None, slurm_time_min: int = 60 * 24,
+                 gpus_per_run: int = 0, cpus_per_run: int | None = None):
+        try:
+            import submitit  # optional: pip install "iattention[cluster]"
+        except ImportError:
+            raise UserError("--launcher submitit needs the submitit package: pip install \"iattention[cluster]\" "
+                            "(or pip install submitit)") from None
+        self.executor = submitit.AutoExecutor(folder=str(out / "submitit"))
+        params = dict(timeout_min=int(slurm_time_min), gpus_per_node=int(gpus_per_run), nodes=1, tasks_per_node=1)
+        if cpus_per_run:
+            params["cpus_per_task"] = int(cpus_per_run)
+        if slurm_partition:
+            params["slurm_partition"] = slurm_partition
+        self.executor.update_parameters(**params)
+        self.cluster = self.executor.cluster  # "slurm" or "local"
+        self.jobs = []
+        self._lock = threading.Lock()
+
+    def __call__(self, cmd: list[str], quiet: bool, name: str) -> tuple[int, str | None]:
+        with self._lock:
+            _check_stopping()
+            self.executor.update_parameters(name=f"iattn-{name}")
+            job = self.executor.submit(run_command, cmd)
+            self.jobs.append(job)
+        try:
+            code, stderr = job.result()
+        except Exception as e:  # the job died (killed, timed out, node failure): its log says why
+            _check_stopping()
+            return 1, f"{ERROR_PREFIX}job {job.job_id} failed ({str(e).strip().splitlines()[-1][:200]}); " \
+                      f"its log is under {self.executor.folder}\n"
+        _check_stopping()
+        return code, stderr
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            if not job.done():
+                job.cancel(check=False)
+
+
+_launchers: list[SubmititLauncher] = []  # cancelled by a signal to the sweep
 
 
 def _run_child(cmd: list[str], quiet: bool) -> tuple[int, str | None]:
@@ -190,6 +252,8 @@ def _forwarding_signals():
             for child in _children:
                 if child.returncode is None:
                     child.send_signal(signum)
+            for launcher in _launchers:
+                launcher.cancel()
 
     sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     previous = {sig: signal.signal(sig, forward) for sig in sigs}
@@ -218,7 +282,9 @@ def check_finished(preset: str, specs: list[RunSpec], out: Path, overrides: list
 
 
 def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: list[str] = (), jobs: int = 1,
-              quiet: bool = True, log=print, threads: int = 0) -> list[dict]:
+              quiet: bool = True, log=print, threads: int = 0, launcher: dict | None = None) -> list[dict]:
+    """Every run of the grid, `jobs` at a time, here (default) or as submitit jobs (`launcher`: the
+    SubmititLauncher's arguments; then `jobs` is how many are queued at once)."""
     out = Path(out)
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
@@ -241,12 +307,18 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
         f"({jobs} at a time) -> {out}")
     done, trained = [0], []
 
+    launch = None
+    if launcher is not None:
+        launch = SubmititLauncher(out, **launcher)
+        _launchers.append(launch)
+        log(f"launcher: submitit ({launch.cluster} executor), job logs in {out / 'submitit'}")
+
     def work(spec):
         t0 = time.time()
         if spec in todo:
             with printing:
-                log(f"{spec.name:<28} started")
-        summary = run_one(spec, preset, out, list(overrides), threads, quiet)
+                log(f"{spec.name:<28} {'submitted' if launch else 'started'}")
+        summary = run_one(spec, preset, out, list(overrides), threads, quiet, launch)
         with printing:
             done[0] += 1
             if summary["_status"].startswith("ran"):
@@ -258,11 +330,15 @@ def run_sweep(preset: str, specs: list[RunSpec], out: str | Path, overrides: lis
                 f"(epoch {summary['best_epoch']})   [{done[0]}/{len(specs)} done{eta}]")
         return summary | {"_arm": spec.arm.name}
 
-    with _forwarding_signals():
-        if jobs == 1:
-            return [work(s) for s in specs]
-        pool = ThreadPoolExecutor(jobs)
-        try:
-            return list(pool.map(work, specs))
-        finally:  # on a signal: no queued run starts, and the sweep waits for the running ones to end
-            pool.shutdown(wait=True, cancel_futures=True)
+    try:
+        with _forwarding_signals():
+            if jobs == 1:
+                return [work(s) for s in specs]
+            pool = ThreadPoolExecutor(jobs)
+            try:
+                return list(pool.map(work, specs))
+            finally:  # on a signal: no queued run starts, and the sweep waits for the running ones to end
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        if launch is not None:
+            _launchers.remove(launch)
