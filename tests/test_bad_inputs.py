@@ -253,17 +253,17 @@ def test_disk_full_while_writing_the_lock_is_one_line_and_no_folder(env, monkeyp
 def test_the_lock_is_held_while_the_data_loads(env, monkeypatch, tmp_path):
     """A second sweep must see a run that is still loading its data as in use (and skip it), so the
     trainer takes the lock before loading: checked from inside the data loading."""
-    from iattention.train import trainer
+    from iattention.train import corpus
     from iattention.utils.lock import holder
 
     out, seen = tmp_path / "run", []
-    real = trainer.load_data
+    real = corpus.load_data
 
     def load_and_look(cfg, *args, **kw):
         seen.append(holder(out))
         return real(cfg, *args, **kw)
 
-    monkeypatch.setattr(trainer, "load_data", load_and_look)
+    monkeypatch.setattr(corpus, "load_data", load_and_look)
     assert main(["train", "--preset", "tiny", "--out", str(out), "--quiet", *env["ov"]]) == 0
     assert seen == [str(os.getpid())]
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from iattention.errors import UserError
+
 
 @dataclass
 class DistContext:
@@ -37,8 +39,6 @@ def setup(device: str) -> DistContext:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        from iattention.errors import UserError
-
         raise UserError("train.device=cuda but this torch sees no CUDA device (a CPU build, or no GPU); "
                         "use train.device=cpu or auto")
     world = int(os.environ.get("WORLD_SIZE", "1"))

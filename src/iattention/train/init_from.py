@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 
 from iattention.errors import UserError
+from iattention.interop.load import load_any
 from iattention.model.gpt import GPT
+from iattention.symmetry.transforms import canonicalize, expand
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "bias")
 
@@ -20,9 +22,6 @@ SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "bias")
 @torch.no_grad()
 def load_initial_weights(model: GPT, source: str, cfg) -> dict:
     """Load `source` into `model` (built from the run's config), exactly; return what was loaded."""
-    from iattention.interop.load import load_any
-    from iattention.symmetry.transforms import canonicalize, expand
-
     src, data, _ = load_any(source)
     want, have = model.config, src.config
     for key in SHAPE_KEYS:

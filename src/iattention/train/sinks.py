@@ -5,6 +5,7 @@ imported only when asked for, so it is no dependency."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from iattention.checkpoint.run_folder import TENSORBOARD
@@ -20,12 +21,12 @@ class Sinks:
         if not main:
             return
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # heavy: only when used
+            from torch.utils.tensorboard import SummaryWriter  # lazy: heavy to import, and only when asked for
 
             self.tb = SummaryWriter(str(folder / TENSORBOARD))
         if wandb_project:
             try:
-                import wandb
+                import wandb  # lazy: optional, no dependency of ours
             except ImportError:
                 raise UserError(f"train.wandb={wandb_project} needs the wandb package: pip install wandb (or drop "
                                 "train.wandb)") from None
@@ -61,6 +62,4 @@ class Sinks:
 
 def _wandb_id(folder: Path) -> str:
     """A wandb run id stable for a run folder (wandb allows letters, digits, - and _)."""
-    import hashlib
-
     return hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]

@@ -1,0 +1,179 @@
+"""The run folder's side of training (on top of `checkpoint/RunFolder`): the folder checks and the lock,
+the resume/extend policy (a new run, a resume, an extension to more epochs, or a finished run to
+return), the checks a resume makes (config, data fingerprints, logs against the checkpoint),
+`train.init_from`, and saving last/best checkpoints and the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
+from iattention.config import RunConfig, config_mismatch, extends
+from iattention.data.tokenizers import Tokenizer, save_tokenizer_file
+from iattention.errors import UserError
+from iattention.train.distributed import DistContext
+from iattention.train.init_from import load_initial_weights
+from iattention.train.state import TrainState
+from iattention.utils.files import check_out_folder
+
+
+class Start(NamedTuple):
+    """Where the loop starts: a fresh state and empty logs, or those of the checkpoint it resumes."""
+    state: TrainState
+    records: list[dict]  # metrics.jsonl up to the checkpoint's step
+    steps: list[dict]  # steps.jsonl up to it
+    resumed: bool = True
+
+
+class Checkpointer:
+    def __init__(self, out: str | Path, resume: bool, ctx: DistContext):
+        self.out, self.folder, self.resume, self.ctx = Path(out), RunFolder(out), resume, ctx
+        self.extending = False  # --resume to more epochs than the run there was made for
+        self.config: dict = {}  # the run's resolved config, and the data fingerprints it checks and saves
+        self.fingerprints: dict = {}
+        self._lock = None
+        self._created = False
+
+    # ------------------------------------------------------------- before the data
+    def claim(self, data_dir: str) -> None:
+        """Refuse a folder that cannot be this run's, then hold it (utils/lock.py) until the run ends."""
+        check_out_folder(self.out, data_dir)
+        if self.out.exists() and not self.out.is_dir():
+            raise UserError(f"output path {self.out} is a file; choose a folder for --out")
+        self.folder.check_ours()  # a user's folder: refused before anything is written into it
+        # Taken before the data loads, so a second sweep sees a run that is still loading as in use and skips
+        # it. A refused lock removes only what this process made (never the holder's .lock).
+        if self.ctx.is_main:
+            self._lock = self.folder.lock()
+            self._created = self._lock.created_folder
+
+    def discard_unstarted(self) -> None:
+        """After a failure: leave no folder holding only a lock that this process created."""
+        if self._lock and self._created:
+            self.folder.discard_unstarted()
+
+    def release(self) -> None:
+        if self._lock:
+            self._lock.release()
+
+    # ------------------------------------------------------------- the resume/extend policy
+    def check(self, config: dict, fingerprints: dict, tokenizer: Tokenizer) -> dict | None:
+        """Is the folder this run's? The summary of a finished run when --resume has nothing to do, else None
+        (train); `extending` tells whether the run there goes on to more epochs."""
+        self.config, self.fingerprints = config, fingerprints
+        self.extending = self.folder.check_for(config, self.resume)
+        if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer
+            save_tokenizer_file(tokenizer, self.folder / TOKENIZER)
+        if self.resume and self.folder.has_summary() and not self.extending:
+            finished = self.folder.finished(config["train"]["epochs"])
+            if finished is not None:
+                return finished
+            self.extending = True  # a summary of fewer epochs: an extension that died before dropping it
+        return None
+
+    def initial_weights(self, model: torch.nn.Module, cfg: RunConfig) -> dict | None:
+        """`train.init_from` loaded into the fresh model; what was loaded (None: a fresh initialisation)."""
+        return load_initial_weights(model, cfg.train.init_from, cfg) if cfg.train.init_from else None
+
+    def start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Start:
+        """last.safetensors loaded into `model` and `optimizer` with the logs it had written, on --resume
+        where there is one; else a fresh run (whose config.yaml is written now)."""
+        fresh = Start(TrainState(), [], [], resumed=False)
+        if not self.ctx.is_main:
+            return self._load_last(model, optimizer) if self.resume and (self.folder / LAST).exists() else fresh
+        if self.resume and self.out.is_dir():
+            self.folder.clean_temp()
+        if self.resume and (self.folder / LAST).exists():
+            resumed = self._load_last(model, optimizer)
+            if self.extending:  # the longer run's config; its summary comes when it ends
+                print(f"iattn: extending {self.out} from {resumed.state.epoch} to {self.config['train']['epochs']} "
+                      f"epochs (train.epochs={self.config['train']['epochs']})", file=sys.stderr)
+                self.folder.write_config(self.config)
+                self.folder.drop_summary()
+                resumed.state.stopped_early = False
+            return resumed
+        if self.resume:
+            print(f"iattn: {self.out} holds no checkpoint to resume; starting a fresh run there", file=sys.stderr)
+        self.folder.write_config(self.config)
+        return fresh
+
+    def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Start:
+        path = self.folder / LAST
+        meta = ckpt.read_meta(path)
+        diff = config_mismatch(meta.get("config"), self.config)
+        if diff and not (self.extending and extends(meta.get("config"), self.config)):
+            raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
+                            "run's own config or choose another --out")
+        self._check_fingerprints(path, meta)
+        tensors = ckpt.load_tensors(path)
+        ckpt.load_model_state(model, tensors, path)
+        ckpt.load_optimizer_state(optimizer, tensors, meta, path)
+        state = ckpt.read_state(path, meta, TrainState)
+        resumed = Start(state, self.folder.read_records(METRICS, state.step),
+                          self.folder.read_records(STEPS, state.step))
+        self._check_logs(resumed)
+        return resumed
+
+    def _check_fingerprints(self, path: Path, meta: dict) -> None:
+        """The data a checkpoint trained on must be the data it resumes on: an edited file, another tokenizer
+        cache or data folder would continue another run. A checkpoint from before fingerprints has none."""
+        saved = meta.get("data_fingerprint")
+        if not isinstance(saved, dict):
+            return
+        for split, now in self.fingerprints.items():
+            if split in saved and saved[split] != now:
+                raise UserError(f"checkpoint {path} was trained on other {split} data than this run reads now "
+                                f"(token fingerprint {str(saved[split])[:12]} there vs {now[:12]} here: the {split} "
+                                "file, the data folder or the tokenizer changed); restore the data the run was "
+                                "trained on, or start a new run in another --out")
+
+    def _check_logs(self, resumed: Start) -> None:
+        """Logs are saved before each checkpoint, so they hold every step and every epoch-end evaluation
+        the checkpoint has run: fewer means a damaged log, refused rather than resumed with a gap."""
+        s, fix = resumed.state, "restore it, or delete the run folder and rerun"
+        epochs = [r["epoch"] for r in resumed.records if r["kind"] == "epoch"]
+        if epochs != list(range(1, s.epoch + 1)):
+            raise UserError(f"{self.folder / METRICS} is corrupt (holds epoch records {epochs[:5]} where the "
+                            f"checkpoint has run {s.epoch} epochs); {fix}")
+        steps = [r["step"] for r in resumed.steps]
+        if (self.folder / STEPS).exists() and steps != list(range(1, s.step + 1)):
+            raise UserError(f"{self.folder / STEPS} is corrupt (holds {len(steps)} records where the checkpoint "
+                            f"has run {s.step} steps); {fix}")
+
+    # ------------------------------------------------------------- saving
+    def _meta(self, state: TrainState) -> dict:
+        return {"config": self.config, "state": dataclasses.asdict(state), "data_fingerprint": self.fingerprints}
+
+    def save_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:
+        """The resumable checkpoint (the caller saves the logs first: a checkpoint never points past them)."""
+        if self.ctx.is_main:
+            ckpt.save_checkpoint(self.folder / LAST, model, self._meta(state), optimizer)
+        self.ctx.barrier()
+
+    def save_best(self, model: torch.nn.Module, state: TrainState) -> None:
+        if self.ctx.is_main:
+            ckpt.save_checkpoint(self.folder / BEST, model, self._meta(state))
+
+    def load_best(self, model: torch.nn.Module) -> None:
+        """The best-validation weights into `model` (absent only if no validation loss was ever finite)."""
+        best = self.folder / BEST
+        if best.exists():
+            self.folder.check_checkpoint(best, ckpt.read_meta(best))
+            ckpt.load_model_state(model, ckpt.load_tensors(best), best)
+
+    def last_good(self) -> str:
+        """Where a stopped run can be taken up again, for its error message."""
+        last = self.folder / LAST
+        return (f"last good checkpoint: {last} (step {ckpt.read_meta(last)['state']['step']})"
+                if last.exists() else "no checkpoint was written yet")
+
+    def write_summary(self, summary: dict) -> None:
+        """summary.json, written last: the run is finished."""
+        if self.ctx.is_main:
+            self.folder.write_summary(summary)

@@ -1,0 +1,75 @@
+"""A run's numbers as it trains: the records of metrics.jsonl (one per evaluation) and steps.jsonl (one per
+optimizer step), written through the run folder; the progress bar (tqdm); TensorBoard and W&B
+(`sinks.py`); the training throughput in tokens/s. Only the main process writes."""
+
+from __future__ import annotations
+
+from tqdm import tqdm
+
+from iattention.checkpoint.run_folder import METRICS, STEPS, RunFolder
+from iattention.config import LoopConfig
+from iattention.train.sinks import Sinks
+
+
+class Throughput:
+    """Tokens per second of training steps (their time only, not the evaluations between them)."""
+
+    def __init__(self) -> None:
+        self.tokens, self.seconds = 0, 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    @property
+    def per_s(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+class Metrics:
+    def __init__(self, folder: RunFolder, is_main: bool = True):
+        self.folder, self.is_main = folder, is_main
+        self.records: list[dict] = []  # metrics.jsonl
+        self.steps: list[dict] = []  # steps.jsonl
+        self.sinks: Sinks | None = None
+        self.bar: tqdm | None = None
+
+    def open(self, t: LoopConfig, config: dict) -> None:
+        """TensorBoard and W&B as `train.*` asks (nothing on other processes)."""
+        self.sinks = Sinks(self.folder.path, t.tensorboard, t.wandb, config, self.folder.name, main=self.is_main)
+
+    def start_bar(self, total: int, initial: int, quiet: bool) -> None:
+        self.bar = tqdm(total=total, initial=initial, disable=None if self.is_main and not quiet else True,
+                        dynamic_ncols=True, desc=self.folder.name)
+
+    def step(self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float) -> None:
+        self.steps.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm))
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+        self.sinks.step(step, loss, lr, grad_norm)
+
+    def record(self, rec: dict) -> dict:
+        """One evaluation record (kind start, step or epoch)."""
+        self.records.append(rec)
+        self.sinks.record(rec)
+        return rec
+
+    def epochs(self) -> list[int]:
+        return [r["epoch"] for r in self.records if r["kind"] == "epoch"]
+
+    def write(self, line: str) -> None:
+        """A line above the progress bar, on the main process."""
+        if self.is_main:
+            self.bar.write(line)
+
+    def save(self) -> None:
+        """Both logs, whole and atomically (the run folder's writes)."""
+        if self.is_main:
+            self.folder.write_records(METRICS, self.records)
+            self.folder.write_records(STEPS, self.steps)
+
+    def close_bar(self) -> None:
+        self.bar.close()
+
+    def close(self) -> None:
+        self.sinks.close()

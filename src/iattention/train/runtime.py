@@ -1,0 +1,73 @@
+"""Where and how the model runs: the device and the process group (`distributed.py`), CPU threads, DDP,
+torch.compile, bf16 autocast and TF32. Built from `train.*` alone; the loop asks it for `autocast()`,
+`wrap(model)`, `is_main`, and moves its batches with `to_device`."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from iattention.config import LoopConfig
+from iattention.train.distributed import DistContext, setup, teardown
+from iattention.utils.hardware import allow_tf32, hardware
+
+
+class Runtime:
+    def __init__(self, t: LoopConfig):
+        self.ctx: DistContext = setup(t.device)
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.compile = t.compile
+        kind = self.device.type
+        # bf16 autocast: train.amp on CUDA, train.amp_cpu on CPU
+        self.amp = t.amp and kind == "cuda" or t.amp_cpu and kind == "cpu"
+
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.ctx.is_main
+
+    @property
+    def world(self) -> int:
+        return self.ctx.world
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp else nullcontext()
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the steps run: `model` in DDP (several processes), compiled if asked; TF32 on from here."""
+        ctx, wrapped = self.ctx, model
+        if ctx.enabled:
+            wrapped = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        wrapped = torch.compile(wrapped) if self.compile else wrapped
+        allow_tf32(ctx.device)
+        return wrapped
+
+    def eval_model(self, model: torch.nn.Module, wrapped: torch.nn.Module) -> torch.nn.Module:
+        """What an evaluation runs: the wrapped model in one process, the bare one under DDP (whose forward
+        would wait for a backward pass)."""
+        return model if self.ctx.enabled else wrapped
+
+    def no_sync(self, wrapped: torch.nn.Module, last: bool):
+        """DDP's gradient sync only on the last micro-batch of a step."""
+        return nullcontext() if (last or not self.ctx.enabled) else wrapped.no_sync()
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        pin = self.device.type == "cuda"
+        return (t.pin_memory() if pin else t).to(self.device, non_blocking=pin)
+
+    def synchronize(self) -> None:
+        """Wait for the device, so a step's time is its own."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def describe(self) -> dict:
+        return dict(device=str(self.device), hardware=hardware(self.device), world_size=self.world)
+
+    def close(self) -> None:
+        teardown(self.ctx)
