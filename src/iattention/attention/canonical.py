@@ -62,7 +62,7 @@ class CanonicalAttention(CausalSelfAttention):
     @classmethod
     def removed_params(cls, config) -> int:
         """r^2 per head per canonical half, per layer; with minimal_bias also b_K and b_V (2 d per layer)."""
-        halves = 2 if config.canonical == "both" else 1
+        halves = 2 if config.canonical_halves == "both" else 1
         biases = 2 * config.n_embd if config.minimal_bias and config.bias else 0
         return (halves * config.d_head**2 * config.n_head + biases) * config.n_layer
 
@@ -77,14 +77,14 @@ class CanonicalAttention(CausalSelfAttention):
         and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
         if config.n_head > 1:
             return 8 * config.n_embd**2
-        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical]
+        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical_halves]
         return (8 - 2 * skipped) * config.n_embd**2
 
     def __init__(self, config):
         super().__init__(config)
         H, d, r = config.n_head, config.n_embd, config.d_head
-        self.canonical_qk = config.canonical in ("both", "qk")
-        self.canonical_vo = config.canonical in ("both", "vo")
+        self.canonical_qk = config.canonical_halves in ("both", "qk")
+        self.canonical_vo = config.canonical_halves in ("both", "vo")
         self.W_Q = nn.Parameter(torch.empty(H, d, r))
         self.W_V = nn.Parameter(torch.empty(H, d, r))
         perm = block_permutation(aligned_blocks(H, r), d)

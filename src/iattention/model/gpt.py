@@ -131,7 +131,8 @@ class GPT(nn.Module):
         (dropout masks, ...) matches a standard run with the same seed too.
         """
         torch.random.set_rng_state(rng_at_entry)
-        standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False))
+        standard = GPT(self.config.replace(attention="standard", canonical_halves="both", init="gpt2",
+                                           minimal_bias=False))
         rng_after = torch.random.get_rng_state()
         if self.config.attention == "canonical":
             canonicalize_into(standard, self, block="pivoted")
