@@ -172,7 +172,8 @@ class CanonicalAttention(CausalSelfAttention):
         d = self.n_embd
         if self.canonical_qk and self.n_head == 1:
             # r = d: the key map is a permutation of the input, so no key GEMM.
-            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)), *self._weight_sources())
+            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)),
+                               *self._weight_sources())
             q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:  # None without bias or with minimal_bias
