@@ -80,7 +80,8 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
     return Timing(statistics.median(rates), statistics.median(fwd_rates), rates, peak)
 
 
-def ours(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
+def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
+    """An iattention GPT of this shape and its loss function (x, y) -> loss, as `hf_reference` for transformers'."""
     model = GPT(cfg).to(device=device, dtype=dtype)
     fn = torch.compile(model, fullgraph=True) if compile else model
 
@@ -162,7 +163,7 @@ def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: 
         for attention in attentions:
             cfg = base.replace(attention=attention)
             torch.manual_seed(0)
-            model, loss_fn = ours(cfg, dev, compile=compile)
+            model, loss_fn = iattention_model(cfg, dev, compile=compile)
             entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params()))
         if reference:
             cfg = base.replace(attention="standard")

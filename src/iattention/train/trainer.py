@@ -34,7 +34,7 @@ from iattention.data.dataset import (
 from iattention.errors import UserError
 from iattention.model.gpt import GPT, check_fits_in_memory
 from iattention.train.distributed import DistContext, setup, teardown
-from iattention.train.evaluate import per_unit, perplexity, ppl, split_nll
+from iattention.train.evaluate import exp_loss, per_unit, perplexity, split_nll
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.schedule import lr_at
 from iattention.train.sinks import Sinks
@@ -268,7 +268,7 @@ class Trainer:
                                 f"perplexity: the run diverged; {self._last_good()}; lower optim.lr")
         train_loss = s.run_loss_sum / s.run_loss_count if s.run_loss_count else None  # None before any step
         rec = dict(kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
-                   train_loss=train_loss, train_ppl=None if train_loss is None else ppl(train_loss),
+                   train_loss=train_loss, train_ppl=None if train_loss is None else exp_loss(train_loss),
                    val_loss=val_loss, val_ppl=val_ppl, val_word_ppl=self._per_unit("valid", val_loss)["word_ppl"],
                    tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0)
         self.metrics.append(rec)
@@ -425,7 +425,7 @@ class Trainer:
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
-            best_val_loss=s.best_val_loss, best_val_ppl=ppl(s.best_val_loss), best_epoch=s.best_epoch,
+            best_val_loss=s.best_val_loss, best_val_ppl=exp_loss(s.best_val_loss), best_epoch=s.best_epoch,
             test_loss=test_loss, test_ppl=test_ppl, **units, epochs_run=s.epoch, steps=s.step,
             stopped_early=s.stopped_early, skipped_batches=s.skipped, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9), wall_time_s=s.wall_time,

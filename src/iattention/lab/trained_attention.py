@@ -1,7 +1,7 @@
 """`iattn inspect`: what trained attention does. For each run: its attention patterns on a prompt (every
 layer and head, one figure) and the singular values of every head's W_Q W_K^T and W_V W_O (the
 gauge-invariant quantities I-Attention parameterizes), runs side by side (spectra.png, spectra.md).
-Built on the model directly (`iattention.model.inspect.run_with_cache`), for every variant."""
+Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
     `notify` says so."""
     from iattention.interop.load import load_run
-    from iattention.model.inspect import run_with_cache
+    from iattention.model.activations import run_with_cache
     from iattention.symmetry.spectra import head_spectra
     from iattention.utils.atomic import write_text
 
