@@ -111,3 +111,42 @@ def test_python_api_reads_the_old_name_of_a_saved_model_section():
 
     assert GPTConfig.from_dict({"attention": "canonical", "canonical": "vo"}).canonical_halves == "vo"
     assert not hasattr(GPTConfig(), "canonical")
+
+
+def test_conditioning_is_an_iattn_command(capsys):
+    """`python -m iattention.experiments.conditioning` is now `iattn conditioning` (the old form still parses)."""
+    from iattention.experiments import conditioning
+
+    with pytest.raises(SystemExit) as e:
+        main(["conditioning", "--help"])
+    assert e.value.code == 0
+    assert "usage: iattn conditioning" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "conditioning" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["conditioning", "--gpt2-tokens", "0"])
+    assert e.value.code == 2
+    assert "expected an integer >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        conditioning.main(["--help"])
+    assert e.value.code == 0 and "--gpt2-tokens" in capsys.readouterr().out
+
+
+def test_renamed_modules_and_functions():
+    """The old names are gone (one name per thing) and the new ones are what the code uses."""
+    import importlib
+
+    from iattention.attention.canonical import CanonicalAttention
+    from iattention.bench import runner
+    from iattention.train import evaluate
+
+    for gone in ("iattention.model.inspect", "iattention.lab.inspect", "iattention.lab.copy", "iattention.cli.model"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(gone)
+    for module in ("iattention.model.activations", "iattention.lab.trained_attention", "iattention.lab.copy_task",
+                   "iattention.cli.eval", "iattention.cli.generate"):
+        importlib.import_module(module)
+    assert not hasattr(CanonicalAttention, "_halves") and hasattr(CanonicalAttention, "_weight_sources")
+    assert not hasattr(runner, "ours") and hasattr(runner, "iattention_model")
+    assert not hasattr(evaluate, "ppl") and evaluate.exp_loss(2.0) == evaluate.perplexity(4.0, 2)
