@@ -116,7 +116,7 @@ def test_causality(attention, heads):
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
 def test_canonical_blocks_are_identity_and_get_no_gradient(heads, halves):
-    model = make_model(attention="canonical", n_head=heads, canonical=halves, dtype=torch.float32)
+    model = make_model(attention="canonical", n_head=heads, canonical_halves=halves, dtype=torch.float32)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x = torch.randint(0, 97, (4, 16))

@@ -108,7 +108,7 @@ CASES = {
         "expected an integer >= 1, got 0"),
     "zero sweep jobs": (lambda e: ["sweep", "--preset", "tiny", "--jobs", "0", "--out", str(e["root"] / "sw"),
                                    *e["ov"]], "expected an integer >= 1, got 0"),
-    "canonical halves on standard attention": (lambda e: _train(e, "model.canonical=qk"),
+    "canonical halves on standard attention": (lambda e: _train(e, "model.canonical_halves=qk"),
                                                "only applies to attention=canonical"),
     "matched init of a smaller class": (lambda e: _train(e, "model.attention=identity_ko", "model.init=matched"),
                                         "model.init=matched is impossible for attention=identity_ko"),

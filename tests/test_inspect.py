@@ -8,7 +8,7 @@ import torch
 
 from helpers import make_model, tiny_overrides, write_corpus
 from iattention.attention.registry import variant_names
-from iattention.model.inspect import run_with_cache
+from iattention.model.activations import run_with_cache
 from iattention.symmetry import canonicalize, random_gauge
 from iattention.symmetry.spectra import head_spectra
 
@@ -79,7 +79,7 @@ def test_iattn_inspect_writes_patterns_spectra_and_table(tmp_path, capsys):
 
 
 def test_head_colours_differ_for_every_head():
-    from iattention.lab.inspect import head_colors
+    from iattention.lab.trained_attention import head_colors
 
     for n in (1, 4, 12, 25):
         assert len({tuple(c) for c in head_colors(n)}) == n

@@ -21,14 +21,14 @@ def test_matched_init_starts_from_the_standard_function(heads, halves):
     std = GPT(GPTConfig(**SHAPE, n_head=heads))
     after_std = torch.rand(3)
     torch.manual_seed(7)
-    can = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical=halves, init="matched"))
+    can = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical_halves=halves, init="matched"))
     after_can = torch.rand(3)
     assert max_rel(can(x)[0], std(x)[0]) <= 1e-4
     assert can.num_params() < std.num_params()
     assert torch.equal(after_std, after_can)
     # and not by accident: the default init with the same seed is another function
     torch.manual_seed(7)
-    plain = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical=halves))
+    plain = GPT(GPTConfig(**SHAPE, n_head=heads, attention="canonical", canonical_halves=halves))
     assert max_rel(plain(x)[0], std(x)[0]) > 1e-2
 
 
@@ -51,6 +51,6 @@ def test_matched_init_is_refused_for_smaller_classes(attention):
 
 def test_canonical_halves_only_with_canonical_attention():
     with pytest.raises(UserError, match="only applies to attention=canonical"):
-        GPTConfig(**SHAPE, n_head=2, attention="standard", canonical="qk")
+        GPTConfig(**SHAPE, n_head=2, attention="standard", canonical_halves="qk")
     with pytest.raises(UserError, match="model.init"):
         GPTConfig(**SHAPE, n_head=2, init="orthogonal")

@@ -163,9 +163,9 @@ def test_a_loss_too_large_for_a_perplexity_stops_with_one_line_at_every_resume(t
     the machine's arithmetic, so the validation loss is set to 800 nats here: one line saying the run
     diverged, also on --resume."""
     from iattention.train import validate
-    from iattention.train.evaluate import ppl
+    from iattention.train.evaluate import exp_loss
 
-    assert ppl(800.0) == float("inf") and ppl(2.0) == pytest.approx(7.389056)
+    assert exp_loss(800.0) == float("inf") and exp_loss(2.0) == pytest.approx(7.389056)
     monkeypatch.setattr(validate, "split_nll", lambda *a, **k: (800.0 * 1000, 1000))
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 2})

@@ -30,7 +30,7 @@ from iattention.symmetry import canonicalize, expand, fully_reduced_count, param
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = dict(n_layer=2, n_embd=6, vocab_size=97, block_size=16)
 # Options that only some variants accept; each is tried on every variant and kept where the config accepts it.
-OPTIONS = [dict(canonical="qk"), dict(canonical="vo"), dict(minimal_bias=True)]
+OPTIONS = [dict(canonical_halves="qk"), dict(canonical_halves="vo"), dict(minimal_bias=True)]
 
 
 def contract_configs(name: str) -> list[GPTConfig]:
@@ -47,7 +47,7 @@ def contract_configs(name: str) -> list[GPTConfig]:
 def _model(cfg: GPTConfig) -> GPT:
     """A float64 model with every attention weight and bias random, so no term of the function is zero."""
     model = make_model(**{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size",
-                                                       "bias", "attention", "canonical", "minimal_bias")})
+                                                       "bias", "attention", "canonical_halves", "minimal_bias")})
     gen = torch.Generator().manual_seed(11)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -170,7 +170,7 @@ def check_matched_init(cfg: GPTConfig) -> None:
     if not ATTENTION_REGISTRY[cfg.attention].full_class:
         return
     torch.manual_seed(7)
-    std = GPT(cfg.replace(attention="standard", canonical="both", minimal_bias=False))
+    std = GPT(cfg.replace(attention="standard", canonical_halves="both", minimal_bias=False))
     torch.manual_seed(7)
     matched = GPT(cfg.replace(init="matched"))
     with torch.no_grad():
@@ -225,7 +225,7 @@ def check_removed_params(cfg: GPTConfig) -> None:
     rank = int(torch.linalg.matrix_rank(J))
     n_stored = sum(p.numel() for p in layer.parameters())
     assert rank == n_stored, f"{cfg.attention}: {n_stored} stored parameters, but to_heads sees only {rank}"
-    std_cfg = cfg.replace(attention="standard", canonical="both", minimal_bias=False)
+    std_cfg = cfg.replace(attention="standard", canonical_halves="both", minimal_bias=False)
     std_rank = int(torch.linalg.matrix_rank(_math_jacobian(_layer(std_cfg))[0]))
     measured = cfg.n_layer * (std_rank - rank)
     said = ATTENTION_REGISTRY[cfg.attention].removed_params(cfg)

@@ -136,19 +136,19 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         """x (B, T, d). With a cache, x holds only the new positions; keys and values of the earlier
         ones come from the cache (slot `layer`), and the new ones are appended to it."""
-        B, T, C = x.shape
-        q, k, v = self.qkv(x)
+        B, T, C = x.shape  # (B, T, d): C = d = H * r
+        q, k, v = self.qkv(x)  # each (B, T, d)
         shape = (B, T, self.n_head, self.d_head)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))  # each (B, H, T, r)
         past = 0
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
-            k, v = cache.update(layer, k, v)
+            k, v = cache.update(layer, k, v)  # each (B, H, past + T, r)
         mask = None
         if past and T > 1:  # new position i sees every cached position and new ones up to itself
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
+            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=past == 0
-        )
-        y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_dropout(self.project_out(y))
+        )  # (B, H, T, r)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H, r) -> (B, T, d): heads side by side
+        return self.resid_dropout(self.project_out(y))  # (B, T, d)

@@ -62,7 +62,7 @@ class CanonicalAttention(CausalSelfAttention):
     @classmethod
     def removed_params(cls, config) -> int:
         """r^2 per head per canonical half, per layer; with minimal_bias also b_K and b_V (2 d per layer)."""
-        halves = 2 if config.canonical == "both" else 1
+        halves = 2 if config.canonical_halves == "both" else 1
         biases = 2 * config.n_embd if config.minimal_bias and config.bias else 0
         return (halves * config.d_head**2 * config.n_head + biases) * config.n_layer
 
@@ -77,14 +77,14 @@ class CanonicalAttention(CausalSelfAttention):
         and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
         if config.n_head > 1:
             return 8 * config.n_embd**2
-        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical]
+        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical_halves]
         return (8 - 2 * skipped) * config.n_embd**2
 
     def __init__(self, config):
         super().__init__(config)
         H, d, r = config.n_head, config.n_embd, config.d_head
-        self.canonical_qk = config.canonical in ("both", "qk")
-        self.canonical_vo = config.canonical in ("both", "vo")
+        self.canonical_qk = config.canonical_halves in ("both", "qk")
+        self.canonical_vo = config.canonical_halves in ("both", "vo")
         self.W_Q = nn.Parameter(torch.empty(H, d, r))
         self.W_V = nn.Parameter(torch.empty(H, d, r))
         perm = block_permutation(aligned_blocks(H, r), d)
@@ -156,8 +156,8 @@ class CanonicalAttention(CausalSelfAttention):
     def out_weight(self) -> torch.Tensor:
         return assemble(self.W_O_free, self.o_perm).transpose(1, 2) if self.canonical_vo else self.W_O
 
-    def _halves(self) -> list[torch.Tensor]:
-        """The tensors the fused weights are built from (for the memo key)."""
+    def _weight_sources(self) -> list[torch.Tensor]:
+        """Every tensor the fused weights (Q,K,V in; O out) are built from: the memo key of `_memoized`."""
         return [t for t in (self.W_Q, self.W_V, getattr(self, "W_K_free", None), getattr(self, "k_perm", None),
                             getattr(self, "W_K", None), getattr(self, "W_O_free", None), getattr(self, "o_perm", None),
                             getattr(self, "W_O", None)) if t is not None]
@@ -172,14 +172,15 @@ class CanonicalAttention(CausalSelfAttention):
         d = self.n_embd
         if self.canonical_qk and self.n_head == 1:
             # r = d: the key map is a permutation of the input, so no key GEMM.
-            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)), *self._halves())
+            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)),
+                               *self._weight_sources())
             q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:  # None without bias or with minimal_bias
                 k = k + self.b_K.reshape(-1)
             return q, k, v
         W = self._memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)),
-                           *self._halves())
+                           *self._weight_sources())
         return F.linear(x, W, self._bias(self.b_Q, self.b_K, self.b_V)).split(d, dim=2)
 
     def project_out(self, y):
@@ -187,7 +188,7 @@ class CanonicalAttention(CausalSelfAttention):
             # r = d: the output map is a permutation, so no output GEMM.
             out = y if self._o_identity else torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
             return out if self.b_O is None else out + self.b_O
-        W = self._memoized("o", lambda: merge_heads_out(self.out_weight()), *self._halves())
+        W = self._memoized("o", lambda: merge_heads_out(self.out_weight()), *self._weight_sources())
         return F.linear(y, W, self.b_O)
 
     def to_heads(self) -> HeadWeights:

@@ -13,6 +13,11 @@ import time
 
 import torch
 
+from iattention.config import model_preset
+from iattention.errors import UserError
+from iattention.interop.hf import to_hf
+from iattention.model.gpt import GPT
+
 
 def _time(fn) -> float:
     t0 = time.perf_counter()
@@ -23,14 +28,8 @@ def _time(fn) -> float:
 @torch.no_grad()
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
                      rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
-    from iattention.config import model_preset
-    from iattention.interop.hf import to_hf
-    from iattention.model.gpt import GPT
-
     shape = model_preset(preset)
     if prompt_len + new_tokens > shape.block_size:
-        from iattention.errors import UserError
-
         raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
                         f"ask for at most {shape.block_size - prompt_len} with --generate")
     prompt = torch.randint(0, shape.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))

@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from iattention.config import GPTConfig, OptimConfig
+from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
+from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
 from iattention.errors import UserError
+from iattention.interop.hf import hf_config
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
 from iattention.utils.hardware import allow_tf32, device_name
@@ -80,7 +82,8 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
     return Timing(statistics.median(rates), statistics.median(fwd_rates), rates, peak)
 
 
-def ours(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
+def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
+    """An iattention GPT of this shape and its loss function (x, y) -> loss, as `hf_reference` for transformers'."""
     model = GPT(cfg).to(device=device, dtype=dtype)
     fn = torch.compile(model, fullgraph=True) if compile else model
 
@@ -96,7 +99,6 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
         import transformers
     except ImportError:
         return None, None
-    from iattention.interop.hf import hf_config
 
     transformers.utils.logging.set_verbosity_error()
     hc = hf_config(cfg)
@@ -129,8 +131,6 @@ def bench_ratio(a_rounds: list[float], b_rounds: list[float]) -> dict:
 
 def bench_spec(preset: str) -> dict:
     """Model shape (the preset's model, vocabulary from its tokenizer) and the timed micro-batch."""
-    from iattention.config import load_config, model_preset
-
     model = model_preset(preset)
     shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
                                             "mlp_hidden")}
@@ -138,8 +138,6 @@ def bench_spec(preset: str) -> dict:
 
 
 def _row(label, attention, h, cfg, timing, n_params, peak) -> dict:
-    from iattention.bench.flops import executed_flops_per_token, nanogpt_flops_per_token
-
     flops = executed_flops_per_token(cfg)
     row = dict(model=label, attention=attention, n_head=h, params=n_params,
                train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
@@ -154,15 +152,13 @@ def _row(label, attention, h, cfg, timing, n_params, peak) -> dict:
 
 def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool) -> list:
     """(label, attention, heads, cfg, model, loss_fn, params) of every configuration to time."""
-    from iattention.config import GPTConfig
-
     entries = []
     for h in heads:
         base = GPTConfig(n_head=h, **spec["model"])
         for attention in attentions:
             cfg = base.replace(attention=attention)
             torch.manual_seed(0)
-            model, loss_fn = ours(cfg, dev, compile=compile)
+            model, loss_fn = iattention_model(cfg, dev, compile=compile)
             entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params()))
         if reference:
             cfg = base.replace(attention="standard")
@@ -201,7 +197,6 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
     if show_progress is None:
         show_progress = sys.stderr.isatty()
-    from iattention.bench.flops import device_peak_tflops
 
     spec = bench_spec(preset)
     if device == "cuda" and not torch.cuda.is_available():

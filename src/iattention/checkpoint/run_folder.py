@@ -23,6 +23,7 @@ import yaml
 
 from iattention.config.identity import config_mismatch, extends
 from iattention.config.load import config_from_dict
+from iattention.config.model import upgrade_config, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
 from iattention.utils.atomic import remove_stale_in, write_json, write_text
@@ -33,6 +34,12 @@ LAST, BEST, ARM, TOKENIZER, TENSORBOARD = "last.safetensors", "best.safetensors"
 # What every reader of summary.json relies on (key: accepted types).
 SUMMARY_SCHEMA = {"config": (dict,), "attention": (str,), "n_head": (int,), "seed": (int,),
                   "best_val_ppl": (int, float), "best_epoch": (int,), "epochs_run": (int,)}
+
+
+def _upgrade_override(text: str) -> str:
+    """A saved arm's KEY=VALUE override with a renamed key under its new name."""
+    key, eq, value = text.partition("=")
+    return f"{upgrade_override_key(key.strip())}{eq}{value}" if eq else text
 
 
 # What readers of each log rely on in every record (key: accepted types); extra keys are free.
@@ -88,7 +95,7 @@ class RunFolder:
         if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
             raise UserError(f"{path} is corrupt (a run config is a mapping of sections model:, data:, optim:, "
                             f"train:); {fix}")
-        return loaded
+        return upgrade_config(loaded)  # a run saved before a key was renamed reads under the new name
 
     def run_config(self) -> RunConfig:
         raw = self.read_config()
@@ -125,8 +132,9 @@ class RunFolder:
         """The finished run's summary; None when there is none yet."""
         if not self.has_summary():
             return None
-        return read_json_object(self / SUMMARY, "a run summary", "rerun that run (iattn sweep or "
-                                "iattn train --resume finishes it again)", SUMMARY_SCHEMA)
+        summary = read_json_object(self / SUMMARY, "a run summary", "rerun that run (iattn sweep or "
+                                   "iattn train --resume finishes it again)", SUMMARY_SCHEMA)
+        return {**summary, "config": upgrade_config(summary["config"])}
 
     def read_results(self) -> tuple[dict, list[dict]]:
         """(summary, metrics.jsonl records) of a finished run, the summary checked against the log it was
@@ -220,7 +228,7 @@ class RunFolder:
         if not all(isinstance(o, str) for o in arm["overrides"]):
             raise UserError(f"{self / ARM} is corrupt (overrides must be strings); rewrite it as "
                             '{"arm": NAME, "overrides": [...]}')
-        return arm
+        return {**arm, "overrides": [_upgrade_override(o) for o in arm["overrides"]]}
 
     def write_arm(self, arm: dict) -> None:
         write_json(self / ARM, arm)

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from iattention.config.model import GPTConfig
+from iattention.config.model import GPTConfig, upgrade_config
 from iattention.errors import UserError
 from iattention.model.gpt import available_memory
 from iattention.utils.atomic import write_with
@@ -94,6 +94,8 @@ def read_meta(path: str | Path) -> dict:
                         "checkpoint or retrain")
     if meta.get("format") != FORMAT:
         raise UserError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT}")
+    if "config" in meta:  # a checkpoint saved before a key was renamed reads under the new name
+        meta["config"] = upgrade_config(meta["config"])
     _check_meta(path, meta)
     return meta
 

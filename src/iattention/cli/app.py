@@ -67,9 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_registrars():
     """Each command module of this package adds its parsers here (imported when the parser is built)."""
-    from iattention.cli import bench, data, experiments, inspect, interop, lab, model, train
+    from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
+    from iattention.cli import eval as eval_command  # the module of `iattn eval` (not the builtin)
 
-    for module in (train, model, experiments, interop, bench, lab, inspect, data):
+    for module in (train, eval_command, generate, experiments, interop, bench, lab, inspect, data):
         yield module.register
 
 

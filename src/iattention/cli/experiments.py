@@ -187,6 +187,26 @@ def register(sub) -> None:
                         "on the pre-declared seeds alone")
     r.set_defaults(func=cmd_report)
 
+    k = sub.add_parser("conditioning", help="condition numbers of the fixed blocks and what canonicalizing costs "
+                                            "in float32/bfloat16",
+                       description="Conditioning study (docs/conversion.md): for a GPT-2-small-shaped model with "
+                                   "transformers' init and (--checkpoint) a model trained here, the condition "
+                                   "numbers of every head's key and output blocks (aligned and pivoted) and the "
+                                   "test perplexity before and after canonicalizing, in float32 and bfloat16. "
+                                   "Needs transformers and WikiText-2.")
+    k.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
+    k.add_argument("--data-dir", default=None, help="folder holding wikitext-2-v1 (default: the hub)")
+    k.add_argument("--gpt2-tokens", type=int_at_least(1), default=8192,
+                   help="WikiText-2 test tokens for the GPT-2-small model")
+    k.add_argument("--json", type=out_path, help="write the results here")
+    k.set_defaults(func=cmd_conditioning)
+
+
+def cmd_conditioning(args) -> None:
+    from iattention.experiments.conditioning import run  # lazy: torch and transformers, only for this command
+
+    run(args)
+
 
 def cmd_scales(args) -> None:
     import json

@@ -6,7 +6,7 @@ from iattention.cli.args import check_out_folder, out_path, utf8_text
 
 
 def cmd_inspect(args) -> None:
-    from iattention.lab.inspect import inspect_runs
+    from iattention.lab.trained_attention import inspect_runs
 
     check_out_folder(args.out)
     for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):
@@ -18,7 +18,7 @@ def register(sub) -> None:
                        description="For each run (run folder, checkpoint, converted or HF GPT-2 folder): its "
                                    "attention pattern on --prompt for every layer and head, and the singular "
                                    "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "
-                                   "iattention.model.inspect.run_with_cache(model, ids).")
+                                   "iattention.model.activations.run_with_cache(model, ids).")
     p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run)")
     p.add_argument("--prompt", required=True, type=utf8_text, help="text whose attention patterns are drawn")
     p.add_argument("--out", type=out_path, default="inspect",

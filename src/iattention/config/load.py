@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import types
 import typing
 from importlib import resources
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from iattention.config.model import GPTConfig
+from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.data.tokenizers import vocab_size_of
 from iattention.errors import UserError
@@ -50,9 +51,20 @@ def resolve_vocab(model: GPTConfig, tokenizer: str, vocab: int | None = None) ->
     return model
 
 
+def _renamed_note():
+    """note(old, new) for a user's own YAML or override: one line on stderr per renamed key (per call)."""
+    seen = set()
+
+    def note(old: str, new: str) -> None:
+        if old not in seen:
+            seen.add(old)
+            print(f"iattn: note: model.{old} is now model.{new}; read as model.{new}", file=sys.stderr)
+    return note
+
+
 def model_preset(name: str, **overrides) -> GPTConfig:
     """The model section of a preset; vocab_size 0 ("from the tokenizer") becomes the size its tokenizer names."""
-    cfg = _build(_merge(_preset_dict(name), {"model": overrides}))
+    cfg = _build(_merge(_preset_dict(name), {"model": upgrade_model_keys(overrides, _renamed_note())}))
     return resolve_vocab(cfg.model, cfg.data.tokenizer)
 
 
@@ -100,6 +112,7 @@ def _build(raw: dict) -> RunConfig:
     unknown = sorted(set(raw) - set(sections))
     if unknown:
         raise UserError(f"unknown config section(s) {unknown}; allowed: {sorted(sections)}")
+    raw = upgrade_config(raw)  # a saved run's old key names (the user's own get a note in load_config)
     built = {}
     for name, f in sections.items():
         cls = f.default_factory().__class__
@@ -118,14 +131,15 @@ def _build(raw: dict) -> RunConfig:
     return RunConfig(**built)
 
 
-def parse_override(text: str) -> dict:
-    """'optim.lr=1e-3' -> {'optim': {'lr': 0.001}}."""
+def parse_override(text: str, note=None) -> dict:
+    """'optim.lr=1e-3' -> {'optim': {'lr': 0.001}}; a renamed key under its new name (note(old, new) if given)."""
     if "=" not in text:
         raise UserError(f"override {text!r} is not KEY=VALUE; write e.g. optim.lr=1e-3")
     key, value = text.split("=", 1)
     parts = key.strip().split(".")
     if len(parts) != 2 or not all(parts):
         raise UserError(f"override key {key!r} must be SECTION.KEY, e.g. model.n_head=4")
+    parts = upgrade_override_key(".".join(parts), note).split(".")
     try:
         parsed = yaml.safe_load(value) if value.strip() else ""
     except yaml.YAMLError:
@@ -145,12 +159,13 @@ def read_yaml_mapping(path: str | Path, what: str, shape: str) -> dict:
 def load_config(preset: str | None = None, config_file: str | None = None, overrides: list[str] = (),
                 base: dict | None = None) -> RunConfig:
     """preset (or `base`, a saved run's config), then the YAML file, then KEY=VALUE overrides."""
-    raw: dict = _preset_dict(preset) if preset else dict(base or {})
+    note = _renamed_note()
+    raw: dict = _preset_dict(preset) if preset else dict(upgrade_config(base) or {})
     if config_file:
-        raw = _merge(raw, read_yaml_mapping(config_file, "config file",
-                                            "hold a mapping of sections (model:, data:, optim:, train:)"))
+        raw = _merge(raw, upgrade_config(read_yaml_mapping(config_file, "config file",
+                                         "hold a mapping of sections (model:, data:, optim:, train:)"), note))
     for o in overrides:
-        raw = _merge(raw, parse_override(o))
+        raw = _merge(raw, parse_override(o, note))
     cfg = _build(raw)
     source = cfg.train.init_from
     if source and source != ((base or {}).get("train") or {}).get("init_from"):

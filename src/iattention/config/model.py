@@ -10,6 +10,45 @@ from iattention.errors import UserError
 
 INITS = ("gpt2", "matched")
 CANONICAL_HALVES = ("both", "qk", "vo")
+# Model keys renamed since runs were first saved: old name -> new name. A saved run (config.yaml, summary.json,
+# checkpoint metadata, arm.json) is read under the new name silently; a user's YAML or override gets a note.
+RENAMED_MODEL_KEYS = {"canonical": "canonical_halves"}
+
+
+def upgrade_model_keys(model: dict, note=None) -> dict:
+    """A model section with every renamed key under its new name (a new dict; `model` is not changed).
+    note(old, new) is called for each old key found. Both names at once is a user error."""
+    if not isinstance(model, dict) or not any(old in model for old in RENAMED_MODEL_KEYS):
+        return model
+    out = dict(model)
+    for old, new in RENAMED_MODEL_KEYS.items():
+        if old in out:
+            if new in out:
+                raise UserError(f"model.{old} and model.{new} are both set; model.{old} is the old name of "
+                                f"model.{new}: keep only model.{new}")
+            if note is not None:
+                note(old, new)
+            out[new] = out.pop(old)
+    return out
+
+
+def upgrade_config(raw, note=None):
+    """A whole run config dict (model:, data:, ...) with its model section's renamed keys under their new
+    names; anything that is not such a dict is returned as it is (the readers check shapes)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
+        return raw
+    model = upgrade_model_keys(raw["model"], note)
+    return raw if model is raw["model"] else {**raw, "model": model}
+
+
+def upgrade_override_key(key: str, note=None) -> str:
+    """'model.canonical' -> 'model.canonical_halves' (an override's SECTION.KEY under its new name)."""
+    section, _, name = key.partition(".")
+    if section == "model" and name in RENAMED_MODEL_KEYS:
+        if note is not None:
+            note(name, RENAMED_MODEL_KEYS[name])
+        return f"model.{RENAMED_MODEL_KEYS[name]}"
+    return key
 
 
 @dataclass
@@ -18,7 +57,8 @@ class GPTConfig:
 
     attention: a registered variant (`variant_names()`: attention/registry.py; each class's module
         docstring says what it learns), e.g. "standard" or "canonical" (I-Attention).
-    canonical: which halves of a canonical head have their r x r block fixed to I.
+    canonical_halves: which halves of a canonical head have their r x r block fixed to I: "both", "qk" (the
+        query/key half: W_K's block) or "vo" (the value/output half: W_O's block). Saved runs call it `canonical`.
     init: "gpt2": N(0, 0.02) for every learned matrix entry (residual projections scaled), biases 0.
         "matched": draw the standard GPT-2 initialisation from the same RNG stream, then canonicalize
         it exactly (pivoted blocks), so a canonical model starts from the very function that a
@@ -40,7 +80,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True
     attention: str = "standard"
-    canonical: str = "both"
+    canonical_halves: str = "both"
     init: str = "gpt2"
     minimal_bias: bool = False
     vocab_pad_multiple: int = 64
@@ -63,10 +103,11 @@ class GPTConfig:
             )
         if self.attention not in ATTENTION_REGISTRY:
             raise UserError(f"unknown attention {self.attention!r}; choose one of {', '.join(variant_names())}")
-        if self.canonical not in CANONICAL_HALVES:
-            raise UserError(f"unknown canonical {self.canonical!r}; choose one of {', '.join(CANONICAL_HALVES)}")
-        if self.canonical != "both" and self.attention != "canonical":
-            raise UserError(f"model.canonical={self.canonical} only applies to attention=canonical (got "
+        if self.canonical_halves not in CANONICAL_HALVES:
+            raise UserError(f"unknown model.canonical_halves {self.canonical_halves!r}; choose one of "
+                            f"{', '.join(CANONICAL_HALVES)}")
+        if self.canonical_halves != "both" and self.attention != "canonical":
+            raise UserError(f"model.canonical_halves={self.canonical_halves} only applies to attention=canonical (got "
                             f"attention={self.attention}); drop it or set model.attention=canonical")
         if self.minimal_bias and (self.attention != "canonical" or not self.bias):
             raise UserError("model.minimal_bias=true applies to attention=canonical with bias=true; drop it or set "
@@ -103,6 +144,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
+        """A saved model section (old key names read under their new ones)."""
+        d = upgrade_model_keys(d)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

@@ -1,5 +1,6 @@
 """Conditioning study: how well-conditioned are the fixed blocks, and what does canonicalizing cost
-in float32 and bfloat16?  python -m iattention.experiments.conditioning --checkpoint RUN/best.safetensors
+in float32 and bfloat16?  iattn conditioning --checkpoint RUN/best.safetensors
+(`python -m iattention.experiments.conditioning` takes the same flags)
 
 For (a) a GPT-2-small-shaped model initialized the way `transformers` initializes GPT-2 and (b) a model
 trained by our pipeline, for blocks `aligned` and `pivoted`: the distribution of condition numbers over
@@ -16,10 +17,14 @@ import numpy as np
 import torch
 
 from iattention.data import DataConfig, load_data
+from iattention.errors import UserError
 from iattention.interop.convert import block_conditioning
+from iattention.interop.hf import from_hf
+from iattention.interop.load import load_model
 from iattention.symmetry.transforms import canonicalize
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import perplexity, split_nll
+from iattention.utils.atomic import write_json
 
 
 def _ppl(model, tokens, block, dtype) -> float:
@@ -49,17 +54,26 @@ def study(model, tokens, label: str, block_size: int) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `iattn conditioning` (and of `python -m iattention.experiments.conditioning`)."""
     p.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--gpt2-tokens", type=int, default=8192, help="WikiText-2 test tokens for the GPT-2-small model")
     p.add_argument("--json", help="write the results here")
-    args = p.parse_args(argv)
-    import transformers
 
-    from iattention.interop.hf import from_hf
-    from iattention.interop.load import load_model
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(p)
+    run(p.parse_args(argv))
+
+
+def run(args) -> None:
+    """The study, printed (and written to --json)."""
+    try:
+        import transformers  # lazy: heavy, and only this study needs transformers' own GPT-2 init
+    except ImportError:
+        raise UserError("iattn conditioning needs transformers: pip install transformers") from None
 
     transformers.utils.logging.set_verbosity_error()
     results = []
@@ -82,8 +96,6 @@ def main(argv=None) -> None:
                   f" | canonical ppl fp32 {b['canonical_ppl']['float32']:.3f} ({b['ppl_change']['float32']:+.4f})"
                   f"  bf16 {b['canonical_ppl']['bfloat16']:.3f} ({b['ppl_change']['bfloat16']:+.4f})")
     if args.json:
-        from iattention.utils.atomic import write_json
-
         write_json(args.json, results)
 
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iattention.checkpoint.run_folder import CONFIG, METRICS, SUMMARY, RunFolder
+from iattention.config import config_identity
 from iattention.errors import UserError
+from iattention.experiments.arms import override_key
 
 # Files a finished run keeps in git (checkpoints and TensorBoard events stay out).
 RUN_FILES = (CONFIG, SUMMARY, METRICS)
@@ -58,8 +60,6 @@ class Run:
 
 
 def _arm_of(folder: RunFolder, summary: dict) -> tuple[str, tuple[str, ...]]:
-    from iattention.experiments.arms import override_key
-
     meta = folder.read_arm()
     if meta is not None:
         return meta["arm"], tuple(sorted({override_key(o) for o in meta["overrides"]}))
@@ -106,15 +106,11 @@ def config_value(cfg: dict, dotted: str):
 
 
 def config_identity_json(cfg: dict) -> str:
-    from iattention.config import config_identity
-
     return json.dumps(config_identity(cfg), sort_keys=True)
 
 
 def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     """The config minus what a study varies (the arm's keys, heads, seed) and where/how fast it ran."""
-    from iattention.config import config_identity
-
     c = json.loads(json.dumps(config_identity(cfg)))
     drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}
     drop |= {tuple(k.split(".", 1)) for k in arm_keys}

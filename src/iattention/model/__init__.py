@@ -1,4 +1,4 @@
-"""The GPT model (`gpt.py`), sampling (`generate.py`) and activation caching (`inspect.py`)."""
+"""The GPT model (`gpt.py`), sampling (`generate.py`) and activation caching (`activations.py`)."""
 
 from iattention.model.gpt import GPT
 

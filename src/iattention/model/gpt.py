@@ -29,6 +29,7 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
+        # (B, T, d) -> c_fc (B, T, d_mlp) -> GELU -> c_proj (B, T, d)
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
 
 
@@ -41,8 +42,8 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0):
-        x = x + self.attn(self.ln_1(x), cache, layer)
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.attn(self.ln_1(x), cache, layer)  # (B, T, d)
+        return x + self.mlp(self.ln_2(x))  # (B, T, d)
 
 
 def available_memory(device: torch.device | None = None) -> int | None:
@@ -131,7 +132,8 @@ class GPT(nn.Module):
         (dropout masks, ...) matches a standard run with the same seed too.
         """
         torch.random.set_rng_state(rng_at_entry)
-        standard = GPT(self.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False))
+        standard = GPT(self.config.replace(attention="standard", canonical_halves="both", init="gpt2",
+                                           minimal_bias=False))
         rng_after = torch.random.get_rng_state()
         if self.config.attention == "canonical":
             canonicalize_into(standard, self, block="pivoted")
@@ -163,20 +165,20 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
         """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.
         With a KVCache, idx holds the positions after the cached ones (see model/generate.py)."""
-        B, T = idx.shape
+        B, T = idx.shape  # (B, T) token ids
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(past, past + T, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        pos = torch.arange(past, past + T, device=idx.device)  # (T,)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, d) + (T, d)
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, cache, layer)
-        logits = self.lm_head(self.transformer.ln_f(x))
+            x = block(x, cache, layer)  # (B, T, d)
+        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, padded_vocab_size)
         if self.config.padded_vocab_size != self.config.vocab_size:
-            logits = logits[..., : self.config.vocab_size]
+            logits = logits[..., : self.config.vocab_size]  # (B, T, vocab_size)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))  # (B*T, V) -> ()
         return logits, loss
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:

@@ -96,7 +96,7 @@ def canonicalize(model, block: str = "aligned", halves: str = "both", minimal: b
     """Return an equivalent `canonical` model whose fixed blocks are exactly the identity.
     minimal=True also folds b_V into b_O and drops b_K (model.minimal_bias): the fully reduced form."""
     minimal = minimal and model.config.bias
-    cfg = model.config.replace(attention="canonical", canonical=halves, init="gpt2", minimal_bias=minimal)
+    cfg = model.config.replace(attention="canonical", canonical_halves=halves, init="gpt2", minimal_bias=minimal)
     out = type(model)(cfg).to(_model_dtype(model))
     out.train(model.training)
     return canonicalize_into(model, out, block)
@@ -133,7 +133,7 @@ def canonicalize_into(model, out, block: str = "aligned"):
 def expand(model):
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     dtype = _model_dtype(model)
-    cfg = model.config.replace(attention="standard", canonical="both", init="gpt2", minimal_bias=False)
+    cfg = model.config.replace(attention="standard", canonical_halves="both", init="gpt2", minimal_bias=False)
     out = type(model)(cfg).to(dtype)
     out.train(model.training)
     return load_into(model, out)

@@ -52,13 +52,14 @@ def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: 
     return total[0].item(), int(total[1].item())
 
 
-def ppl(loss: float) -> float:
+def exp_loss(loss: float) -> float:
     """exp(loss), inf where that overflows a float (loss > ~709 nats: a diverged run, not an error here)."""
     return math.exp(loss) if loss < 709.0 else math.inf
 
 
 def perplexity(nll_sum: float, count: int) -> float:
-    return ppl(nll_sum / max(count, 1))
+    """Perplexity of a summed NLL over `count` tokens: exp_loss of the mean."""
+    return exp_loss(nll_sum / max(count, 1))
 
 
 def per_unit(nll_sum: float, text: ScoredText, scored: int | None = None) -> dict | None:
@@ -67,7 +68,7 @@ def per_unit(nll_sum: float, text: ScoredText, scored: int | None = None) -> dic
     `text` (`scored`, the number of tokens the NLL sums over, differs from text.tokens) or it is empty."""
     if text.words == 0 or text.bytes == 0 or scored is not None and scored != text.tokens:
         return None
-    return dict(word_ppl=ppl(nll_sum / text.words), byte_ppl=ppl(nll_sum / text.bytes),
+    return dict(word_ppl=exp_loss(nll_sum / text.words), byte_ppl=exp_loss(nll_sum / text.bytes),
                 bits_per_byte=nll_sum / text.bytes / math.log(2))
 
 

@@ -33,13 +33,13 @@ def load_initial_weights(model: GPT, source: str, cfg) -> dict:
         raise UserError(f"train.init_from={source} was trained with tokenizer {data['tokenizer']}, the run uses "
                         f"{cfg.data.tokenizer}; set data.tokenizer={data['tokenizer']}")
     target = want.attention
-    if target == have.attention and (target != "canonical" or want.canonical == have.canonical):
+    if target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
         moved = src
     elif target == "standard":
         moved = expand(src)
     elif target == "canonical":
         standard = src if have.attention == "standard" else expand(src)
-        moved = canonicalize(standard.double(), block="pivoted", halves=want.canonical)
+        moved = canonicalize(standard.double(), block="pivoted", halves=want.canonical_halves)
     else:
         raise UserError(f"model.attention={target} cannot start from a {have.attention} model: it is a smaller "
                         "function class; start from a model of the same variant, or train standard/canonical")

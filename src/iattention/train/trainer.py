@@ -28,7 +28,7 @@ from iattention.errors import UserError
 from iattention.model.gpt import GPT, check_fits_in_memory
 from iattention.train.checkpointer import Checkpointer
 from iattention.train.corpus import load_run_data
-from iattention.train.evaluate import ppl
+from iattention.train.evaluate import exp_loss
 from iattention.train.metrics import Metrics, Throughput
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.runtime import Runtime
@@ -164,7 +164,7 @@ class Trainer:
         train_loss = s.train_loss()
         return self.metrics.record(dict(
             kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
-            train_loss=train_loss, train_ppl=None if train_loss is None else ppl(train_loss), val_loss=val_loss,
+            train_loss=train_loss, train_ppl=None if train_loss is None else exp_loss(train_loss), val_loss=val_loss,
             val_ppl=val_ppl, val_word_ppl=self.validator.per_unit("valid", val_loss)["word_ppl"],
             tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0))
 
@@ -194,7 +194,7 @@ class Trainer:
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
-            best_val_loss=s.best_val_loss, best_val_ppl=ppl(s.best_val_loss), best_epoch=s.best_epoch,
+            best_val_loss=s.best_val_loss, best_val_ppl=exp_loss(s.best_val_loss), best_epoch=s.best_epoch,
             test_loss=test_loss, test_ppl=test_ppl, **self.validator.units(s.best_val_loss, test_loss),
             epochs_run=s.epoch, steps=s.step, stopped_early=s.stopped_early, skipped_batches=s.skipped,
             tokens_seen=s.tokens_seen, train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9),

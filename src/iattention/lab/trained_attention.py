@@ -1,7 +1,7 @@
 """`iattn inspect`: what trained attention does. For each run: its attention patterns on a prompt (every
 layer and head, one figure) and the singular values of every head's W_Q W_K^T and W_V W_O (the
 gauge-invariant quantities I-Attention parameterizes), runs side by side (spectra.png, spectra.md).
-Built on the model directly (`iattention.model.inspect.run_with_cache`), for every variant."""
+Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ import numpy as np
 import torch
 
 from iattention.errors import UserError
+from iattention.interop.load import load_run
+from iattention.model.activations import run_with_cache
+from iattention.symmetry.spectra import effective_rank, head_spectra
+from iattention.utils.atomic import write_text, write_with
 
 
 def _pyplot():
@@ -24,8 +28,6 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> Path:
-    from iattention.utils.atomic import write_with
-
     write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     _pyplot().close(fig)
     return path
@@ -109,8 +111,6 @@ def spectra_figure(names: list[str], spectra: list[list[dict]]):
 
 
 def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> str:
-    from iattention.symmetry.spectra import effective_rank
-
     lines = [f"# Head spectra (`iattn inspect`, prompt {prompt!r})", "",
              "Per layer, mean over heads: the largest singular value and the effective rank (participation "
              "ratio (Σs)²/Σs², between 1 and r) of each head's W_Q W_Kᵀ and W_V W_O. Gauge-invariant: a standard "
@@ -128,11 +128,6 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
                  notify=lambda line: print(line, file=sys.stderr)) -> list[Path]:
     """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
     `notify` says so."""
-    from iattention.interop.load import load_run
-    from iattention.model.inspect import run_with_cache
-    from iattention.symmetry.spectra import head_spectra
-    from iattention.utils.atomic import write_text
-
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
