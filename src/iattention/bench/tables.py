@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from iattention.bench.runner import NOISE_SPREAD
+from iattention.utils.atomic import write_text
 
 
 def _ratio(row: dict, key: str) -> str:
@@ -56,7 +57,6 @@ def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
 def replace_section(path: Path, marker: str, section: str) -> None:
     """Put `section` (starting with its `marker` line) into the markdown file at `path`, replacing the
     section with that marker, or appended; atomically."""
-    from iattention.utils.atomic import write_text
 
     text = path.read_text() if path.exists() else (
         "# Benchmarks\n\nProduced by `iattn bench`; each section is replaced when its benchmark is rerun. "

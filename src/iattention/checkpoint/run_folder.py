@@ -26,8 +26,9 @@ from iattention.config.load import config_from_dict
 from iattention.config.model import upgrade_config, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
-from iattention.utils.atomic import remove_stale_in, write_json, write_text
+from iattention.utils.atomic import remove_stale_in, temp_writer, write_json, write_text
 from iattention.utils.files import read_text, read_yaml
+from iattention.utils.lock import LOCK_NAME, RunLock
 
 CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
 LAST, BEST, ARM, TOKENIZER, TENSORBOARD = "last.safetensors", "best.safetensors", "arm.json", "tokenizer.json", "tb"
@@ -266,8 +267,6 @@ class RunFolder:
     def foreign(self) -> list[str]:
         """What an existing folder without config.yaml holds that a run does not write before its config:
         the names of someone else's files (empty for a new folder, or one a run was refused in)."""
-        from iattention.utils.atomic import temp_writer
-        from iattention.utils.lock import LOCK_NAME
 
         if not self.path.is_dir() or (self / CONFIG).exists():
             return []
@@ -287,7 +286,6 @@ class RunFolder:
         a saved tokenizer and our temp files go; anything else found there keeps the folder."""
         if (self / CONFIG).exists():
             return
-        from iattention.utils.lock import LOCK_NAME
 
         for name in (LOCK_NAME, TOKENIZER):
             (self / name).unlink(missing_ok=True)
@@ -298,6 +296,5 @@ class RunFolder:
             pass
 
     def lock(self):
-        from iattention.utils.lock import RunLock
 
         return RunLock(self.path).acquire()

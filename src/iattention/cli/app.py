@@ -8,15 +8,19 @@ import os
 import sys
 import threading
 
+from iattention import __version__
+from iattention.attention.registry import variant_names
+from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
+from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
+from iattention.config import default_heads, model_preset, preset_names
 from iattention.errors import Stopped, UserError
+from iattention.symmetry.counts import fully_reduced_count, param_count
+from iattention.utils.faults import fault_spec
 from iattention.utils.files import os_error_message
 
 
 def cmd_params(args) -> None:
-    from iattention.attention.registry import variant_names
-    from iattention.config import default_heads, model_preset
-    from iattention.symmetry.counts import fully_reduced_count, param_count
 
     shape = model_preset(args.preset)
     rows = []
@@ -42,8 +46,6 @@ def cmd_params(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from iattention import __version__
-    from iattention.config import preset_names
 
     p = Parser(prog="iattn", description=(
         "iattention: symmetry-reduced attention. Train and compare standard vs canonical "
@@ -67,8 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_registrars():
     """Each command module of this package adds its parsers here (imported when the parser is built)."""
-    from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
-    from iattention.cli import eval as eval_command  # the module of `iattn eval` (not the builtin)
 
     for module in (train, eval_command, generate, experiments, interop, bench, lab, inspect, data):
         yield module.register
@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     import signal
 
-    from iattention.utils.faults import fault_spec
 
     parser = build_parser()
     # KEY=VALUE overrides may stand anywhere, also after options (`--out X train.threads=1`): argparse

@@ -9,17 +9,19 @@ from pathlib import Path
 
 import torch
 
+from iattention.attention.registry import variant_names
+from iattention.bench.generation import generation_bench
 from iattention.bench.runner import bench_spec, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, str_list
+from iattention.config import preset_names
 from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
+from iattention.utils.atomic import write_json
 from iattention.utils.hardware import device_name
 
 
 def cmd_generation_bench(args) -> None:
-    from iattention.bench.generation import generation_bench
-    from iattention.utils.atomic import write_json
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -45,8 +47,6 @@ def cmd_generation_bench(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from iattention.attention.registry import variant_names
-    from iattention.utils.atomic import write_json
 
     args.attention = args.attention or list(variant_names())
     bad = [a for a in args.attention if a not in variant_names()]
@@ -75,7 +75,6 @@ def cmd_bench(args) -> None:
 
 
 def register(sub) -> None:
-    from iattention.config import preset_names
 
     p = sub.add_parser("bench", help="training/forward tokens/s, memory, FLOPs, MFU vs standard and HF GPT-2",
                        description="Benchmark every attention variant x head count in one process, with the "

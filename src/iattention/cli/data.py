@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from iattention.data.remember import config_file, forget_data_dir, remember_data_dir, remembered_data_dir
+from iattention.errors import UserError
+
 
 def cmd_data(args) -> None:
     import os
 
-    from iattention.data.remember import config_file, forget_data_dir, remember_data_dir, remembered_data_dir
 
     if args.action == "remember":
         if not args.folder:
-            from iattention.errors import UserError
 
             raise UserError("iattn data remember needs the folder: iattn data remember DIR")
         path = remember_data_dir(args.folder)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 
 from iattention.cli.args import add_data_flags, int_at_least
+from iattention.data import load_data
+from iattention.data.dataset import check_eval_split, scored_text, tokenizer_of
+from iattention.data.sources import data_dir_told, read_text_file
 from iattention.errors import UserError
+from iattention.interop.load import data_config_for, kept_tokenizer, load_any
+from iattention.train.distributed import DistContext
+from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
 
 def cmd_eval(args) -> None:
-    from iattention.data import load_data
-    from iattention.data.dataset import check_eval_split, scored_text, tokenizer_of
-    from iattention.data.sources import data_dir_told, read_text_file
-    from iattention.interop.load import data_config_for, kept_tokenizer, load_any
-    from iattention.train.distributed import DistContext
-    from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
     model, run_data, _ = load_any(args.checkpoint)
     block = args.block_size or model.config.block_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from iattention.attention.registry import variant_names
 from iattention.cli.args import (
     add_data_flags,
     check_heads,
@@ -17,15 +18,19 @@ from iattention.cli.args import (
     str_list,
     with_flags,
 )
+from iattention.config import preset_names, read_yaml_mapping
 from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
+from iattention.experiments.arms import BUILTIN_ARMS, check_overrides, resolve_arms
+from iattention.experiments.conditioning import run
+from iattention.experiments.scales import measure
+from iattention.experiments.sweep import grid, run_sweep
+from iattention.train import load_config
+from iattention.utils.atomic import write_text
 
 
 def _specs(args):
     """The grid: --arms (built-in or --arms-file names) or, the older form, --attention variants."""
-    from iattention.attention.registry import variant_names
-    from iattention.experiments.arms import check_overrides, resolve_arms
-    from iattention.experiments.sweep import grid
 
     if args.arms and args.attention:
         raise UserError("give --arms or --attention, not both (an attention variant is also a built-in arm)")
@@ -41,13 +46,11 @@ def _specs(args):
 
 
 def _check_heads(args):
-    from iattention.train import load_config
 
     check_heads(args.heads, load_config(args.preset, None, list(args.overrides)).model.n_embd, args.preset)
 
 
 def cmd_compare(args) -> None:
-    from iattention.experiments.sweep import run_sweep
 
     _check_heads(args)
     summaries = run_sweep(args.preset, _specs(args), args.out, list(args.overrides) + data_overrides(args),
@@ -75,13 +78,13 @@ def print_summary_table(summaries: list[dict], out) -> None:
 
 
 def cmd_report(args) -> None:
-    from iattention.experiments.report import write_report
 
     check_out_folder(args.out)
     added = read_added_seeds(args.added) if args.added else {}
     if args.declared and not os.path.isfile(args.declared):
         raise UserError(f"--declared {args.declared}: no such file; name the plan (e.g. results/STUDY/PLAN.md) that "
                         "declared the margin and family before the runs, or leave --declared out")
+    from iattention.experiments.report import write_report  # lazy: matplotlib, only for reports
     path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
                         added=added, family=args.family, declared=args.declared)
     print(f"wrote {path}")
@@ -89,8 +92,6 @@ def cmd_report(args) -> None:
 
 def read_added_seeds(path: str) -> dict:
     """A YAML mapping `arm: {heads: [seeds]}` of seeds added after a result (comments say which)."""
-    from iattention.config import read_yaml_mapping
-    from iattention.errors import UserError
 
     raw = read_yaml_mapping(path, "added-seeds file", "map arm names to {heads: [seeds]}, e.g. standard: {1: [3, 4]}")
     for arm, by_heads in raw.items():
@@ -104,8 +105,6 @@ def read_added_seeds(path: str) -> dict:
 
 
 def register(sub) -> None:
-    from iattention.config import preset_names
-    from iattention.experiments.arms import BUILTIN_ARMS
 
     def common(p, heads_default, seeds_default):
         p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
@@ -203,7 +202,6 @@ def register(sub) -> None:
 
 
 def cmd_conditioning(args) -> None:
-    from iattention.experiments.conditioning import run  # lazy: torch and transformers, only for this command
 
     run(args)
 
@@ -211,10 +209,6 @@ def cmd_conditioning(args) -> None:
 def cmd_scales(args) -> None:
     import json
 
-    from iattention.experiments.arms import check_overrides, resolve_arms
-    from iattention.experiments.scales import measure
-    from iattention.train import load_config
-    from iattention.utils.atomic import write_text
 
     if args.out:  # a markdown file: refused now if it is a folder or lies under a file, not after the steps
         if Path(args.out).is_dir():
@@ -257,7 +251,6 @@ def json_beside(markdown) -> Path:
 
 
 def cmd_sweep(args) -> None:
-    from iattention.experiments.sweep import run_sweep
 
     _check_heads(args)
     specs = _specs(args)

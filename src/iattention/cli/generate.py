@@ -7,7 +7,10 @@ import math
 import sys
 
 from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least, utf8_text
+from iattention.data.dataset import tokenizer_of
+from iattention.data.sources import data_dir_told
 from iattention.errors import UserError
+from iattention.interop.load import data_config_for, kept_tokenizer, load_any
 
 
 def _nonneg_float(text: str) -> float:
@@ -33,9 +36,6 @@ def _probability(text: str) -> float:
 def cmd_generate(args) -> None:
     import torch
 
-    from iattention.data.dataset import tokenizer_of
-    from iattention.data.sources import data_dir_told
-    from iattention.interop.load import data_config_for, kept_tokenizer, load_any
 
     model, data, _ = load_any(args.model)
     tok = kept_tokenizer(args.model, data, args.tokenizer) or tokenizer_of(

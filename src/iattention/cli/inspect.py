@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from iattention.cli.args import check_out_folder, out_path, utf8_text
+from iattention.lab.trained_attention import inspect_runs
 
 
 def cmd_inspect(args) -> None:
-    from iattention.lab.trained_attention import inspect_runs
 
     check_out_folder(args.out)
     for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):

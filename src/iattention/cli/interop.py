@@ -6,16 +6,19 @@ import sys
 
 import numpy as np
 
-from iattention.cli.args import add_data_flags, out_path
+from iattention.checkpoint.run_folder import RunFolder
+from iattention.cli.args import add_data_flags, check_out_folder, out_path
+from iattention.data.dataset import tokenizer_of
+from iattention.data.sources import data_dir_told
 from iattention.errors import UserError
+from iattention.interop.convert import DTYPES, TARGETS, convert, save_converted
+from iattention.interop.load import data_config_for, kept_tokenizer, load_any
+from iattention.symmetry.blocks import BLOCKS
 
 
 def cmd_convert(args) -> None:
     from pathlib import Path
 
-    from iattention.cli.args import check_out_folder
-    from iattention.interop.convert import convert, save_converted
-    from iattention.interop.load import load_any
 
     if Path(args.out).exists():  # before the minutes of loading and converting, not after them
         raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
@@ -23,9 +26,6 @@ def cmd_convert(args) -> None:
     src, data, _ = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
-        from iattention.data.dataset import tokenizer_of
-        from iattention.data.sources import data_dir_told
-        from iattention.interop.load import data_config_for, kept_tokenizer
 
         try:  # the run's own tokenizer.json when it keeps one (never one rebuilt from other data)
             tokenizer = kept_tokenizer(args.src, data) or tokenizer_of(
@@ -45,7 +45,6 @@ def cmd_convert(args) -> None:
     if args.to == "hf":
         import shlex
 
-        from iattention.checkpoint.run_folder import RunFolder
 
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
         card = dict(source=str(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
@@ -71,8 +70,6 @@ def cmd_convert(args) -> None:
 
 
 def register(sub) -> None:
-    from iattention.interop.convert import DTYPES, TARGETS
-    from iattention.symmetry.blocks import BLOCKS
 
     p = sub.add_parser("convert", help="exact conversion: HF GPT-2 / standard <-> canonical",
                        description="Read an HF GPT-2 folder or an iattention checkpoint and write it as a "

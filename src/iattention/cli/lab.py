@@ -6,7 +6,10 @@ import json
 import time
 from pathlib import Path
 
+from iattention import lab
 from iattention.cli.args import check_out_folder, int_at_least, out_path
+from iattention.lab.common import to_jsonable
+from iattention.utils.atomic import write_json
 
 EXPERIMENTS = ("copy", "subspace", "average", "single-head", "multi-head")
 
@@ -33,10 +36,7 @@ def _summary(name, r) -> str:
 
 
 def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
-    from iattention import lab
-    from iattention.lab import plots
-    from iattention.lab.common import to_jsonable
-    from iattention.utils.atomic import write_json
+    from iattention.lab import plots  # lazy: matplotlib, only when a figure is drawn
 
     runners = {
         "copy": (lambda: lab.run_copy(seed=seed), plots.plot_copy),

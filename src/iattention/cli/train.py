@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, out_path, with_flags
+from iattention.config import preset_names
 from iattention.errors import UserError
+from iattention.train import load_config, train
 
 
 def cmd_train(args) -> None:
-    from iattention.checkpoint.run_folder import RunFolder
-    from iattention.train import load_config, train
 
     overrides = list(args.overrides)
     saved = RunFolder(args.out).read_config() if args.resume else None
@@ -26,7 +27,6 @@ def cmd_train(args) -> None:
 
 
 def register(sub) -> None:
-    from iattention.config import preset_names
 
     p = sub.add_parser("train", help="train one model (a run folder with metrics, checkpoints, summary)",
                        description="Train a GPT with the chosen attention variant. Configuration: a preset, then "

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from iattention.data.config import DATASETS, SPLITS, WIKITEXT_RELEASES, DataConfig
+from iattention.data.remember import remembered_data_dir
 from iattention.errors import UserError
 from iattention.utils.files import read_bytes
 
@@ -14,7 +15,6 @@ from iattention.utils.files import read_bytes
 def data_dir(cfg: DataConfig) -> Path | None:
     """The data folder to read, first to last: data.data_dir (--data-dir), $IATTN_DATA_DIR, the folder the user
     remembered (`iattn data remember DIR`, see data/remember.py); None: download."""
-    from iattention.data.remember import remembered_data_dir
 
     d = cfg.data_dir or os.environ.get("IATTN_DATA_DIR", "") or remembered_data_dir()
     return Path(d).expanduser() if d else None

@@ -14,6 +14,7 @@ import numpy as np
 
 from iattention.data.cache import cache_root
 from iattention.data.config import DataConfig
+from iattention.data.sources import data_dir
 from iattention.errors import UserError
 from iattention.utils.atomic import write_text
 
@@ -84,7 +85,6 @@ def _gpt2(cfg: DataConfig) -> Tokenizer:
 
     local = cfg.tokenizer_file or os.environ.get("IATTN_TOKENIZER_FILE", "")
     if not local:
-        from iattention.data.sources import data_dir
 
         folder = data_dir(cfg)
         guess = folder / "tokenizers" / "r50k_base.tiktoken" if folder else None

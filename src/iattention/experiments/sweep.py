@@ -22,9 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.run_folder import TOKENIZER, RunFolder
+from iattention.config import GPTConfig, load_config, resolve_vocab
 from iattention.config.load import config_from_dict
+from iattention.data import DataConfig
+from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import resolved_data_dir
+from iattention.data.tokenizers import tokenizer_from_file
 from iattention.errors import Stopped, UserError
 from iattention.experiments.arms import Arm
 from iattention.utils.files import check_out_folder
@@ -51,7 +55,6 @@ def grid(arms: list[Arm], heads: list[int], seeds: list[int]) -> list[RunSpec]:
 
 
 def expected_config(spec: RunSpec, preset: str, overrides: list[str]) -> dict:
-    from iattention.config import load_config
 
     return json.loads(json.dumps(load_config(preset, None, spec.overrides() + list(overrides)).to_dict()))
 
@@ -68,9 +71,6 @@ def finished_mismatch(spec: RunSpec, folder: RunFolder, preset: str, overrides: 
 def _kept_vocab(folder: RunFolder, data: dict) -> int | None:
     """A finished bpe:N run keeps the tokenizer it trained with (tokenizer.json): its vocabulary is what
     model.vocab_size=0 resolved to, read without any data (a finished run needs none)."""
-    from iattention.checkpoint.run_folder import TOKENIZER
-    from iattention.config import GPTConfig, resolve_vocab
-    from iattention.data.tokenizers import tokenizer_from_file
 
     spec = str(data.get("tokenizer", ""))
     if not spec.startswith("bpe:") or not (folder.path / TOKENIZER).is_file():
@@ -83,9 +83,6 @@ def _kept_vocab(folder: RunFolder, data: dict) -> int | None:
 def _auto_vocab(data_json: str) -> int:
     """The vocabulary `model.vocab_size=0` resolves to for a data config: exact for gpt2 and byte; a bpe:N
     tokenizer is built (or read from the cache) from its train split, since it can hold fewer than N."""
-    from iattention.config import GPTConfig, resolve_vocab
-    from iattention.data import DataConfig
-    from iattention.data.dataset import tokenizer_of
 
     data = json.loads(data_json)
     built = tokenizer_of(DataConfig(**data)).vocab_size if str(data.get("tokenizer", "")).startswith("bpe:") else None

@@ -17,6 +17,8 @@ from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
+from iattention.interop.hf import to_hf
+from iattention.interop.load import DATA_SPEC_FILE
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
@@ -77,7 +79,6 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
         logits = out(x)[0].double()
         after = out.num_params()
     else:
-        from iattention.interop.hf import to_hf
 
         out = to_hf(src64).to(DTYPES[dtype])
         logits = out(x).logits.double()
@@ -97,7 +98,6 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
     token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
     beyond the model itself (source config, summary, command; interop/card.py)."""
-    from iattention.interop.load import DATA_SPEC_FILE
     out = Path(out)
     if out.exists():
         raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")

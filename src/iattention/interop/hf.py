@@ -19,6 +19,7 @@ from iattention.checkpoint.state import check_declared_size, check_finite
 from iattention.config import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
+from iattention.symmetry.transforms import expand
 
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -203,7 +204,6 @@ def hf_config(cfg: GPTConfig):
 @torch.no_grad()
 def to_hf(model: GPT):
     """Any iattention GPT -> transformers GPT2LMHeadModel with the same logits (canonical is expanded)."""
-    from iattention.symmetry.transforms import expand
 
     tf = _transformers()
     if model.config.attention != "standard":

@@ -8,7 +8,12 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
+from iattention.data import DataConfig
+from iattention.data.dataset import tokenizer_of
+from iattention.data.sources import data_dir_told
+from iattention.data.tokenizers import tokenizer_from_file
 from iattention.errors import UserError
+from iattention.interop.hf import from_hf
 from iattention.model.gpt import GPT
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
@@ -63,7 +68,6 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if is_hf_folder(path):
-        from iattention.interop.hf import from_hf
 
         return from_hf(path).eval(), _data_spec_beside(path) or dict(HF_DATA_SPEC), {"source": str(path)}
     model, meta = load_model(path)
@@ -91,7 +95,6 @@ def _check_beside(folder: Path, meta: dict) -> None:
 def data_config_for(data: dict | None, source: str, tokenizer: str | None = None, **paths):
     """The DataConfig to tokenize with: the model's own spec, `tokenizer` overriding its tokenizer,
     `paths` (data_dir, tokenizer_file) overriding where files are read."""
-    from iattention.data import DataConfig
 
     if data is None and tokenizer is None:
         raise UserError(f"{source} does not say which tokenizer it was trained with; pass --tokenizer "
@@ -105,7 +108,6 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
 def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = None):
     """The tokenizer a model folder keeps beside it, or None: a `bpe:N` run's tokenizer.json, or an exported
     HF folder's (the same BPE in transformers' form). With it, a model needs no train split to tokenize."""
-    from iattention.data.tokenizers import tokenizer_from_file
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
@@ -122,8 +124,6 @@ def load_run(path: str | Path, data_dir: str | None = None):
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
     rebuilt from its data spec; GPT-2's BPE for an HF folder). `data_dir` overrides where data files are
     read (default: $IATTN_DATA_DIR, else the folder the run recorded)."""
-    from iattention.data.dataset import tokenizer_of
-    from iattention.data.sources import data_dir_told
 
     model, data, _ = load_any(path)
     kept = kept_tokenizer(path, data)

@@ -17,6 +17,8 @@ from iattention.attention.cache import KVCache
 from iattention.attention.registry import build_attention
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
+from iattention.model.generate import generate
+from iattention.symmetry.counts import standard_param_count
 from iattention.symmetry.transforms import canonicalize_into, load_into
 
 
@@ -69,7 +71,6 @@ def memory_estimate(config: GPTConfig, batch_size: int = 0, cuda: bool = False) 
     (batch_size > 0) also the gradients, AdamW's two moments and the activations of one batch (per layer
     34 bytes per token and channel, as in Korthikanti et al. 2022 for half precision: a low estimate, so no
     run that fits is refused; the logits; on CPU one layer's attention scores)."""
-    from iattention.symmetry.counts import standard_param_count
 
     params = standard_param_count(config) + (config.padded_vocab_size - config.vocab_size) * config.n_embd
     need = {"weights": params * 4}
@@ -183,6 +184,5 @@ class GPT(nn.Module):
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
         """Append max_new_tokens sampled tokens to idx (B, T); see model/generate.py for the options."""
-        from iattention.model.generate import generate
 
         return generate(self, idx, max_new_tokens, **kwargs)
