@@ -94,6 +94,7 @@ def test_no_warmup_starts_at_the_peak():
 def test_a_run_no_longer_than_its_warmup_stays_at_the_peak_after_it():
     # total_steps <= warmup: nothing to decay over; after warmup the rate is the peak (no division by zero)
     assert lr_at(5, 5, 1.0, 5, 0.1) == 1.0
+    assert lr_at(6, 5, 1.0, 5, 0.1) == 1.0
     assert lr_at(9, 3, 1.0, 5, 0.1) == 1.0
     assert lr_at(2, 3, 1.0, 5, 0.1) == pytest.approx(3 / 5)
     # one decay step: the step after warmup is the peak, the next the floor

@@ -1,0 +1,1 @@
+"""Survivors of `make mutation` in symmetry turned into checks (tests/mutation/SCORES.md)."""
