@@ -91,6 +91,9 @@ def test_muon_settings_and_decay_of_its_blocks():
     on = build_optimizer(_model("standard"), OptimConfig(name="muon", weight_decay=0.2), "cpu")
     assert {g["weight_decay"] for g in on.muon.param_groups} == {0.2}
     assert opt.param_groups == opt.adamw.param_groups + opt.muon.param_groups
+    # AdamW's groups keep their decay and lr scale: embeddings decayed, biases and LayerNorms not
+    assert sorted((g["weight_decay"], g["lr_scale"], len(g["params"])) for g in opt.adamw.param_groups) == [
+        (0.0, 1.0, 10), (0.2, 1.0, 2)]
 
 
 def test_muon_skips_empty_blocks():
@@ -132,6 +135,8 @@ def test_muon_step_zero_grad_and_state_round_trip():
     twin.load_state_dict(model.state_dict())
     twin_opt = build_optimizer(twin, cfg, "cpu")
     twin_opt.load_state_dict(copy.deepcopy(sd))  # torch keeps the given tensors: no sharing with opt
+    assert set(twin_opt.adamw.state_dict()["state"]) == set(opt.adamw.state_dict()["state"])  # no stray entries
+    assert set(twin_opt.muon.state_dict()["state"]) == set(opt.muon.state_dict()["state"])
     for a, b in zip(opt.muon.state.values(), twin_opt.muon.state.values()):
         assert torch.equal(a["momentum_buffer"], b["momentum_buffer"])
     for a, b in zip(opt.adamw.state.values(), twin_opt.adamw.state.values()):
