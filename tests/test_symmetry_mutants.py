@@ -90,12 +90,17 @@ def test_effective_rank_by_hand():
     assert effective_rank(torch.tensor([1.0, 0.0, 0.0])).item() == pytest.approx(1.0)
     assert effective_rank(torch.tensor([2.0, 2.0, 2.0, 2.0])).item() == pytest.approx(4.0)
     assert effective_rank(torch.tensor([3.0, 1.0])).item() == pytest.approx(16 / 10)
+    assert effective_rank(torch.tensor([0.3, 0.1], dtype=torch.float64)).item() == pytest.approx(1.6)  # scale-free
     assert effective_rank(torch.zeros(3, dtype=torch.float64)).item() == 0.0  # no division by zero
     assert effective_rank(torch.tensor([[1.0, 1.0], [1.0, 0.0]])).tolist() == pytest.approx([2.0, 1.0])
 
 
 def test_balancedness_by_hand():
     model = make_model()
+    with torch.no_grad():  # non-zero biases, so the augmented rows count
+        for name, p in model.named_parameters():
+            if ".attn." in name and p.dim() == 1:
+                p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(len(name)))
     got = balancedness(model)
     for layer, attn in enumerate(model.attention_layers):
         hw = attn.to_heads().to(torch.float64)
