@@ -11,7 +11,7 @@ DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
 # from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP ?= torch==2.13.0
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean mutation
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,16 @@ demo: setup
 test: setup
 	$(BIN)/ruff check src tests
 	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest
+
+# Mutation testing of the core ([tool.mutmut] in pyproject.toml; scores in tests/mutation/SCORES.md).
+# Slow (thousands of mutants), so not part of `make test` or CI. One module at a time:
+#   make mutation MUTANTS='iattention.train.schedule*'     (default: every configured module)
+# Niced, one child: the tests of each mutant run in seconds, the whole core takes hours on 2 cores.
+MUTANTS ?=
+MUTMUT_CHILDREN ?= 1
+mutation: setup
+	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) $(MUTANTS)
+	$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation/summarize.py
 
 clean:
 	rm -rf $(VENV) runs
