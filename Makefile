@@ -40,6 +40,7 @@ test: setup
 MUTANTS ?=
 MUTMUT_CHILDREN ?= 1
 mutation: setup
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install -q -e ".[mutation]"
 	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) $(MUTANTS)
 	$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation/summarize.py
 
