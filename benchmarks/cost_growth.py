@@ -138,6 +138,7 @@ def figure(rows: list[dict], path: Path) -> None:
             axes[row, col].set_xticks(list(xs), [str(x) for x in xs])
             axes[row, col].set_xlabel(label)
             axes[row, col].grid(alpha=0.3)
+            axes[row, col].set_ylim(bottom=0)
         axes[0, col].set_ylabel("training tokens/s")
         axes[1, col].set_ylabel("peak memory added by training (MB)")
         axes[0, col].legend(fontsize=7)
