@@ -1,5 +1,7 @@
 """User-facing errors: the CLI prints them as one line and exits with code 2."""
 
+import signal
+
 
 class UserError(Exception):
     """A mistake in the user's input: message names the problem and the fix."""
@@ -15,8 +17,6 @@ class Stopped(BaseException):
     swallows it."""
 
     def __init__(self, signum: int):
-        import signal
-
         super().__init__(signum)
         self.signum = signum
         self.name = signal.Signals(signum).name

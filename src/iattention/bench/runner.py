@@ -96,7 +96,7 @@ def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool 
 def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
     """transformers GPT2LMHeadModel of the same shape (SDPA attention), or None if not installed."""
     try:
-        import transformers
+        import transformers  # lazy: heavy, optional, and only the HF reference needs it
     except ImportError:
         return None, None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 
@@ -86,8 +87,6 @@ def _one_line(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """The `iattn` command. As the program itself (argv None), a closed stdout pipe ends it quietly (exit 141,
     as `yes | head` does) and a second Ctrl-C while it exits cannot interrupt clean-up or atexit handlers."""
-    import signal
-
     as_program = argv is None
     try:
         code = _main(argv)
@@ -108,9 +107,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    import signal
-
-
     parser = build_parser()
     # KEY=VALUE overrides may stand anywhere, also after options (`--out X train.threads=1`): argparse
     # takes the positional ones before the first option and leaves the rest over, which are collected here.

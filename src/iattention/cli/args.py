@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from pathlib import Path
 
 from iattention.errors import UserError
 
@@ -64,8 +66,6 @@ def out_path(text: str) -> str:
 def check_out_folder(path, flag: str = "--out") -> None:
     """Before any work: refuse an output folder that is a file or lies under one (else the error would come
     only when the first result is written, after the work)."""
-    from pathlib import Path
-
     path = Path(path).absolute()
     for p in (path, *path.parents):
         if p.exists():
@@ -119,8 +119,6 @@ def add_data_flags(p) -> None:
 def with_flags(cfg, args):
     """The run config with what --data-dir, --tokenizer-file and --init-from say, set on a copy (the values as
     given, made absolute; no round trip through override strings)."""
-    import dataclasses
-
     data = {k: os.path.abspath(v) for k in ("data_dir", "tokenizer_file") if (v := getattr(args, k, None))}
     train = {"init_from": os.path.abspath(args.init_from)} if getattr(args, "init_from", None) else {}
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data),

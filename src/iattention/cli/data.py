@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 from iattention.data.remember import config_file, forget_data_dir, remember_data_dir, remembered_data_dir
 from iattention.errors import UserError
 
 
 def cmd_data(args) -> None:
-    import os
-
-
     if args.action == "remember":
         if not args.folder:
 

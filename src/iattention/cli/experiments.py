@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -207,9 +208,6 @@ def cmd_conditioning(args) -> None:
 
 
 def cmd_scales(args) -> None:
-    import json
-
-
     if args.out:  # a markdown file: refused now if it is a folder or lies under a file, not after the steps
         if Path(args.out).is_dir():
             raise UserError(f"--out {args.out} is a folder; give a file name for the markdown table")

@@ -6,6 +6,8 @@ import argparse
 import math
 import sys
 
+import torch
+
 from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least, utf8_text
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
@@ -34,9 +36,6 @@ def _probability(text: str) -> float:
 
 
 def cmd_generate(args) -> None:
-    import torch
-
-
     model, data, _ = load_any(args.model)
     tok = kept_tokenizer(args.model, data, args.tokenizer) or tokenizer_of(
         data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),

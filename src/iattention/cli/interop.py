@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -17,9 +19,6 @@ from iattention.symmetry.blocks import BLOCKS
 
 
 def cmd_convert(args) -> None:
-    from pathlib import Path
-
-
     if Path(args.out).exists():  # before the minutes of loading and converting, not after them
         raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
     check_out_folder(args.out)
@@ -43,9 +42,6 @@ def cmd_convert(args) -> None:
     model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
     card = None
     if args.to == "hf":
-        import shlex
-
-
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
         card = dict(source=str(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
                     command=shlex.join(["iattn", *sys.argv[1:]]) if sys.argv[1:2] == ["convert"] else

@@ -11,6 +11,7 @@ tokenizer-free metrics (per word, per byte) that compare models across tokenizer
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -69,8 +70,6 @@ def check_eval_split(tokens: np.ndarray, split: str, block_size: int, fix: str) 
 
 def fingerprint(tokens: np.ndarray) -> str:
     """sha256 of a token stream (as int64, whatever dtype the cache holds it in)."""
-    import hashlib
-
     return hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 

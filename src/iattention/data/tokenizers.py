@@ -79,7 +79,7 @@ def _sha256_file(path: Path) -> str:
 
 
 def _gpt2(cfg: DataConfig) -> Tokenizer:
-    import tiktoken
+    import tiktoken  # lazy: only the tokenizer a run asks for is imported
     from tiktoken.load import load_tiktoken_bpe
     from tiktoken_ext.openai_public import r50k_pat_str
 
@@ -132,7 +132,7 @@ def _training_pieces(text: str):
 
 def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
     """Byte-level BPE trained on the train split; cached by (train text hash, size)."""
-    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import Tokenizer as HFTokenizer  # lazy: only the tokenizer a run asks for is imported
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
@@ -180,7 +180,7 @@ def load_tokenizer(cfg: DataConfig, train_text: str | None = None) -> Tokenizer:
 
 def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
     """A bpe:N tokenizer from the tokenizer.json a run folder keeps (no train text needed)."""
-    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import Tokenizer as HFTokenizer  # lazy: only the tokenizer a run asks for is imported
 
     path = Path(path)
     try:

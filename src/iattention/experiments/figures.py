@@ -25,7 +25,7 @@ COLORS = {"standard": "tab:blue", "canonical": "tab:orange", "identity_q": "tab:
           "identity_ko": "tab:purple"}
 
 def arm_colors(arms: list[str]) -> dict:
-    import matplotlib.colors as mcolors
+    import matplotlib.colors as mcolors  # lazy: matplotlib, only when a figure is drawn
 
     used = {mcolors.to_hex(c) for c in COLORS.values()}
     spare = [c for c in map(mcolors.to_hex, matplotlib.colormaps["tab20"].colors) if c not in used]

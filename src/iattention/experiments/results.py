@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,6 @@ class Run:
     def tokens_to_reach(self, target_ppl: float) -> float | None:
         """Training tokens until validation perplexity first reached `target_ppl`, interpolated linearly
         in log perplexity between the two evaluations around the crossing; None if it never did."""
-        import math
-
         per_step = self.tokens_per_step()
         prev = None
         for rec in self.evals:

@@ -17,7 +17,9 @@ from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
-from iattention.interop.hf import to_hf
+from iattention.interop.card import model_card
+from iattention.interop.hf import add_eos_row, to_hf
+from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
@@ -113,15 +115,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if to == "hf":
             eos = None
             if tokenizer is not None:
-                from iattention.interop.hf import add_eos_row
-                from iattention.interop.hf_tokenizer import save_hf_tokenizer
-
                 eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=model.config.n_positions)
                 add_eos_row(model, eos)
             model.save_pretrained(str(tmp), safe_serialization=True)
             if card is not None:
-                from iattention.interop.card import model_card
-
                 text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,
                                   params_ours=report.params_before, max_abs_logit_diff=report.max_abs_logit_diff,
                                   params_exported=sum(p.numel() for p in model.parameters()))

@@ -26,7 +26,7 @@ _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c
 
 def _transformers():
     try:
-        import transformers
+        import transformers  # lazy: heavy and optional (iattention[hf]), only for HF import/export
     except ImportError:
         raise UserError("this needs Hugging Face transformers; install it with pip install 'iattention[hf]'") \
             from None

@@ -21,6 +21,9 @@ every transformers since 4.x knows (5.x writes `TokenizersBackend`, which 4.x ca
 
 from __future__ import annotations
 
+import base64
+import json
+import tempfile
 from pathlib import Path
 
 from iattention.data.tokenizers import Tokenizer
@@ -28,6 +31,7 @@ from iattention.errors import UserError
 
 
 def _byte_tokenizer():
+    # lazy: tokenizers/transformers are heavy and needed only when a tokenizer is exported
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers
     from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2 byte <-> unicode table
@@ -41,10 +45,7 @@ def _byte_tokenizer():
 
 def _gpt2_tokenizer(encoding):
     """A `tokenizers` GPT-2 BPE from a tiktoken Encoding, through transformers' TikTokenConverter."""
-    import base64
-    import tempfile
-
-    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from transformers.convert_slow_tokenizer import TikTokenConverter  # lazy: heavy, only for an export
 
     ranks = sorted(encoding._mergeable_ranks.items(), key=lambda kv: kv[1])
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,10 +64,8 @@ _CONFIG_KEYS = ("bos_token", "eos_token", "unk_token", "model_max_length")
 def save_hf_tokenizer(tok: Tokenizer, folder: str | Path, model_max_length: int | None = None) -> int:
     """Write `tok` as tokenizer.json + tokenizer_config.json; returns the id of its end-of-text token
     (50256 for gpt2; the added `<|endoftext|>` = the tokenizer's own size for bpe:N and byte)."""
-    import json
-
     try:
-        from transformers import PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast  # lazy: heavy and optional (iattention[hf])
     except ImportError:
         raise UserError("exporting the tokenizer needs transformers; pip install 'iattention[hf]'") from None
     if tok.name == "gpt2":
@@ -92,8 +91,6 @@ def _merges_as_strings(path: Path) -> None:
     ship (0.19) read only the older "a b" strings, and fail with "data did not match any variant of untagged
     enum ModelWrapper". Every tokenizers version reads the strings, and they are exact for byte-level BPE,
     whose tokens never hold a space (it is Ġ there), so the export writes those."""
-    import json
-
     data = json.loads(path.read_text(encoding="utf-8"))
     model = data.get("model") or {}
     merges = model.get("merges")

@@ -19,7 +19,7 @@ from iattention.utils.atomic import write_text, write_with
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # lazy: heavy, only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -79,7 +79,7 @@ def head_colors(n_head: int) -> list:
 def spectra_figure(names: list[str], spectra: list[list[dict]]):
     """Per run a column: the singular values of every head's W_Q W_K^T (top) and W_V W_O (bottom). Colour
     = head (a qualitative palette, so neighbouring heads differ), line style = layer."""
-    import matplotlib.ticker
+    import matplotlib.ticker  # lazy: matplotlib, only when a figure is drawn
 
     plt = _pyplot()
     fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 7), squeeze=False, sharey="row")

@@ -35,8 +35,6 @@ def check_regular(path: Path, what: str, fix: str) -> None:
 def check_out_folder(path: str | Path, data_dir: str | Path | None = None, flag: str = "--out") -> None:
     """Refuse an output folder we must never write into: the file system root, the home folder, the data
     folder; and a path whose symlinks lead nowhere (a loop, a missing target)."""
-    import os
-
     path = Path(path)
     try:
         os.stat(path)
