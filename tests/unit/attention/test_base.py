@@ -23,6 +23,7 @@ def test_causality(attention, heads):
     assert not torch.allclose(a[:, 10:], b[:, 10:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", VARIANTS)
 def test_each_variant_learns_a_synthetic_task(attention):
     """Copy task: predict the token seen 4 positions back. Loss must fall well below its start."""

@@ -16,6 +16,7 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
 def test_canonical_blocks_are_identity_and_get_no_gradient(heads, halves):
@@ -72,6 +73,7 @@ def test_canonical_one_head_uses_no_key_or_output_gemm(blocks):
     assert gemm_params == ["W_Q", "W_V"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("heads", [1, 4])
 def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):

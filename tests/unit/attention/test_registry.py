@@ -334,6 +334,7 @@ def unnamed_variants() -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 @pytest.mark.parametrize("name", variant_names())
 def test_contract(name, check):
@@ -354,6 +355,7 @@ def test_the_contract_catches_a_variant_whose_to_heads_doubles_w_v(monkeypatch):
         run_contract(DoubledV.variant)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [StandardCopy, NoKeyBias], ids=lambda c: c.variant)
 def test_a_correct_extra_variant_passes_the_contract(monkeypatch, cls):
     monkeypatch.setitem(ATTENTION_REGISTRY, cls.variant, cls)

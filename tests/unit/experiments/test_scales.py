@@ -16,6 +16,7 @@ def _model(attention="canonical", heads=2, init="gpt2"):
                          init=init))
 
 
+@pytest.mark.slow
 def test_scales_reports_sizes_steps_and_the_decay_each_group_really_gets(tmp_path):
     """`iattn scales`' numbers: step-0 RMS of each attention map, one AdamW step's change relative to it,
     and the weight decay / lr multiplier the optimizer applies (standard: decayed; nowd: none)."""

@@ -14,6 +14,7 @@ def corpus(tmp_path_factory):
     return dict(root=root, ov=tiny_overrides(paths, root / "cache", **{"train.epochs": 1}))
 
 
+@pytest.mark.slow
 def test_a_sweep_skips_a_run_another_sweep_took_between_look_and_start(corpus, tmp_path, monkeypatch):
     """Before: two `sweep --jobs 2` on one folder both exited 2 ("in use"): a run looked free, then the other
     sweep's child took its lock before this one's did. The lost race is simulated: the look says free, the

@@ -30,6 +30,7 @@ def _x():
     return torch.randint(0, 211, (3, 24), generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("block", ["aligned", "pivoted"])
 def test_round_trips_float64(shape, block):

@@ -9,6 +9,7 @@ from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import UserError
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", variant_names())
 @pytest.mark.parametrize("heads", [1, 2])
 def test_compiled_matches_eager(attention, heads):
@@ -26,6 +27,7 @@ def test_compiled_matches_eager(attention, heads):
 SHAPE = dict(n_layer=2, n_embd=64, vocab_size=300, block_size=32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 2, 8])
 @pytest.mark.parametrize("halves", ["both", "qk"])
 def test_matched_init_starts_from_the_standard_function(heads, halves):

@@ -12,6 +12,7 @@ from iattention.symmetry import (
 VARIANTS = variant_names()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,heads,layers,bias", [(48, 3, 2, True), (64, 1, 3, False), (96, 4, 1, True),
                                                  (50, 5, 2, False), (768, 12, 12, True)])
 @pytest.mark.parametrize("attention", VARIANTS)

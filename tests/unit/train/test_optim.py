@@ -105,6 +105,7 @@ def test_muon_first_step_is_orthogonal_per_head_block(attention):
         assert 0.7 < s.median() < 1.3 and s.max() < 1.5, (tuple(view.shape), s)
 
 
+@pytest.mark.slow
 def test_muon_state_survives_a_checkpoint(tmp_path):
     """Save after two steps, load into a fresh model and optimizer: the next step is identical."""
     from iattention.checkpoint.state import load_optimizer_state, load_tensors, read_meta, save_checkpoint
