@@ -174,6 +174,7 @@ def test_the_checker_sees_lazy_relative_and_by_name_imports(tmp_path):
     assert edges["iattention.x"] == {"iattention.low"}
 
 
+@pytest.mark.slow
 def test_a_toy_variant_needs_no_other_file(monkeypatch):
     from iattention import GPT, GPTConfig
     from iattention.attention.registry import ATTENTION_REGISTRY, variant_names

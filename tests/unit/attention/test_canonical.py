@@ -109,6 +109,7 @@ def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):
             assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 4])
 def test_canonical_builds_its_weights_once_per_generation(heads, monkeypatch):
     """Inside `frozen_weights` (generation) canonical assembles its full matrices once, not per decoding

@@ -363,6 +363,7 @@ def test_a_correct_extra_variant_passes_the_contract(monkeypatch, cls):
     run_contract(cls.variant)
 
 
+@pytest.mark.slow
 def test_the_architecture_tests_toy_variant_keeps_the_contract(monkeypatch):
     """tests/test_architecture.py's toy (W_K = W_Q, b_K = b_Q): its tied b_K is not redundant, only b_V."""
     from test_architecture import _toy_class

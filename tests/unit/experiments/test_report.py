@@ -70,6 +70,7 @@ def test_report_table_intervals_and_figures(tmp_path, config):
         assert f"]({png})" in report
 
 
+@pytest.mark.slow
 def test_report_merges_folders_once_and_refuses_mixed_studies(tmp_path, config):
     _study(tmp_path / "a", config)
     half = tmp_path / "b"  # the same runs copied into a second folder are merged once
@@ -221,6 +222,7 @@ def test_report_holm_family_size_counts_only_rows_with_a_test(tmp_path, config):
     assert adjusted == raw and holm([float(raw), float("nan")])[0] == float(raw)
 
 
+@pytest.mark.slow
 def test_report_holm_family_is_the_declared_arms(tmp_path, config):
     """With --family, only the named arms' rows are Holm-adjusted; the others are exploratory."""
     for seed, shift in enumerate((0.0, 10.0, 20.0)):
@@ -245,6 +247,7 @@ def test_report_holm_family_is_the_declared_arms(tmp_path, config):
     assert raw == adjusted  # exploratory: left unadjusted
 
 
+@pytest.mark.slow
 def test_report_plots_loss_per_step_when_runs_kept_their_steps(tmp_path, config):
     _study(tmp_path / "a", config)
     assert "loss_vs_step.png" not in write_report([tmp_path / "a"], tmp_path / "o1").read_text()
@@ -256,6 +259,7 @@ def test_report_plots_loss_per_step_when_runs_kept_their_steps(tmp_path, config)
     assert (tmp_path / "o2" / "loss_vs_step.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_report_calls_the_margin_declared_only_when_a_plan_declares_it(tmp_path, config):
     """Default margin: "not declared in advance"; --margin alone: given, not shown declared; --declared
     PLAN: declared there. The forest plot of the comparisons is written and linked."""

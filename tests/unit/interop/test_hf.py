@@ -45,6 +45,7 @@ def test_round_trips_float64(shape, block):
     assert (to_hf(canon)(_x()).logits - ref).abs().max().item() <= 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_round_trips_float32(shape):
     hf = _hf(dtype=torch.float32, **shape)

@@ -85,6 +85,7 @@ def test_muon_takes_each_hidden_matrix_in_per_head_blocks_and_adamw_the_rest(att
             assert torch.equal(cover[id(p)], torch.ones_like(p)), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["standard", "canonical"])
 def test_muon_first_step_is_orthogonal_per_head_block(attention):
     """With no weight decay, Muon's first update of each block is lr' times a near-orthogonal matrix (the
