@@ -36,7 +36,7 @@ test: setup
 
 # The unit layer without the tests marked slow: the quick loop while editing (CI runs `make test`).
 test-fast: setup
-	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/unit -m "not slow" -q
+	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/unit -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs
