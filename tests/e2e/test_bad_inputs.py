@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.bad_inputs (moved from tests/test_bad_inputs.py)."""
+"""End-to-end tests: bad_inputs (moved from tests/test_bad_inputs.py)."""
 
 import os
 import shutil
@@ -206,6 +206,7 @@ def test_bad_input(env, name, capsys):
     assert sorted(os.listdir(env["root"])) == before  # no partial output
 
 
+@pytest.mark.slow
 def test_unwritable_output_folder(env, capsys):
     if not env["locked"]:
         pytest.skip("cannot make a folder unwritable here (no chattr, running as root)")
@@ -214,6 +215,7 @@ def test_unwritable_output_folder(env, capsys):
     assert code == 2 and len(err) == 1 and "not writable" in err[0]
 
 
+@pytest.mark.slow
 def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch, capsys):
     import errno
 
@@ -240,6 +242,7 @@ def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch
     shutil.rmtree(out)
 
 
+@pytest.mark.slow
 def test_disk_full_while_writing_the_lock_is_one_line_and_no_folder(env, monkeypatch, capsys):
     import errno
 
@@ -255,6 +258,7 @@ def test_disk_full_while_writing_the_lock_is_one_line_and_no_folder(env, monkeyp
     assert not (env["root"] / "lockfull").exists()
 
 
+@pytest.mark.slow
 def test_the_lock_is_held_while_the_data_loads(env, monkeypatch, tmp_path):
     """A second sweep must see a run that is still loading its data as in use (and skip it), so the
     trainer takes the lock before loading: checked from inside the data loading."""
@@ -273,6 +277,7 @@ def test_the_lock_is_held_while_the_data_loads(env, monkeypatch, tmp_path):
     assert seen == [str(os.getpid())]
 
 
+@pytest.mark.slow
 def test_temps_of_a_killed_writer_are_removed_at_the_next_write_and_a_live_one_is_kept(env, tmp_path, capsys):
     """A SIGKILLed `report` leaves `.NAME.iattn-PID.xxxx.tmp` figures, a killed `convert` a `.NAME.iattn-PID.xxxx.conv`
     folder: the next report / convert of the same target removes them when PID is gone, keeps them if not."""

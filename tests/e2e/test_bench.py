@@ -1,12 +1,14 @@
-"""End-to-end tests: e2e.bench (moved from tests/test_bench.py)."""
+"""End-to-end tests: bench (moved from tests/test_bench.py)."""
 
 import json
 
+import pytest
 import torch
 
 from iattention.cli import main
 
 
+@pytest.mark.slow
 def test_bench_tiny_writes_json(tmp_path, capsys):
     out = tmp_path / "b.json"
     md = tmp_path / "B.md"
@@ -37,6 +39,7 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
     assert md.read_text().count("<!-- bench:cpu:tiny:eager -->") == 1  # the section is replaced, not added
 
 
+@pytest.mark.slow
 def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys):
     out, md = tmp_path / "g.json", tmp_path / "B.md"
     assert main(["bench", "--generate", "4", "--preset", "tiny", "--heads", "2", "--attention", "canonical",

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.cli (moved from tests/test_cli.py)."""
+"""End-to-end tests: cli (moved from tests/test_cli.py)."""
 
 from pathlib import Path
 
@@ -35,6 +35,7 @@ def test_readme_python_api_block_runs_and_says_what_its_comments_say(capsys):
             assert torch.allclose(m.eval()(x)[0], ref, rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_usage_errors_of_subcommands_have_the_documented_prefix(capsys):
     with pytest.raises(SystemExit) as e:
         main(["generate", "some/model", "--prompt", "x", "--temperature", "abc"])
@@ -43,6 +44,7 @@ def test_usage_errors_of_subcommands_have_the_documented_prefix(capsys):
     assert len(err) == 1 and err[0].startswith("iattn: error: argument --temperature")
 
 
+@pytest.mark.slow
 def test_generate_help_shows_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
@@ -57,6 +59,7 @@ def test_scales_measures_the_presets_own_head_count(tmp_path, capsys):
     assert lines and all("h=2 " in x for x in lines)  # tiny has n_head 2 (not the old fixed 1 and 8)
 
 
+@pytest.mark.slow
 def test_sweep_ends_with_the_table_compare_prints(tmp_path, capsys):
     ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
     out = str(tmp_path / "sw")

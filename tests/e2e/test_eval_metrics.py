@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.eval_metrics (moved from tests/test_eval_metrics.py)."""
+"""End-to-end tests: eval_metrics (moved from tests/test_eval_metrics.py)."""
 
 import json
 import math
@@ -48,6 +48,7 @@ def _eval(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_decode_bytes_is_exact_even_where_a_cut_splits_a_character(tmp_path):
     from tokenizers import pre_tokenizers
 
@@ -61,6 +62,7 @@ def test_decode_bytes_is_exact_even_where_a_cut_splits_a_character(tmp_path):
             assert tok.decode_bytes(ids[:k]) + tok.decode_bytes(ids[k:]) == UNICODE.encode(), (name, k)
 
 
+@pytest.mark.slow
 def test_word_perplexity_is_token_perplexity_to_the_tokens_per_word(tmp_path, capsys):
     """The identity word_ppl = ppl ** (tokens scored / words) in summary.json, metrics.jsonl and
     `iattn eval RUN --split valid --json` (the run's best checkpoint), with counts from the raw text."""
@@ -85,6 +87,7 @@ def test_word_perplexity_is_token_perplexity_to_the_tokens_per_word(tmp_path, ca
     assert out["bits_per_byte"] == pytest.approx(out["loss"] * out["tokens"] / out["bytes"] / math.log(2), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_eval_word_perplexity_matches_cross_entropy_on_the_models_logits(tmp_path, capsys):
     """One window (33 validation tokens: 32 predictions, the block size): the NLL is F.cross_entropy on the
     model's logits of the whole prefix, and the words are counted on the raw file's bytes 1..32."""
@@ -102,6 +105,7 @@ def test_eval_word_perplexity_matches_cross_entropy_on_the_models_logits(tmp_pat
     assert s["best_val_word_ppl"] == pytest.approx(math.exp(nll / words), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_strided_eval_gives_word_figures_only_when_every_token_is_scored(tmp_path, capsys):
     _run(tmp_path)
     overlap = _eval(capsys, tmp_path / "run", "--stride", "16")  # every token after the first scored

@@ -1,6 +1,9 @@
-"""End-to-end tests: e2e.experiments (moved from tests/test_experiments.py)."""
+"""End-to-end tests: experiments (moved from tests/test_experiments.py)."""
+
+import pytest
 
 
+@pytest.mark.slow
 def test_committed_study_reports_name_only_committed_runs():
     """Every run a committed report under results/ lists must have its raw files in the repository
     (a .gitignore pattern once dropped a whole study's runs while its report stayed)."""
@@ -27,6 +30,7 @@ def test_committed_study_reports_name_only_committed_runs():
                     assert path in tracked, f"{report} names {run}, but {path} is not committed"
 
 
+@pytest.mark.slow
 def test_compare_footer_names_tb_only_when_tensorboard_is_on(tmp_path, capsys):
     from helpers import tiny_overrides, write_corpus
     from iattention.cli import main

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.hostile_files (moved from tests/test_hostile_files.py)."""
+"""End-to-end tests: hostile_files (moved from tests/test_hostile_files.py)."""
 
 import json
 import os
@@ -132,6 +132,7 @@ MODEL_FILES = {  # folder (from the fixture) -> its files and their kinds
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(READS))
 def test_garbage_in_a_run_file_is_one_line_from_every_command_that_reads_it(finished, name, tmp_path, capsys):
     kind, readers = READS[name]
@@ -157,6 +158,7 @@ def test_garbage_in_a_run_file_is_one_line_from_every_command_that_reads_it(fini
     assert not os.path.exists("/tmp/pwned")
 
 
+@pytest.mark.slow
 def test_a_config_cut_inside_a_number_names_config_yaml_on_resume(finished, tmp_path, capsys):
     """A config.yaml cut short inside a value ('eval_batch_size: 64' -> '...: 6') still parses, as
     another config: resume refuses it with one line that names config.yaml (found by CI, where the
@@ -172,6 +174,7 @@ def test_a_config_cut_inside_a_number_names_config_yaml_on_resume(finished, tmp_
     assert "another config" in line
 
 
+@pytest.mark.slow
 def test_a_file_that_only_other_commands_read_does_not_stop_eval(finished, tmp_path, capsys):
     """The refusals above are the file's doing: eval reads only the weights, so garbage in the logs and
     the summary leaves it working (exit 0) with the intact run's number."""
@@ -184,6 +187,7 @@ def test_a_file_that_only_other_commands_read_does_not_stop_eval(finished, tmp_p
     assert json.loads(capsys.readouterr().out)["ppl"] == intact["ppl"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder,name", [(f, n) for f, files in MODEL_FILES.items() for n in files])
 def test_garbage_in_a_converted_or_exported_model_is_one_line(finished, folder, name, tmp_path, capsys):
     kind = MODEL_FILES[folder][name]
@@ -200,6 +204,7 @@ def test_garbage_in_a_converted_or_exported_model_is_one_line(finished, folder, 
             assert not (tmp_path / f"out{i}").exists()
 
 
+@pytest.mark.slow
 def test_a_token_cache_overwritten_with_other_ids_is_rebuilt_not_read(finished, capsys):
     """The token cache has no reader to refuse from: a damaged one is rebuilt with a notice, and the
     number is the intact cache's."""
@@ -216,6 +221,7 @@ def test_a_token_cache_overwritten_with_other_ids_is_rebuilt_not_read(finished, 
     assert "rebuilding it" in captured.err
 
 
+@pytest.mark.slow
 def test_a_token_cache_count_file_of_garbage_is_rebuilt_not_read(finished, capsys):
     assert main(["eval", str(finished["run"]), "--json"]) == 0
     intact = json.loads(capsys.readouterr().out)["ppl"]

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.hostile_more (moved from tests/test_hostile_more.py)."""
+"""End-to-end tests: hostile_more (moved from tests/test_hostile_more.py)."""
 
 import contextlib
 import json
@@ -108,6 +108,7 @@ def _sparse_checkpoint(run_dir, out, gib=16):
         f.truncate(8 + len(header) + n * 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED)
 def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
     """The fuzz test (test_hostile_files.py) damages bytes; these files parse, with a wrong schema or type."""
@@ -127,6 +128,7 @@ def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
         _one_line_error(capsys, rc, str(path))
 
 
+@pytest.mark.slow
 def test_a_real_full_disk_is_one_line(run, tmp_path, capsys):
     """safetensors raises SafetensorError (not OSError) on ENOSPC, numpy's tofile an OSError without errno:
     train (checkpoint, token cache) and convert --to canonical|hf each say "disk full", and leave no
@@ -153,6 +155,7 @@ def test_a_real_full_disk_is_one_line(run, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ an HF config.json of the wrong types
+@pytest.mark.slow
 @pytest.mark.parametrize("key,value", [("layer_norm_epsilon", "1e-5"), ("n_inner", "big"), ("resid_pdrop", [0.1]),
                                        ("scale_attn_weights", "yes")])
 def test_hf_config_of_wrong_types_is_one_line(run, tmp_path, capsys, key, value):
@@ -167,6 +170,7 @@ def test_hf_config_of_wrong_types_is_one_line(run, tmp_path, capsys, key, value)
 
 
 # ------------------------------------------------------------------ a damaged tokenizer cache
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [b"", b'{"version": "1.0", "trunc', b"\xff\x00garbage"])
 def test_damaged_bpe_tokenizer_cache_is_rebuilt(run, tmp_path, capsys, damage):
     """A cut-short or empty cache/tokenizers/bpe300-*.json used to break every later bpe:300 run."""
@@ -209,6 +213,7 @@ def test_bpe_on_wikitext_is_the_tokenizer_it_always_was(tmp_path):
 
 
 # ------------------------------------------------------------------ absurd sizes
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes", [["model.n_layer=200000"], ["model.n_embd=12288", "model.n_head=1"],
                                    ["model.block_size=100000"], ["model.vocab_pad_multiple=1000000000"]])
 def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
@@ -226,6 +231,7 @@ def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
     assert "activations" in line
 
 
+@pytest.mark.slow
 def test_a_header_declaring_gigabytes_over_a_sparse_file_is_refused_unread(run, tmp_path, capsys):
     path = tmp_path / "huge.safetensors"
     _sparse_checkpoint(run["run"], path)

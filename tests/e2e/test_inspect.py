@@ -1,8 +1,11 @@
-"""End-to-end tests: e2e.inspect (moved from tests/test_inspect.py)."""
+"""End-to-end tests: inspect (moved from tests/test_inspect.py)."""
+
+import pytest
 
 from helpers import tiny_overrides, write_corpus
 
 
+@pytest.mark.slow
 def test_iattn_inspect_writes_patterns_spectra_and_table(tmp_path, capsys):
     from iattention.cli import main
 

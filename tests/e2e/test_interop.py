@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.interop (moved from tests/test_interop.py)."""
+"""End-to-end tests: interop (moved from tests/test_interop.py)."""
 
 import os
 import subprocess
@@ -55,6 +55,7 @@ def _hf_perplexity(hf, tokens, block, stride):
     return float(torch.exp(torch.tensor(nll_sum / count, dtype=torch.float64))), count
 
 
+@pytest.mark.slow
 def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
     hf = _hf(dtype=torch.float32, **SHAPES[0])
     hf.save_pretrained(tmp_path / "src")
@@ -76,6 +77,7 @@ def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
     assert {"config.json", "model.safetensors"} <= {p.name for p in (tmp_path / "back").iterdir()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stride", [32, 16])
 def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path, capsys, stride):
     """`iattn eval` reads an HF folder directly; its strided perplexity equals the transformers
@@ -108,6 +110,7 @@ def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path,
     assert abs(canon["ppl"] - ref) / ref <= 1e-4
 
 
+@pytest.mark.slow
 def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
     """`iattn train --init-from HF_DIR model.attention=canonical`: step-0 validation loss is the HF model's."""
     import json
@@ -135,6 +138,7 @@ def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
     assert first["kind"] == "start" and math.isclose(first["val_loss"], nll / n, rel_tol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
 def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tmp_path, capsys, tokenizer):
     """`iattn convert --to hf` writes the run's tokenizer in transformers' form: AutoTokenizer and
@@ -165,6 +169,7 @@ def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tm
     assert theirs == ours
 
 
+@pytest.mark.slow
 def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
     """iattention.load_run: a run folder (or its checkpoint) -> (model, its tokenizer); a bpe run keeps its
     tokenizer.json, so this works after the train text and the tokenizer cache are gone."""

@@ -1,10 +1,13 @@
-"""End-to-end tests: e2e.lab (moved from tests/test_lab.py)."""
+"""End-to-end tests: lab (moved from tests/test_lab.py)."""
 
 import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_cli_lab_all_json(tmp_path):
     res = subprocess.run([sys.executable, "-m", "iattention", "lab", "all", "--json", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)

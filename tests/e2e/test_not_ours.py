@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.not_ours (moved from tests/test_not_ours.py)."""
+"""End-to-end tests: not_ours (moved from tests/test_not_ours.py)."""
 
 import os
 import signal
@@ -70,6 +70,7 @@ def _wait_for(predicate, timeout=90.0):
 
 
 # ------------------------------------------------------------------ §1: the lock is never followed
+@pytest.mark.slow
 def test_a_symlink_lock_never_truncates_its_target(corpus, tmp_path, capsys):
     """Before: `os.open(O_RDWR|O_CREAT)` followed the link, `ftruncate` emptied the target, and the run trained."""
     victim = tmp_path / "v"
@@ -84,6 +85,7 @@ def test_a_symlink_lock_never_truncates_its_target(corpus, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ §1: a folder that is not a run
+@pytest.mark.slow
 def test_a_users_folder_is_not_written_into(corpus, tmp_path, capsys):
     """Before: the run trained into it and overwrote the user's metrics.jsonl (and wrote summary.json, ...)."""
     mine = tmp_path / "m"
@@ -96,6 +98,7 @@ def test_a_users_folder_is_not_written_into(corpus, tmp_path, capsys):
     assert (mine / "metrics.jsonl").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_resume_keeps_a_users_temp_file(corpus, tmp_path, capsys):
     """Before: `--resume` deleted every `.*.tmp` in --out, the user's `.notes.tmp` too, then trained there."""
     folder = tmp_path / "p"
@@ -106,6 +109,7 @@ def test_resume_keeps_a_users_temp_file(corpus, tmp_path, capsys):
     assert (folder / ".notes.tmp").read_text() == "n\n"
 
 
+@pytest.mark.slow
 def test_clean_temp_removes_only_our_temps_of_dead_writers(tmp_path):
     """In a real run folder: a user's `.x.tmp` stays, a live writer's temp stays, a dead writer's goes."""
     from iattention.checkpoint.run_folder import RunFolder
@@ -126,6 +130,7 @@ def test_clean_temp_removes_only_our_temps_of_dead_writers(tmp_path):
     assert live.exists() and all((run / name).exists() for name in users)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["home", "data"])
 def test_the_home_and_data_folders_are_refused_as_out(corpus, tmp_path, monkeypatch, capsys, where):
     """Before: accepted (and `--out /` as root): a run's files were written into them."""
@@ -157,6 +162,7 @@ def test_scales_json_lands_beside_the_table(corpus, tmp_path, monkeypatch, capsy
 
 
 # ------------------------------------------------------------------ §1: a refused lock leaves the holder's alone
+@pytest.mark.slow
 def test_a_trainer_refused_as_in_use_never_removes_the_holders_lock(corpus, tmp_path, monkeypatch):
     """Before: a trainer that had seen the folder as absent (`_created`) and was then refused as "in use"
     unlinked the live holder's `.lock` on its clean-up, so a third trainer could run there at once.
@@ -184,6 +190,7 @@ def test_a_trainer_refused_as_in_use_never_removes_the_holders_lock(corpus, tmp_
 
 
 # ------------------------------------------------------------------ §3: special files, symlink loops
+@pytest.mark.slow
 def test_a_fifo_checkpoint_is_refused_not_waited_on(corpus, tmp_path):
     """Before: eval, convert --from, generate and --init-from blocked forever opening the FIFO. Run in a
     child with a timeout, so the old behaviour fails the test instead of hanging it."""
@@ -204,6 +211,7 @@ print(codes)
     assert len(lines) == 4 and all("not a regular file" in line for line in lines), proc.stderr
 
 
+@pytest.mark.slow
 def test_a_symlink_loop_as_out_is_one_line(corpus, tmp_path, capsys):
     """Before: `OSError: [Errno 40] Too many levels of symbolic links` (a traceback)."""
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
@@ -212,6 +220,7 @@ def test_a_symlink_loop_as_out_is_one_line(corpus, tmp_path, capsys):
     assert "symlink loop" in _error(capsys)
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly(corpus, tmp_path):
     """Before: `iattn params --json | head -c 1` and `iattn generate ... | head -c 20` ended in BrokenPipeError."""
     import torch
@@ -230,6 +239,7 @@ def test_a_closed_pipe_ends_quietly(corpus, tmp_path):
 
 
 # ------------------------------------------------------------------ §3: a bad failpoint, a late Ctrl-C
+@pytest.mark.slow
 def test_a_malformed_failpoint_is_one_line_at_start(corpus, tmp_path, monkeypatch, capsys):
     """Before: `IATTN_FAULT=ckpt_write:abc` trained an epoch, then `int('abc')` raised ValueError."""
     monkeypatch.setenv("IATTN_FAULT", "ckpt_write:abc")
@@ -238,6 +248,7 @@ def test_a_malformed_failpoint_is_one_line_at_start(corpus, tmp_path, monkeypatc
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_during_exit_prints_no_traceback(tmp_path):
     """Before: a second Ctrl-C while the process ran its atexit handlers printed "Exception ignored in atexit
     callback" and a KeyboardInterrupt traceback. The late Ctrl-C comes from an atexit handler that runs last."""
@@ -256,6 +267,7 @@ sys.exit(main())
         proc.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_sweep_stops_its_training_child(corpus, tmp_path):
     """Before: `kill -TERM <sweep pid>` orphaned the child, which kept training and holding the lock
     (a rerun said "skipped (running)")."""
@@ -283,6 +295,7 @@ def test_sigterm_to_a_sweep_stops_its_training_child(corpus, tmp_path):
 
 
 # ------------------------------------------------------------------ §4: messages
+@pytest.mark.slow
 @pytest.mark.parametrize("name, says", [("r\udcffun", "UTF-8"), ("r\nun", "control characters")])
 def test_an_out_that_no_message_can_name_is_refused_first(corpus, tmp_path, capsys, name, says):
     """Before: a non-UTF-8 --out trained fully, then said best.safetensors was corrupt ("delete it");
@@ -293,12 +306,14 @@ def test_an_out_that_no_message_can_name_is_refused_first(corpus, tmp_path, caps
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_every_error_is_one_line(tmp_path, capsys):
     """A newline in any path a message names (here a config file) cannot split the message."""
     assert main(["train", "--config", f"{tmp_path}/a\nb.yaml", "--quiet", "--out", str(tmp_path / "run")]) == 2
     assert "a\\nb.yaml" in _error(capsys)
 
 
+@pytest.mark.slow
 def test_a_seed_beyond_int64_is_refused_before_the_sweep_writes(corpus, tmp_path, capsys):
     """Before: `sweep --seeds 100000000000000000000` created the run folder and arm.json, then its child
     refused the seed, nested as "iattn: error: run ... failed (exit 2): iattn: error: ..."."""
@@ -310,6 +325,7 @@ def test_a_seed_beyond_int64_is_refused_before_the_sweep_writes(corpus, tmp_path
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_data_dir_that_is_a_file_is_called_a_file(tmp_path, capsys):
     """Before: `IATTN_DATA_DIR=<a file>` said the folder "does not exist"."""
     (tmp_path / "f").write_text("x")
@@ -318,6 +334,7 @@ def test_a_data_dir_that_is_a_file_is_called_a_file(tmp_path, capsys):
     assert "is a file, not a folder" in _error(capsys)
 
 
+@pytest.mark.slow
 def test_a_foreign_init_from_file_is_never_called_ours_to_delete(corpus, tmp_path, capsys):
     """Before: `--init-from /etc/passwd` said "corrupt or truncated; delete it"."""
     theirs = tmp_path / "passwd"
@@ -328,6 +345,7 @@ def test_a_foreign_init_from_file_is_never_called_ours_to_delete(corpus, tmp_pat
     assert theirs.exists()
 
 
+@pytest.mark.slow
 def test_a_converted_model_folder_respects_the_umask(corpus, tmp_path, capsys):
     """Before: a converted model's folder kept mkdtemp's 0700 (and its checkpoint mkstemp's 0600)."""
     import torch

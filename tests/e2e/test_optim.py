@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.optim (moved from tests/test_optim.py)."""
+"""End-to-end tests: optim (moved from tests/test_optim.py)."""
 
 import json
 
@@ -11,6 +11,7 @@ from iattention.config import OptimConfig
 from iattention.train import load_config, train
 
 
+@pytest.mark.slow
 def test_trainer_applies_the_group_lr_scale(tmp_path):
     paths = write_corpus(tmp_path)
     cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
@@ -27,6 +28,7 @@ def test_trainer_applies_the_group_lr_scale(tmp_path):
         assert g["lr"] == pytest.approx(base * g["lr_scale"])
 
 
+@pytest.mark.slow
 def test_trainer_runs_muon_and_refuses_an_unknown_optimizer(tmp_path):
     paths = write_corpus(tmp_path)
     cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{"optim.name": "muon",
@@ -39,6 +41,7 @@ def test_trainer_runs_muon_and_refuses_an_unknown_optimizer(tmp_path):
         OptimConfig(name="sgd")
 
 
+@pytest.mark.slow
 def test_the_logged_learning_rate_follows_the_configured_schedule(tmp_path):
     """Each step's logged lr is the schedule's value at that step (cosine and linear differ)."""
     from iattention.train.schedule import lr_at
@@ -58,6 +61,7 @@ def test_the_logged_learning_rate_follows_the_configured_schedule(tmp_path):
     assert seen["cosine"] != seen["linear"]
 
 
+@pytest.mark.slow
 def test_steps_log_the_gradient_norm_and_metrics_start_at_step_zero(tmp_path):
     """steps.jsonl: a finite grad_norm per step; metrics.jsonl: the first record is the evaluation of the
     starting function at step 0, the same number as a fresh model of that seed gives."""

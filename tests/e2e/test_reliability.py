@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.reliability (moved from tests/test_reliability.py)."""
+"""End-to-end tests: reliability (moved from tests/test_reliability.py)."""
 
 import json
 import math
@@ -32,6 +32,7 @@ class _Evil:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.slow
 def test_sigkill_resume_harness_matches_uninterrupted(tmp_path):
     """At least 5 kills: failpoints during checkpoint writes and evaluations, plus random-time kills."""
     paths = write_corpus(tmp_path, n_train=40000)
@@ -76,6 +77,7 @@ def test_sigkill_resume_harness_matches_uninterrupted(tmp_path):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_loses_and_duplicates_nothing(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.threads": 1})
@@ -102,6 +104,7 @@ def test_interrupted_sweep_loses_and_duplicates_nothing(tmp_path):
         assert len(steps) == summary["steps"]
 
 
+@pytest.mark.slow
 def test_every_load_path_refuses_a_code_running_pickle(tmp_path, capsys):
     marker = tmp_path / "PWNED"
     payload = pickle.dumps({"state": _Evil(str(marker))})
@@ -139,6 +142,7 @@ def test_every_load_path_refuses_a_code_running_pickle(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_and_names_the_checkpoint(tmp_path, capsys):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 2, "optim.lr": 1e30, "optim.warmup_steps": 0,
@@ -153,6 +157,7 @@ def test_nonfinite_loss_stops_and_names_the_checkpoint(tmp_path, capsys):
     assert f"(step {meta['state']['step']})" in err[0]
 
 
+@pytest.mark.slow
 def test_a_loss_too_large_for_a_perplexity_stops_with_one_line_at_every_resume(tmp_path, capsys, monkeypatch):
     """optim.lr=16 on the tiny run gave a finite validation loss of ~764 nats whose exp() overflows a float:
     an OverflowError traceback at every resume before issue 23. Whether a given lr gets there depends on
@@ -173,6 +178,7 @@ def test_a_loss_too_large_for_a_perplexity_stops_with_one_line_at_every_resume(t
         assert "validation loss 800 at step" in err[-1] and "overflows perplexity: the run diverged" in err[-1]
 
 
+@pytest.mark.slow
 def test_skip_nonfinite_counts_bad_batches(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "optim.lr": 1e30, "optim.warmup_steps": 0,
@@ -188,6 +194,7 @@ def test_skip_nonfinite_counts_bad_batches(tmp_path):
     assert all(torch.isfinite(v).all() for k, v in weights.items() if v.is_floating_point() and "optim/" not in k)
 
 
+@pytest.mark.slow
 def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_over(tmp_path):
     """Two `iattn train --resume` on one folder: the second gets one line naming the holder's pid;
     after the holder is killed, the lock is taken over and the run resumes."""

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.researcher (moved from tests/test_researcher.py)."""
+"""End-to-end tests: researcher (moved from tests/test_researcher.py)."""
 
 import json
 import os
@@ -45,6 +45,7 @@ def bpe_run(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ §1: a remembered data folder
 
+@pytest.mark.slow
 def test_remembered_data_folder_is_read_after_the_flag_and_the_environment(tmp_path, monkeypatch, capsys):
     """`iattn data remember DIR` (what `make demo` runs) lets a new run find its data with no flag and no
     IATTN_DATA_DIR; --data-dir, then IATTN_DATA_DIR, come before it."""
@@ -75,6 +76,7 @@ def test_remembered_data_folder_is_read_after_the_flag_and_the_environment(tmp_p
     assert main(["data", "where"]) == 0 and str(remembered.resolve()) in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_no_data_anywhere_names_every_way_to_give_it(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("IATTN_DATA_DIR", raising=False)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -96,6 +98,7 @@ def test_data_remember_refuses_a_missing_folder(tmp_path, capsys):
 
 # ------------------------------------------------------------------ §1: finished runs need no data
 
+@pytest.mark.slow
 def test_compare_on_finished_runs_reads_no_data(tmp_path, capsys):
     """`iattn compare` again on finished bpe runs prints the table with the data gone (before: the bpe
     vocabulary was rebuilt from the train split to check the runs' configs)."""
@@ -113,6 +116,7 @@ def test_compare_on_finished_runs_reads_no_data(tmp_path, capsys):
     assert table and all(line in again for line in table)
 
 
+@pytest.mark.slow
 def test_eval_with_only_the_test_split(bpe_run, tmp_path, capsys):
     run, full, only_test, _ = bpe_run
     capsys.readouterr()
@@ -125,6 +129,7 @@ def test_eval_with_only_the_test_split(bpe_run, tmp_path, capsys):
     assert got["tokens"] == want["tokens"] and abs(got["ppl"] - want["ppl"]) < 1e-9 * want["ppl"]
 
 
+@pytest.mark.slow
 def test_generate_from_an_hf_export_needs_no_data(bpe_run, tmp_path, capsys):
     run, full, _, _ = bpe_run
     hf = tmp_path / "hf"
@@ -140,6 +145,7 @@ def test_generate_from_an_hf_export_needs_no_data(bpe_run, tmp_path, capsys):
 
 # ------------------------------------------------------------------ §1: eval --text
 
+@pytest.mark.slow
 def test_eval_text_file_is_the_same_evaluation_as_a_split(tmp_path, capsys):
     """`eval RUN --text FILE` scores a file with the run's tokenizer through the split's evaluation: on the
     run's own test file it gives the test split's numbers exactly."""
@@ -163,6 +169,7 @@ def test_eval_text_file_is_the_same_evaluation_as_a_split(tmp_path, capsys):
 
 # ------------------------------------------------------------------ §1: convert checks --out first
 
+@pytest.mark.slow
 def test_convert_refuses_an_existing_out_before_reading_the_source(tmp_path, capsys):
     out = tmp_path / "exists"
     out.mkdir()
@@ -176,6 +183,7 @@ def test_convert_refuses_an_existing_out_before_reading_the_source(tmp_path, cap
 
 # ------------------------------------------------------------------ §2: exports real clients load
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
 def test_export_loads_in_transformers_with_eos_max_length_class_and_card(tmp_path, tokenizer):
     """AutoTokenizer + AutoModelForCausalLM load the export offline: a class transformers 4.x knows, an

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.sweep (moved from tests/test_experiments.py)."""
+"""End-to-end tests: sweep (moved from tests/test_experiments.py)."""
 
 import json
 
@@ -7,6 +7,7 @@ import pytest
 from iattention.errors import UserError
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
     """A finished run is skipped only if it is the run asked for; else one line names the differing key."""
     from helpers import tiny_overrides, write_corpus
@@ -26,6 +27,7 @@ def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
     assert json.loads((tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_text())["arm"] == "standard"
 
 
+@pytest.mark.slow
 def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_path):
     """A run trained with model.vocab_size=512 is not the run a sweep with the automatic vocabulary (256
     for the byte tokenizer) asks for, and the refusal leaves the run's arm.json as it was."""
@@ -44,6 +46,7 @@ def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_pa
     assert again[0]["_status"] == "skipped (finished)"
 
 
+@pytest.mark.slow
 def test_sweep_through_submitit_local_executor_trains_skips_and_logs(tmp_path, capsys):
     """--launcher submitit: each run is a submitit job (its local executor here, no sbatch), logs under
     <out>/submitit/; the results are the runs' own; a rerun skips the finished runs and submits nothing."""

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.train (moved from tests/test_train.py)."""
+"""End-to-end tests: train (moved from tests/test_train.py)."""
 
 import json
 import math
@@ -33,6 +33,7 @@ def _cli(*args, env=None):
     return [sys.executable, "-m", "iattention", *args]
 
 
+@pytest.mark.slow
 def test_loss_decreases_and_logs_are_complete(tmp_path):
     cfg, _ = _cfg(tmp_path, **{"train.epochs": 3})
     summary = train(cfg, tmp_path / "run", quiet=True)
@@ -50,6 +51,7 @@ def test_loss_decreases_and_logs_are_complete(tmp_path):
     assert (tmp_path / "run" / "tb").is_dir() or not cfg.train.tensorboard
 
 
+@pytest.mark.slow
 def test_test_perplexity_is_exp_mean_nll(tmp_path):
     cfg, paths = _cfg(tmp_path)
     summary = train(cfg, tmp_path / "run", quiet=True)
@@ -67,6 +69,7 @@ def test_test_perplexity_is_exp_mean_nll(tmp_path):
     assert math.isclose(summary["test_ppl"], math.exp(nll / n), rel_tol=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_equals_uninterrupted(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 3, "train.ckpt_every_steps": 4,
@@ -88,6 +91,7 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
         assert got[key] == ref[key], key
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1})
@@ -104,6 +108,7 @@ def test_ddp_two_processes_match_one(tmp_path):
     assert math.isclose(one["best_val_ppl"], two["best_val_ppl"], rel_tol=1e-4)
 
 
+@pytest.mark.slow
 def test_eval_says_what_it_evaluated_and_full_takes_the_whole_split(tmp_path, capsys):
     from iattention.cli import main
 
@@ -123,6 +128,7 @@ def test_eval_says_what_it_evaluated_and_full_takes_the_whole_split(tmp_path, ca
     assert "the first 700 tokens of the valid split (the run's data.valid_tokens; --full for all of it)" in line
 
 
+@pytest.mark.slow
 def test_overrides_may_follow_options(tmp_path):
     """`iattn train --preset tiny model.attention=canonical --out X train.threads=1` takes both overrides."""
     from iattention.cli import main
@@ -163,6 +169,7 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"iattn {__version__}"
 
 
+@pytest.mark.slow
 def test_init_from_a_checkpoint_starts_at_its_validation_loss(tmp_path):
     """Fine-tuning a trained standard model as canonical: step-0 validation loss equals the source's."""
     from iattention.data import load_data
@@ -192,6 +199,7 @@ def test_init_from_a_checkpoint_starts_at_its_validation_loss(tmp_path):
         train(bad, tmp_path / "bad", quiet=True)
 
 
+@pytest.mark.slow
 def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
     cfg, _ = _cfg(tmp_path, **{"train.epochs": 2})
     short = train(cfg, tmp_path / "run", quiet=True)
@@ -212,6 +220,7 @@ def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
         train(fewer, tmp_path / "run", resume=True, quiet=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", variant_names())
 def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_reloads(tmp_path, attention):
     """The GPU path (paper preset: 12 layers, d=768, GPT-2 vocabulary; torch.compile, bf16 autocast)
@@ -239,6 +248,7 @@ def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_re
         assert torch.equal(tensor, trained[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shared_data_dir() is None, reason="../shared/data not present")
 def test_a_run_remembers_its_data_folder_for_later_commands(tmp_path, monkeypatch, capsys):
     """Trained with the data folder in $IATTN_DATA_DIR only (as `make demo` does), the run records the
@@ -259,6 +269,7 @@ def test_a_run_remembers_its_data_folder_for_later_commands(tmp_path, monkeypatc
     assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 2
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_runs_own_epochs_and_says_when_it_extends_or_starts_fresh(tmp_path, capsys):
     """`--resume --preset P` on a run trained for fewer epochs than P's does not extend it (the run's own
     config wins); an explicit train.epochs=N does, and says so; a folder with no checkpoint says it starts
@@ -282,6 +293,7 @@ def test_resume_keeps_the_runs_own_epochs_and_says_when_it_extends_or_starts_fre
     assert "holds no checkpoint to resume; starting a fresh run there" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resume(tmp_path):
     """Extending to 2 epochs rewrites config.yaml, then drops the old summary; a crash between the two
     leaves a 1-epoch summary beside a 2-epoch config. The next identical --resume must train epoch 2,
@@ -297,6 +309,7 @@ def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resu
     assert again["steps"] == 2 * first["steps"]
 
 
+@pytest.mark.slow
 def test_wandb_gets_every_step_and_evaluation_and_is_not_imported_when_off(tmp_path, monkeypatch):
     """train.wandb=PROJECT logs what metrics.jsonl and steps.jsonl hold (a stand-in module records the
     calls: the test is of our wiring, not of wandb); off, wandb is never imported; absent, one line."""

@@ -1,4 +1,4 @@
-"""End-to-end tests: e2e.trusted_numbers (moved from tests/test_trusted_numbers.py)."""
+"""End-to-end tests: trusted_numbers (moved from tests/test_trusted_numbers.py)."""
 
 import json
 import math
@@ -98,6 +98,7 @@ def _extend(run, ov):
     return ["train", "--quiet", "--resume", "--out", run, *ov, "train.epochs=2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 @pytest.mark.parametrize("command", ["eval", "convert", "generate", "inspect"])
 def test_non_finite_weights_in_our_checkpoint_are_refused_naming_the_tensor(env, tmp_path, capsys, command, value):
@@ -112,6 +113,7 @@ def test_non_finite_weights_in_our_checkpoint_are_refused_naming_the_tensor(env,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [math.nan, -math.inf])
 def test_non_finite_weights_in_an_hf_folder_are_refused(env, tmp_path, capsys, value):
     hf = _copy(env["root"] / "hf", tmp_path / "hf")
@@ -122,6 +124,7 @@ def test_non_finite_weights_in_an_hf_folder_are_refused(env, tmp_path, capsys, v
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("to", ["standard", "hf"])
 def test_an_all_zero_model_is_one_line_not_a_division_by_zero(env, tmp_path, capsys, to):
     run = _copy(env["run"], tmp_path / "run")
@@ -135,18 +138,21 @@ def test_an_all_zero_model_is_one_line_not_a_division_by_zero(env, tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_one_token_valid_split_is_refused(env, tmp_path, capsys):
     _refused(capsys, _train(tmp_path / "r", env["ov"], "data.valid_tokens=1"),
              "valid split has 1 token", "data.valid_tokens")
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_a_one_byte_valid_file_is_refused(env, tmp_path, capsys):
     (tmp_path / "v.txt").write_text("a")
     _refused(capsys, _train(tmp_path / "r", env["ov"], f"data.valid={tmp_path / 'v.txt'}"),
              "valid split has 1 token")
 
 
+@pytest.mark.slow
 def test_a_one_byte_wikitext_valid_file_is_refused(env, tmp_path, capsys):
     wiki = tmp_path / "data" / "wikitext-2-v1"
     wiki.mkdir(parents=True)
@@ -158,6 +164,7 @@ def test_a_one_byte_wikitext_valid_file_is_refused(env, tmp_path, capsys):
     _refused(capsys, _train(tmp_path / "r", ov, "--data-dir", tmp_path / "data"), "valid split has 1 token")
 
 
+@pytest.mark.slow
 def test_eval_of_a_split_shorter_than_a_window_is_refused(env, tmp_path, capsys):
     (tmp_path / "t.txt").write_text("ab")
     ck = tmp_path / "ck.safetensors"  # the run's weights, their data spec's test split a 2-byte file
@@ -166,6 +173,7 @@ def test_eval_of_a_split_shorter_than_a_window_is_refused(env, tmp_path, capsys)
     _refused(capsys, ["eval", ck], "test split has 2 token")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [*EDITS, "best_val_ppl=nan"])
 def test_report_refuses_a_summary_that_disagrees_with_its_metrics(env, tmp_path, capsys, key):
     sw = _copy(env["run"].parent, tmp_path / "sw")
@@ -179,6 +187,7 @@ def test_report_refuses_a_summary_that_disagrees_with_its_metrics(env, tmp_path,
     assert not (tmp_path / "rep" / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_summary_that_disagrees_with_its_metrics(env, tmp_path, capsys):
     sw = _copy(env["run"].parent, tmp_path / "sw")
     summary = json.loads((sw / RUN / "summary.json").read_text())
@@ -187,6 +196,7 @@ def test_sweep_refuses_a_summary_that_disagrees_with_its_metrics(env, tmp_path, 
     _refused(capsys, [*env["sweep"], "--out", sw], RUN, "best_val_ppl")
 
 
+@pytest.mark.slow
 def test_report_refuses_a_negative_perplexity_in_the_log(env, tmp_path, capsys):
     sw = _copy(env["run"].parent, tmp_path / "sw")
     lines = (sw / RUN / "metrics.jsonl").read_text().splitlines()
@@ -198,12 +208,14 @@ def test_report_refuses_a_negative_perplexity_in_the_log(env, tmp_path, capsys):
 
 # --------------------------------------------------------------------------- report flags
 
+@pytest.mark.slow
 @pytest.mark.parametrize("margin", ["nan", "inf", "0", "-2"])
 def test_report_refuses_a_margin_that_is_not_a_positive_number(env, tmp_path, capsys, margin):
     _refused(capsys, ["report", env["run"].parent, "--out", tmp_path / "rep", "--margin", margin], "--margin")
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["nope", "standard"])
 def test_report_refuses_a_family_without_compared_arms(env, tmp_path, capsys, family):
     _refused(capsys, ["report", env["run"].parent, "--out", tmp_path / "rep", "--family", family], "--family",
@@ -211,6 +223,7 @@ def test_report_refuses_a_family_without_compared_arms(env, tmp_path, capsys, fa
     assert not (tmp_path / "rep" / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_without_its_optimizer_tensors(env, tmp_path, capsys):
     run = _copy(env["run"], tmp_path / "run")
 
@@ -224,6 +237,7 @@ def test_resume_refuses_a_checkpoint_without_its_optimizer_tensors(env, tmp_path
     _refused(capsys, _extend(run, env["ov"]), "last.safetensors", "optimizer")
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_missing_some_optimizer_tensors(env, tmp_path, capsys):
     run = _copy(env["run"], tmp_path / "run")
 
@@ -234,6 +248,7 @@ def test_resume_refuses_a_checkpoint_missing_some_optimizer_tensors(env, tmp_pat
     _refused(capsys, _extend(run, env["ov"]), "last.safetensors", "exp_avg_sq")
 
 
+@pytest.mark.slow
 def test_eval_refuses_a_checkpoint_copied_in_from_another_run(env, tmp_path, capsys):
     run = _copy(env["run"], tmp_path / "run")
     shutil.copy(env["root"] / "canonical" / "model.safetensors", run / "best.safetensors")
@@ -241,6 +256,7 @@ def test_eval_refuses_a_checkpoint_copied_in_from_another_run(env, tmp_path, cap
     _refused(capsys, ["eval", run / "best.safetensors"], "not this run's")
 
 
+@pytest.mark.slow
 def test_resume_refuses_changed_training_data(env, tmp_path, capsys):
     run = _copy(env["run"], tmp_path / "run")
     train = env["paths"]["train"]
@@ -255,6 +271,7 @@ def test_resume_refuses_changed_training_data(env, tmp_path, capsys):
             f.write(original)
 
 
+@pytest.mark.slow
 def test_resume_of_a_checkpoint_without_a_fingerprint_is_accepted_silently(env, tmp_path, capsys):
     run = _copy(env["run"], tmp_path / "run")
     _rewrite(run / "last.safetensors", lambda t: None, _edit_meta(lambda m: m.pop("data_fingerprint", None)))
@@ -263,6 +280,7 @@ def test_resume_of_a_checkpoint_without_a_fingerprint_is_accepted_silently(env, 
     assert json.loads((run / "summary.json").read_text())["epochs_run"] == 2
 
 
+@pytest.mark.slow
 def test_init_from_is_stored_resolved(env, tmp_path, monkeypatch):
     from iattention.config import load_config
 
@@ -281,6 +299,7 @@ def test_init_from_is_stored_resolved(env, tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- HF folders
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.int64])
 def test_an_hf_folder_with_a_tensor_of_another_dtype_is_refused(env, tmp_path, capsys, dtype):
     hf = _copy(env["root"] / "hf", tmp_path / "hf")
@@ -293,6 +312,7 @@ def test_an_hf_folder_with_a_tensor_of_another_dtype_is_refused(env, tmp_path, c
              "h.0.mlp.c_fc.weight", str(dtype).replace("torch.", ""))
 
 
+@pytest.mark.slow
 def test_an_hf_index_pointing_outside_the_folder_is_refused(env, tmp_path, capsys):
     hf = _copy(env["root"] / "hf", tmp_path / "hf")
     (tmp_path / "outside").mkdir()
