@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> quick standard vs canonical comparison on WikiText-2 (CPU)
-#   make test   -> the test suite
+#   make test   -> the test suite (all of it: tests/unit and tests/e2e)
+#   make test-fast -> the unit tests not marked slow (a minute on an idle 2-core CPU)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
 # from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP ?= torch==2.13.0
 
-.PHONY: setup demo test lint clean mutation
+.PHONY: setup demo test test-fast lint clean mutation
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +33,10 @@ demo: setup
 test: setup
 	$(BIN)/ruff check src tests
 	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest
+
+# The unit layer without the tests marked slow: the quick loop while editing (CI runs `make test`).
+test-fast: setup
+	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/unit -m "not slow"
 
 # Mutation testing of the core ([tool.mutmut] in pyproject.toml; scores in tests/mutation/SCORES.md).
 # Slow (thousands of mutants), so not part of `make test` or CI. One module at a time:

@@ -1,7 +1,18 @@
 """pytest set-up only (fixtures); what tests share lives in tests/helpers.py."""
 
+from pathlib import Path
+
 import pytest
 import torch
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/e2e/ is marked e2e, so `-m "not e2e"` leaves the layer out."""
+    for item in items:
+        if Path(item.path).resolve().is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)

@@ -57,7 +57,7 @@ class CausalSelfAttention(nn.Module):
       head_blocks(): each learned matrix's per-head 2-D blocks, for Muon (the default covers only
         (H, a, b) tensors and refuses a variant with any other matrix).
     The defaults of removed_params and projection_flops measure a layer built from `config` (fine for
-    small shapes). `tests/test_variant_contract.py` checks every registered variant against all of this.
+    small shapes). `tests/unit/attention/test_registry.py` checks every registered variant against all of this.
 
     `config` is a GPTConfig (read: n_head, n_embd, d_head, n_layer, dropout, bias and the variant's keys).
     """

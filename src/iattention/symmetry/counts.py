@@ -1,5 +1,5 @@
 """Parameter counts: standard GPT-2's in closed form, and what each variant removes from it, as its class
-states (`removed_params`, `redundant_biases`); `tests/test_variant_contract.py` checks each statement against
+states (`removed_params`, `redundant_biases`); `tests/unit/attention/test_registry.py` checks each statement against
 a count made from the built layer."""
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""End-to-end tests: bench (moved from tests/test_bench.py)."""
+
+import json
+
+import pytest
+import torch
+
+from iattention.cli import main
+
+
+@pytest.mark.slow
+def test_bench_tiny_writes_json(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    md = tmp_path / "B.md"
+    code = main(["bench", "--preset", "tiny", "--heads", "1,2", "--windows", "1", "--steps", "1", "--rounds", "1",
+                 "--json", str(out), "--markdown", str(md)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    # the plan comes first (configurations x rounds), so a user knows what the minutes go to
+    plan = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("plan:"))
+    assert f"plan: {len(rows)} configurations × 1 rounds = {len(rows)} timings" in plan
+    assert {(r["model"], r["attention"], r["n_head"]) for r in rows} >= {
+        ("iattention", "standard", 1), ("iattention", "canonical", 1), ("iattention", "identity_q", 2),
+        ("hf-gpt2", "standard", 2)}
+    for r in rows:
+        assert r["train_tokens_per_s"] > 0 and r["forward_tokens_per_s"] > 0
+        assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
+    assert "| iattention | canonical | 1 |" in md.read_text()
+    assert len(data["loadavg_before"]) == 3 and len(data["loadavg_after"]) == 3  # the machine's load, recorded
+    from iattention.utils.hardware import device_name
+
+    assert data["device_name"] == device_name(torch.device("cpu"))  # not "hf", the last comparison's name
+    assert f"on {data['device_name']} (cpu" in md.read_text()
+    gflops = [line.split("|")[10].strip() for line in md.read_text().splitlines() if line.startswith("| iattention")]
+    assert len(set(gflops)) > 1, gflops  # significant digits: tiny variants' FLOPs are told apart
+    main(["bench", "--preset", "tiny", "--heads", "2", "--windows", "1", "--steps", "1", "--rounds", "1",
+          "--json", str(out), "--markdown", str(md), "--no-reference"])
+    assert md.read_text().count("<!-- bench:cpu:tiny:eager -->") == 1  # the section is replaced, not added
+
+
+@pytest.mark.slow
+def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys):
+    out, md = tmp_path / "g.json", tmp_path / "B.md"
+    assert main(["bench", "--generate", "4", "--preset", "tiny", "--heads", "2", "--attention", "canonical",
+                 "--rounds", "1", "--json", str(out), "--markdown", str(md)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["model"], r["attention"], r["kv_cache"]) for r in rows} == {
+        ("iattention", "standard", True), ("iattention", "standard", False), ("hf-gpt2", "standard", True),
+        ("iattention", "canonical", True), ("iattention", "canonical", False)}
+    assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 4 for r in rows)
+    assert "<!-- bench:generate:tiny -->" in md.read_text() and "| iattention | canonical | 2 | yes |" in md.read_text()

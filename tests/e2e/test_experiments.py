@@ -1,0 +1,53 @@
+"""End-to-end tests: experiments (moved from tests/test_experiments.py)."""
+
+import pytest
+
+
+@pytest.mark.slow
+def test_committed_study_reports_name_only_committed_runs():
+    """Every run a committed report under results/ lists must have its raw files in the repository
+    (a .gitignore pattern once dropped a whole study's runs while its report stayed)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from iattention.experiments.results import RUN_FILES
+
+    root = Path(__file__).resolve().parents[2]
+    tracked = None
+    if (root / ".git").exists():
+        out = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True)
+        tracked = set(out.stdout.splitlines()) if out.returncode == 0 else None
+    reports = sorted((root / "results").rglob("report.md"))
+    for report in reports:
+        runs = re.findall(r"^- `([^`]+)`$", report.read_text().split("## Runs")[-1], flags=re.M) \
+            if "## Runs" in report.read_text() else []
+        for run in runs:
+            for name in RUN_FILES:
+                path = f"{run}/{name}"
+                assert (root / path).is_file(), f"{report} names {run}, but {path} is missing"
+                if tracked is not None:
+                    assert path in tracked, f"{report} names {run}, but {path} is not committed"
+
+
+@pytest.mark.slow
+def test_compare_footer_names_tb_only_when_tensorboard_is_on(tmp_path, capsys):
+    from helpers import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
+    assert main(["compare", "--preset", "tiny", "--heads", "1", "--arms", "standard", "--out", str(tmp_path / "c"),
+                 *ov]) == 0  # the tiny preset has tensorboard off
+    out = capsys.readouterr().out
+    assert "run folders:" in out and "tb/" not in out
+    assert main(["compare", "--preset", "tiny", "--heads", "1", "--arms", "identity_ko", "--out",
+                 str(tmp_path / "d"), *ov, "train.tensorboard=true"]) == 0
+    assert "tb/" in capsys.readouterr().out
+
+
+def test_report_refuses_a_missing_declared_plan(tmp_path, capsys):
+    from iattention.cli import main
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--declared", str(tmp_path / "PLAN.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("iattn: error: --declared") and "no such file" in err and "\n" not in err

@@ -1,0 +1,212 @@
+"""End-to-end tests: interop (moved from tests/test_interop.py)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import max_rel
+from iattention.interop import from_hf, load_model
+
+tf = pytest.importorskip("transformers")
+
+
+SHAPES = [dict(n_layer=2, n_embd=96, n_head=3), dict(n_layer=4, n_embd=64, n_head=1),
+          dict(n_layer=1, n_embd=40, n_head=4), dict(n_layer=1, n_embd=32, n_head=2, n_inner=100)]
+
+
+def _hf(dtype=torch.float64, **shape):
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=211, n_positions=24, bos_token_id=None, eos_token_id=None, **shape)
+    hf = tf.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # non-zero biases and LayerNorm affine, so every parameter matters
+        for name, p in hf.named_parameters():
+            if p.dim() == 1:
+                p.normal_(0.0 if name.endswith("bias") else 1.0, 0.1)
+    return hf.to(dtype)
+
+
+def _x():
+    return torch.randint(0, 211, (3, 24), generator=torch.Generator().manual_seed(1))
+
+
+def _hf_perplexity(hf, tokens, block, stride):
+    """The transformers guide's strided perplexity, computed with the HF model itself; the number of
+    scored tokens is counted exactly (labels after the model's internal shift that are not -100)."""
+    ids = torch.tensor(tokens, dtype=torch.long)[None]
+    n, nll_sum, count, prev_end = ids.shape[1], 0.0, 0, 0
+    for begin in range(0, n, stride):
+        end = min(begin + block, n)
+        trg_len = end - prev_end
+        input_ids = ids[:, begin:end]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        scored = int((target_ids[:, 1:] != -100).sum())
+        with torch.no_grad():
+            loss = hf(input_ids, labels=target_ids).loss
+        if scored:
+            nll_sum += loss.item() * scored
+            count += scored
+        prev_end = end
+        if end == n:
+            break
+    return float(torch.exp(torch.tensor(nll_sum / count, dtype=torch.float64))), count
+
+
+@pytest.mark.slow
+def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
+    hf = _hf(dtype=torch.float32, **SHAPES[0])
+    hf.save_pretrained(tmp_path / "src")
+    ref = hf(_x()).logits
+    cli = [sys.executable, "-m", "iattention", "convert"]
+    r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--out", str(tmp_path / "canon")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "condition numbers" in r.stdout and "max abs logit difference" in r.stdout
+    assert "fixed pivoted blocks" in r.stdout  # the default block is the well-conditioned one
+    canon, _ = load_model(tmp_path / "canon")
+    assert canon.config.attention == "canonical"
+    assert max_rel(canon(_x())[0], ref) <= 1e-4
+    r = subprocess.run([*cli, "--from", str(tmp_path / "canon"), "--to", "hf", "--out", str(tmp_path / "back")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    back = tf.GPT2LMHeadModel.from_pretrained(str(tmp_path / "back")).eval()
+    assert max_rel(back(_x()).logits, ref) <= 1e-4
+    assert {"config.json", "model.safetensors"} <= {p.name for p in (tmp_path / "back").iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stride", [32, 16])
+def test_eval_of_hf_folder_and_its_canonical_form_matches_transformers(tmp_path, capsys, stride):
+    """`iattn eval` reads an HF folder directly; its strided perplexity equals the transformers
+    computation to 1e-4 relative, and so does the same model converted to canonical."""
+    import json
+
+    from helpers import write_corpus
+    from iattention.cli import main
+    from iattention.data import DataConfig, load_data
+
+    paths = write_corpus(tmp_path, n_eval=3000)
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2, bos_token_id=None,
+                        eos_token_id=None)
+    hf = tf.GPT2LMHeadModel(cfg).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    spec = dict(dataset="text", tokenizer="byte", cache_dir=str(tmp_path / "cache"), **paths)
+    (tmp_path / "hf" / "iattention-data.json").write_text(json.dumps(spec))
+    tokens = load_data(DataConfig(**spec), splits=("test",)).splits["test"]
+    ref, ref_count = _hf_perplexity(hf, tokens.tolist(), 32, stride)
+
+    assert main(["eval", str(tmp_path / "hf"), "--stride", str(stride), "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["tokens"] == ref_count and abs(ours["ppl"] - ref) / ref <= 1e-4, (ours, ref)
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "c"), "--stride", str(stride), "--json"]) == 0
+    canon = json.loads(capsys.readouterr().out)
+    assert canon["tokenizer"] == "byte"  # the converted folder carries its tokenizer spec
+    assert abs(canon["ppl"] - ref) / ref <= 1e-4
+
+
+@pytest.mark.slow
+def test_init_from_an_hf_folder_converts_to_canonical_exactly(tmp_path):
+    """`iattn train --init-from HF_DIR model.attention=canonical`: step-0 validation loss is the HF model's."""
+    import json
+    import math
+
+    from helpers import tiny_overrides, write_corpus
+    from iattention.data import load_data
+    from iattention.train import load_config, train
+    from iattention.train.distributed import DistContext
+    from iattention.train.evaluate import split_nll
+
+    paths = write_corpus(tmp_path)
+    torch.manual_seed(0)
+    hf = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                          bos_token_id=None, eos_token_id=None)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "iattention-data.json").write_text(json.dumps({"tokenizer": "byte"}))
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
+        "train.epochs": 1, "model.attention": "canonical", "model.vocab_size": 256,
+        "train.init_from": str(tmp_path / "hf")}))
+    train(cfg, tmp_path / "ft", quiet=True)
+    first = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[0])
+    data = load_data(cfg.data, splits=("valid",))
+    nll, n = split_nll(from_hf(tmp_path / "hf").float(), data.splits["valid"], 32, 64, DistContext())
+    assert first["kind"] == "start" and math.isclose(first["val_loss"], nll / n, rel_tol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
+def test_exported_folder_works_in_a_transformers_pipeline_like_iattn_generate(tmp_path, capsys, tokenizer):
+    """`iattn convert --to hf` writes the run's tokenizer in transformers' form: AutoTokenizer and
+    pipeline("text-generation") load the folder offline, and greedy text equals `iattn generate
+    --temperature 0` on the run."""
+    from helpers import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"data.tokenizer": tokenizer,
+                                                                        "train.epochs": 1})
+    run, hf = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov]) == 0
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(hf)]) == 0
+    assert (hf / "tokenizer.json").is_file() and (hf / "tokenizer_config.json").is_file()
+    capsys.readouterr()
+    prompt = "the cat sat"  # 11 tokens + 16 new: within the block of 32 (HF GPT-2 cannot go past it)
+    assert main(["generate", str(run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "16"]) == 0
+    ours = capsys.readouterr().out.rstrip("\n")
+    tok = tf.AutoTokenizer.from_pretrained(str(hf))
+    from iattention.data import DataConfig
+    from iattention.data.dataset import tokenizer_of
+
+    own = tokenizer_of(DataConfig(dataset="text", train=str(tmp_path / "train.txt"), tokenizer=tokenizer,
+                                  cache_dir=str(tmp_path / "cache")))
+    assert tok(prompt)["input_ids"] == own.encode(prompt).tolist()  # the same ids as the run's tokenizer
+    pipe = tf.pipeline("text-generation", model=str(hf))
+    theirs = pipe(prompt, max_new_tokens=16, do_sample=False)[0]["generated_text"]
+    assert theirs == ours
+
+
+@pytest.mark.slow
+def test_load_run_gives_model_and_tokenizer_without_the_data(tmp_path):
+    """iattention.load_run: a run folder (or its checkpoint) -> (model, its tokenizer); a bpe run keeps its
+    tokenizer.json, so this works after the train text and the tokenizer cache are gone."""
+    import shutil
+
+    from helpers import tiny_overrides, write_corpus
+    from iattention import load_run
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"data.tokenizer": "bpe:300", "train.epochs": 1})
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov]) == 0
+    model, tok = load_run(run)
+    ids = tok.encode("the cat sat on the mat")
+    assert tok.name == "bpe:300" and tok.decode(ids) == "the cat sat on the mat" and len(ids) < 22
+    logits, _ = model(torch.as_tensor(ids)[None])
+    assert logits.shape == (1, len(ids), model.config.vocab_size) and tok.vocab_size == model.config.vocab_size
+    os.remove(paths["train"])
+    shutil.rmtree(tmp_path / "cache")
+    model2, tok2 = load_run(run / "best.safetensors")
+    assert tok2.encode("the cat sat on the mat").tolist() == ids.tolist()
+    assert torch.equal(model2(torch.as_tensor(ids)[None])[0], logits)
+
+
+def test_gpt2_tokenizer_exports_to_transformers_with_the_same_ids(tmp_path):
+    from helpers import shared_data_dir
+    from iattention.data import DataConfig
+    from iattention.data.tokenizers import load_tokenizer
+    from iattention.interop.hf_tokenizer import save_hf_tokenizer
+
+    if shared_data_dir() is None:
+        pytest.skip("../shared/data not present")
+    ours = load_tokenizer(DataConfig(tokenizer="gpt2", data_dir=shared_data_dir()))
+    save_hf_tokenizer(ours, tmp_path)
+    theirs = tf.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert theirs("Hello world")["input_ids"] == [15496, 995]
+    text = " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 )"
+    assert theirs(text)["input_ids"] == ours.encode(text).tolist()
+    assert theirs.eos_token_id == theirs.bos_token_id == 50256 and len(theirs) == 50257

@@ -1,0 +1,74 @@
+"""End-to-end tests: sweep (moved from tests/test_experiments.py)."""
+
+import json
+
+import pytest
+
+from iattention.errors import UserError
+
+
+@pytest.mark.slow
+def test_sweep_refuses_a_finished_run_of_another_config(tmp_path):
+    """A finished run is skipped only if it is the run asked for; else one line names the differing key."""
+    from helpers import tiny_overrides, write_corpus
+    from iattention.experiments.arms import resolve_arms
+    from iattention.experiments.sweep import grid, run_sweep
+
+    paths = write_corpus(tmp_path)
+    base = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.tensorboard": "false"})
+    specs = grid(resolve_arms(["standard"]), [1], [0])
+    first = run_sweep("tiny", specs, tmp_path / "sw", base, log=lambda *_: None)
+    again = run_sweep("tiny", specs, tmp_path / "sw", base + ["train.threads=1"], log=lambda *_: None)
+    assert again[0]["_status"] == "skipped (finished)" and again[0]["best_val_ppl"] == first[0]["best_val_ppl"]
+    with pytest.raises(UserError, match=r"another config \(optim.lr: 0.003 there vs 0.05 here\)"):
+        run_sweep("tiny", specs, tmp_path / "sw", base + ["optim.lr=0.05"], log=lambda *_: None)
+    with pytest.raises(UserError, match="model.block_size: 32 there vs 64 here"):
+        run_sweep("cpu-quick", specs, tmp_path / "sw", base, log=lambda *_: None)
+    assert json.loads((tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_text())["arm"] == "standard"
+
+
+@pytest.mark.slow
+def test_sweep_compares_the_resolved_vocabulary_not_the_override_as_typed(tmp_path):
+    """A run trained with model.vocab_size=512 is not the run a sweep with the automatic vocabulary (256
+    for the byte tokenizer) asks for, and the refusal leaves the run's arm.json as it was."""
+    from helpers import tiny_overrides, write_corpus
+    from iattention.experiments.arms import resolve_arms
+    from iattention.experiments.sweep import grid, run_sweep
+
+    base = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
+    specs = grid(resolve_arms(["standard"]), [1], [0])
+    run_sweep("tiny", specs, tmp_path / "sw", base + ["model.vocab_size=512"], log=lambda *_: None)
+    arm_json = (tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_bytes()
+    with pytest.raises(UserError, match="model.vocab_size: 512 there vs 256 here"):
+        run_sweep("tiny", specs, tmp_path / "sw", base, log=lambda *_: None)
+    assert (tmp_path / "sw" / "standard-h1-s0" / "arm.json").read_bytes() == arm_json
+    again = run_sweep("tiny", specs, tmp_path / "sw", base + ["model.vocab_size=512"], log=lambda *_: None)
+    assert again[0]["_status"] == "skipped (finished)"
+
+
+@pytest.mark.slow
+def test_sweep_through_submitit_local_executor_trains_skips_and_logs(tmp_path, capsys):
+    """--launcher submitit: each run is a submitit job (its local executor here, no sbatch), logs under
+    <out>/submitit/; the results are the runs' own; a rerun skips the finished runs and submits nothing."""
+    pytest.importorskip("submitit")
+    from helpers import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 1})
+    out = tmp_path / "sw"
+    args = ["sweep", "--preset", "tiny", "--arms", "standard,canonical", "--heads", "2", "--seeds", "0",
+            "--out", str(out), "--launcher", "submitit", "--slurm-time", "10", *ov]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "launcher: submitit (local executor)" in text and text.count("submitted") == 2
+    for name in ("standard-h2-s0", "canonical-h2-s0"):
+        summary = json.loads((out / name / "summary.json").read_text())
+        assert summary["epochs_run"] == 1 and summary["attention"] == name.split("-")[0]
+    logs = list((out / "submitit").rglob("*_log.err"))
+    assert len(logs) == 2
+    assert main(args) == 0
+    again = capsys.readouterr().out
+    assert "submitted" not in again and again.count("skipped (finished)") == 2
+    assert len(list((out / "submitit").rglob("*_log.err"))) == 2  # nothing submitted again
+    # cluster flags without the launcher are a one-line mistake
+    assert main(["sweep", "--preset", "tiny", "--out", str(tmp_path / "x"), "--gpus-per-run", "1", *ov]) == 2

@@ -1,0 +1,349 @@
+"""End-to-end tests: train (moved from tests/test_train.py)."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from helpers import shared_data_dir, tiny_overrides, write_corpus
+from iattention.attention.registry import variant_names
+from iattention.interop.load import load_model
+from iattention.train import load_config, train
+
+
+def _steps(folder):
+    return [json.loads(line) for line in open(os.path.join(folder, "steps.jsonl"))]
+
+
+def _cfg(tmp_path, **extra):
+    paths = write_corpus(tmp_path)
+    return load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **extra)), paths
+
+
+def _cli(*args, env=None):
+    return [sys.executable, "-m", "iattention", *args]
+
+
+@pytest.mark.slow
+def test_loss_decreases_and_logs_are_complete(tmp_path):
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 3})
+    summary = train(cfg, tmp_path / "run", quiet=True)
+    steps = _steps(tmp_path / "run")
+    assert len(steps) == summary["steps"] > 10
+    assert np.mean([s["loss"] for s in steps[-5:]]) < 0.7 * np.mean([s["loss"] for s in steps[:5]])
+    metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [(m["kind"], m["epoch"]) for m in metrics] == [("start", 0), ("epoch", 1), ("epoch", 2), ("epoch", 3)]
+    for key in ("step", "epoch", "lr", "train_loss", "val_loss", "val_ppl", "train_ppl", "tokens_per_s", "wall_time"):
+        assert key in metrics[0]
+    for key in ("params", "best_val_ppl", "best_epoch", "test_ppl", "wall_time_s", "train_tokens_per_s", "config",
+                "hardware"):
+        assert key in summary
+    assert summary["best_val_ppl"] == min(m["val_ppl"] for m in metrics)
+    assert (tmp_path / "run" / "tb").is_dir() or not cfg.train.tensorboard
+
+
+@pytest.mark.slow
+def test_test_perplexity_is_exp_mean_nll(tmp_path):
+    cfg, paths = _cfg(tmp_path)
+    summary = train(cfg, tmp_path / "run", quiet=True)
+    model, _ = load_model(tmp_path / "run" / "best.safetensors")
+    ids = torch.tensor(list(open(paths["test"], "rb").read()))
+    T = model.config.block_size
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(ids) - 1, T):  # independent loop: one window at a time, log_softmax by hand
+            x = ids[s: s + T + 1]
+            logp = F.log_softmax(model(x[None, :-1])[0][0].double(), dim=-1)
+            nll -= logp.gather(1, x[1:, None]).sum().item()
+            n += len(x) - 1
+    assert n == len(ids) - 1
+    assert math.isclose(summary["test_ppl"], math.exp(nll / n), rel_tol=1e-5)
+
+
+@pytest.mark.slow
+def test_resume_after_kill_equals_uninterrupted(tmp_path):
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 3, "train.ckpt_every_steps": 4,
+                                                      "train.threads": 1})
+    ref = train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov))
+    deadline = time.time() + 60
+    while not (out / "last.safetensors").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov),
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    got = json.loads((out / "summary.json").read_text())
+    assert [s["loss"] for s in _steps(out)] == [s["loss"] for s in _steps(tmp_path / "ref")]
+    for key in ("best_val_ppl", "best_epoch", "test_ppl", "steps", "tokens_seen"):
+        assert got[key] == ref[key], key
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_match_one(tmp_path):
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1})
+    one = train(load_config("tiny", None, ov), tmp_path / "one", quiet=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "iattention", "train", "--preset", "tiny", "--out", str(tmp_path / "two"), "--quiet", *ov]
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert two["world_size"] == 2
+    a, b = [s["loss"] for s in _steps(tmp_path / "one")], [s["loss"] for s in _steps(tmp_path / "two")]
+    assert len(a) == len(b)
+    assert np.allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert math.isclose(one["best_val_ppl"], two["best_val_ppl"], rel_tol=1e-4)
+
+
+@pytest.mark.slow
+def test_eval_says_what_it_evaluated_and_full_takes_the_whole_split(tmp_path, capsys):
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path, n_eval=3000)
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{
+        "train.epochs": 1, "data.valid_tokens": 700}))
+    train(cfg, tmp_path / "run", quiet=True)
+    ckpt = str(tmp_path / "run" / "best.safetensors")
+    assert main(["eval", ckpt, "--split", "valid", "--json"]) == 0
+    prefix = json.loads(capsys.readouterr().out)
+    assert main(["eval", ckpt, "--split", "valid", "--json", "--full"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert prefix["portion"] == "prefix" and full["portion"] == "whole"
+    assert prefix["tokens"] < 700 < full["tokens"]
+    assert main(["eval", ckpt, "--split", "valid"]) == 0
+    line = capsys.readouterr().out
+    assert "the first 700 tokens of the valid split (the run's data.valid_tokens; --full for all of it)" in line
+
+
+@pytest.mark.slow
+def test_overrides_may_follow_options(tmp_path):
+    """`iattn train --preset tiny model.attention=canonical --out X train.threads=1` takes both overrides."""
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
+    assert main(["train", "--preset", "tiny", "model.attention=canonical", "--out", str(tmp_path / "r"), "--quiet",
+                 *ov, "train.threads=1"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["attention"] == "canonical" and summary["config"]["train"]["threads"] == 1
+
+
+def test_every_command_takes_every_preset(capsys):
+    """One set of preset names: params and bench take the training presets (and gpt2-small), with
+    default heads from the preset."""
+    from iattention.bench.runner import bench_spec
+    from iattention.cli import main
+    from iattention.config import model_preset, preset_names
+
+    for name in preset_names():
+        assert main(["params", "--preset", name, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        model = model_preset(name)
+        assert max(r["n_head"] for r in rows) == model.n_head
+        assert bench_spec(name)["model"]["n_embd"] == model.n_embd
+        load_config(name)
+    assert model_preset("gpt2-small").n_embd == 768 and model_preset("cpu-study").vocab_size == 4096
+
+
+def test_version(capsys):
+    import pytest
+
+    from iattention import __version__
+    from iattention.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"iattn {__version__}"
+
+
+@pytest.mark.slow
+def test_init_from_a_checkpoint_starts_at_its_validation_loss(tmp_path):
+    """Fine-tuning a trained standard model as canonical: step-0 validation loss equals the source's."""
+    from iattention.data import load_data
+    from iattention.train.distributed import DistContext
+    from iattention.train.evaluate import split_nll
+
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 2, "model.n_head": 2})
+    train(cfg, tmp_path / "src", quiet=True)
+    source, _ = load_model(tmp_path / "src" / "best.safetensors")
+    data = load_data(cfg.data, splits=("valid",))
+    nll, n = split_nll(source, data.splits["valid"], cfg.model.block_size, 64, DistContext())
+    for attention in ("canonical", "standard"):
+        ft, _ = _cfg(tmp_path, **{"train.epochs": 1, "model.n_head": 2, "model.attention": attention,
+                                  "train.init_from": str(tmp_path / "src")})
+        summary = train(ft, tmp_path / f"ft-{attention}", quiet=True)
+        first = [json.loads(x) for x in open(tmp_path / f"ft-{attention}" / "metrics.jsonl")][0]
+        assert first["kind"] == "start" and first["step"] == 0 and first["train_loss"] is None
+        assert math.isclose(first["val_loss"], nll / n, rel_tol=1e-5), (attention, first["val_loss"], nll / n)
+        assert summary["config"]["train"]["init_from"] == str(tmp_path / "src")
+    bad, _ = _cfg(tmp_path, **{"train.epochs": 1, "model.n_head": 2, "model.n_embd": 64,
+                               "train.init_from": str(tmp_path / "src")})
+    import pytest
+
+    from iattention.errors import UserError
+
+    with pytest.raises(UserError, match="has model.n_embd=32, the run has 64; set model.n_embd=32"):
+        train(bad, tmp_path / "bad", quiet=True)
+
+
+@pytest.mark.slow
+def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 2})
+    short = train(cfg, tmp_path / "run", quiet=True)
+    longer, _ = _cfg(tmp_path, **{"train.epochs": 3})
+    ext = train(longer, tmp_path / "run", resume=True, quiet=True)
+    assert (short["epochs_run"], ext["epochs_run"]) == (2, 3)
+    assert ext["steps"] == short["steps"] * 3 // 2
+    metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [m["epoch"] for m in metrics] == [0, 1, 2, 3]  # the start (step 0), then one record per epoch
+    assert "epochs: 3" in (tmp_path / "run" / "config.yaml").read_text()
+    # fewer epochs, or any other change, is still another run
+    import pytest
+
+    from iattention.errors import UserError
+
+    fewer, _ = _cfg(tmp_path, **{"train.epochs": 1})
+    with pytest.raises(UserError, match="holds a run with another config"):
+        train(fewer, tmp_path / "run", resume=True, quiet=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", variant_names())
+def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_reloads(tmp_path, attention):
+    """The GPU path (paper preset: 12 layers, d=768, GPT-2 vocabulary; torch.compile, bf16 autocast)
+    exercised on CPU: two optimizer steps on a tiny batch and block, for every variant."""
+    from iattention.train.trainer import Trainer
+
+    # 76 bytes of train text: 4 windows of 17 = 2 steps of 2; 33 of valid and test: 2 whole windows of 16
+    # (one evaluation shape, so torch.compile builds one eval graph)
+    paths = write_corpus(tmp_path, n_train=75, n_eval=32)
+    overrides = tiny_overrides(paths, tmp_path / "cache", **{
+        "model.attention": attention, "model.block_size": 16, "train.batch_size": 2, "train.eval_batch_size": 2,
+        "train.epochs": 1, "train.device": "cpu", "train.compile": "true", "train.amp_cpu": "true",
+        "train.tensorboard": "false"})
+    cfg = load_config("paper", None, overrides)
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.vocab_size) == (12, 768, 50257)
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    summary = trainer.run()
+    losses = [s["loss"] for s in _steps(tmp_path / "run")]
+    assert summary["steps"] == len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert math.isfinite(summary["best_val_ppl"]) and math.isfinite(summary["test_ppl"])
+    reloaded, _ = load_model(tmp_path / "run" / "last.safetensors")
+    trained = trainer.model.state_dict()
+    assert reloaded.config.attention == attention
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shared_data_dir() is None, reason="../shared/data not present")
+def test_a_run_remembers_its_data_folder_for_later_commands(tmp_path, monkeypatch, capsys):
+    """Trained with the data folder in $IATTN_DATA_DIR only (as `make demo` does), the run records the
+    resolved folder, so `iattn eval RUN` works later in a shell without the variable."""
+    from iattention.cli import main
+
+    monkeypatch.setenv("IATTN_DATA_DIR", os.path.relpath(shared_data_dir()))
+    cfg = load_config("tiny", None, ["train.epochs=1", f"data.cache_dir={tmp_path / 'cache'}"])
+    assert cfg.data.data_dir == ""
+    train(cfg, tmp_path / "run", quiet=True)
+    assert cfg.data.data_dir == ""  # the caller's config is left as it was
+    recorded = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
+    assert recorded == os.path.realpath(shared_data_dir())
+    monkeypatch.delenv("IATTN_DATA_DIR")
+    assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 0
+    assert "valid perplexity" in capsys.readouterr().out
+    monkeypatch.setenv("IATTN_DATA_DIR", str(tmp_path / "nowhere"))  # told otherwise: that folder is used
+    assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 2
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_runs_own_epochs_and_says_when_it_extends_or_starts_fresh(tmp_path, capsys):
+    """`--resume --preset P` on a run trained for fewer epochs than P's does not extend it (the run's own
+    config wins); an explicit train.epochs=N does, and says so; a folder with no checkpoint says it starts
+    fresh. Without --preset, --resume continues the saved config."""
+    from iattention.cli import main
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache")
+    run = str(tmp_path / "run")
+    assert main(["train", "--preset", "tiny", "--out", run, "--quiet", *ov, "train.epochs=1"]) == 0
+    first = json.loads(open(os.path.join(run, "summary.json")).read())
+    capsys.readouterr()
+    assert main(["train", "--preset", "tiny", "--out", run, "--resume", "--quiet", *ov]) == 0  # tiny: 2 epochs
+    assert json.loads(open(os.path.join(run, "summary.json")).read()) == first  # not extended, not rewritten
+    assert main(["train", "--out", run, "--resume", "--quiet"]) == 0  # no preset: the saved config
+    assert "extending" not in capsys.readouterr().err
+    assert main(["train", "--preset", "tiny", "--out", run, "--resume", "--quiet", *ov, "train.epochs=2"]) == 0
+    assert f"iattn: extending {run} from 1 to 2 epochs" in capsys.readouterr().err
+    assert json.loads(open(os.path.join(run, "summary.json")).read())["epochs_run"] == 2
+    fresh = str(tmp_path / "fresh")
+    assert main(["train", "--preset", "tiny", "--out", fresh, "--resume", "--quiet", *ov, "train.epochs=1"]) == 0
+    assert "holds no checkpoint to resume; starting a fresh run there" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resume(tmp_path):
+    """Extending to 2 epochs rewrites config.yaml, then drops the old summary; a crash between the two
+    leaves a 1-epoch summary beside a 2-epoch config. The next identical --resume must train epoch 2,
+    not return the old summary as finished."""
+    cfg, _ = _cfg(tmp_path, **{"train.epochs": 1})
+    first = train(cfg, tmp_path / "run", quiet=True)
+    longer, _ = _cfg(tmp_path, **{"train.epochs": 2})
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved["train"]["epochs"] = 2  # the state the crash leaves: new config, old summary, last checkpoint
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    again = train(longer, tmp_path / "run", resume=True, quiet=True)
+    assert (first["epochs_run"], again["epochs_run"]) == (1, 2)
+    assert again["steps"] == 2 * first["steps"]
+
+
+@pytest.mark.slow
+def test_wandb_gets_every_step_and_evaluation_and_is_not_imported_when_off(tmp_path, monkeypatch):
+    """train.wandb=PROJECT logs what metrics.jsonl and steps.jsonl hold (a stand-in module records the
+    calls: the test is of our wiring, not of wandb); off, wandb is never imported; absent, one line."""
+    import sys
+    import types
+
+    from iattention.errors import UserError
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.tensorboard": "false"})
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    train(load_config("tiny", None, ov), tmp_path / "off", quiet=True)
+    assert "wandb" not in sys.modules
+
+    calls = []
+    fake = types.ModuleType("wandb")
+    run = types.SimpleNamespace(log=lambda values, step: calls.append((step, values)),
+                                finish=lambda: calls.append("finish"))
+    fake.init = lambda **kw: calls.append(("init", kw)) or run
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "on", quiet=True)
+    init = calls[0][1]
+    assert init["project"] == "proj" and init["config"]["model"]["attention"] == "standard"
+    steps = [json.loads(line) for line in open(tmp_path / "on" / "steps.jsonl")]
+    logged = {}
+    for step, v in calls[1:-1]:
+        logged.setdefault(step, {}).update(v)
+    for s in steps:
+        assert logged[s["step"]]["train/loss_step"] == s["loss"] and logged[s["step"]]["train/lr_step"] == s["lr"]
+    metrics = [json.loads(line) for line in open(tmp_path / "on" / "metrics.jsonl")]
+    epoch = next(m for m in metrics if m["kind"] == "epoch")
+    assert any(v.get("epoch/val_ppl") == epoch["val_ppl"] for _, v in calls[1:-1])
+    assert calls[-1] == "finish"
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    with pytest.raises(UserError, match="needs the wandb package: pip install wandb"):
+        train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "absent", quiet=True)

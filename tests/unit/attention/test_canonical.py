@@ -1,0 +1,138 @@
+"""Unit tests of iattention.attention.canonical (moved from tests/test_attention.py)."""
+
+import pytest
+import torch
+
+from helpers import make_model
+from iattention import GPT, GPTConfig
+from iattention.attention.canonical import CanonicalAttention
+
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.5),
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=0.05, foreach=True),
+    # fused AdamW (what the trainer uses on CUDA) updates in place without bumping version counters: a memo
+    # keyed on versions returned the step-0 weights at every later validation (issue 19, paper grid on a GPU).
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=0.05, fused=True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("halves", ["both", "qk", "vo"])
+def test_canonical_blocks_are_identity_and_get_no_gradient(heads, halves):
+    model = make_model(attention="canonical", n_head=heads, canonical_halves=halves, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randint(0, 97, (4, 16))
+    for _ in range(3):
+        loss = model(x[:, :-1], x[:, 1:])[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    r = model.config.d_head
+    for attn in model.attention_layers:
+        assert isinstance(attn, CanonicalAttention)
+        hw = attn.to_heads()
+        eye = torch.eye(r)
+        for h in range(heads):
+            if attn.canonical_qk:
+                assert torch.equal(hw.W_K[h][attn.k_perm[h, :r]], eye)
+            if attn.canonical_vo:
+                assert torch.equal(hw.W_O[h][:, attn.o_perm[h, :r]], eye)
+        # no parameter holds the identity entries: every learned tensor got a gradient
+        for name, p in attn.named_parameters():
+            if p.numel() == 0:  # at one head W_K_free / W_O_free are empty (r = d)
+                continue
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("blocks", ["aligned", "permuted", "permuted-by-load"])
+def test_canonical_one_head_uses_no_key_or_output_gemm(blocks):
+    """At one head the key map and output map are permutations (the identity for the aligned
+    block, where even the copy is skipped); a forward must still match the generic path that
+    builds the full matrices, also after a state dict with another block choice is loaded."""
+    model = make_model(attention="canonical", n_head=1)
+    attn = model.attention_layers[0]
+    with torch.no_grad():  # nonzero biases, so a skipped bias would show
+        attn.b_K.normal_()
+        attn.b_O.normal_()
+    if blocks == "permuted":
+        attn.set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+    elif blocks == "permuted-by-load":
+        other = make_model(attention="canonical", n_head=1)
+        other.attention_layers[0].set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+        model.load_state_dict(other.state_dict())
+    assert (attn._k_identity, attn._o_identity) == ((True, True) if blocks == "aligned" else (False, False))
+    x = torch.randn(2, 7, 48, dtype=torch.float64)
+    q, k, v = attn.qkv(x)
+    hw = attn.to_heads()
+    assert torch.allclose(k, x @ hw.W_K[0] + hw.b_K[0], atol=1e-12)
+    y = torch.randn(2, 7, 48, dtype=torch.float64)
+    assert torch.allclose(attn.project_out(y), y @ hw.W_O[0] + hw.b_O, atol=1e-12)
+    gemm_params = [n for n, p in attn.named_parameters() if p.dim() == 3 and p.numel() > 0]
+    assert gemm_params == ["W_Q", "W_V"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("heads", [1, 4])
+def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):
+    """Evaluation (no_grad, eval mode) after an in-place update (an optimizer step, a copy_) must match a
+    freshly built model, never stale assembled weights."""
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention="canonical")
+    model = GPT(cfg)
+    x = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(1))
+    model.eval()
+    with torch.no_grad():
+        before = model(x)[0]
+    opt = OPTIMIZERS[opt_name](model.parameters())
+    model.train()
+    _, loss = model(x, x)
+    loss.backward()
+    opt.step()  # in place
+    model.eval()
+    with torch.no_grad():
+        after = model(x)[0]
+        fresh = GPT(cfg).eval()
+        fresh.load_state_dict(model.state_dict())
+        expected = fresh(x)[0]
+        assert not torch.allclose(after, before)
+        assert torch.allclose(after, expected, atol=1e-6)
+        model.transformer.h[0].attn.W_V.mul_(1.5)  # in place, outside the optimizer
+        fresh.load_state_dict(model.state_dict())
+        assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
+        if heads > 1:
+            model.transformer.h[1].attn.W_K_free.copy_(torch.randn_like(model.transformer.h[1].attn.W_K_free))
+            fresh.load_state_dict(model.state_dict())
+            assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heads", [1, 4])
+def test_canonical_builds_its_weights_once_per_generation(heads, monkeypatch):
+    """Inside `frozen_weights` (generation) canonical assembles its full matrices once, not per decoding
+    step; after it, an update is seen again (fused AdamW) and nothing is left memoised."""
+    from iattention.attention import canonical
+    from iattention.model.generate import generate
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=heads, n_embd=16, vocab_size=50, block_size=8, attention="canonical")
+    model = GPT(cfg)
+    calls = []
+    real = canonical.merge_heads_in
+    monkeypatch.setattr(canonical, "merge_heads_in", lambda w: calls.append(1) or real(w))
+    prompt = torch.randint(0, 50, (1, 3), generator=torch.Generator().manual_seed(2))
+    generate(model, prompt, max_new_tokens=4, generator=torch.Generator().manual_seed(3))
+    assert len(calls) == cfg.n_layer  # one input-side assembly per layer for 4 decoding steps
+    assert all("_memo" not in m.__dict__ for m in model.modules())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(prompt, prompt)[1].backward()
+    opt.step()
+    with torch.no_grad():
+        fresh = GPT(cfg)
+        fresh.load_state_dict(model.state_dict())
+        a = generate(model, prompt, max_new_tokens=4, temperature=0.0)
+        b = generate(fresh, prompt, max_new_tokens=4, temperature=0.0)
+    assert torch.equal(a, b)

@@ -1,0 +1,58 @@
+"""Unit tests of iattention.checkpoint.run_folder (moved from tests/test_checkpoint.py)."""
+
+import json
+
+import pytest
+
+from iattention.checkpoint import RunFolder
+from iattention.config import load_config
+from iattention.errors import UserError
+
+SUMMARY = {"config": {"model": {}}, "attention": "standard", "n_head": 1, "seed": 0, "best_val_ppl": 12.5,
+           "best_epoch": 1, "epochs_run": 2}
+
+
+BAD = {
+    "summary.json": [b"", b"{not json", b"[1, 2]", json.dumps({**SUMMARY, "n_head": "1"}).encode(),
+                     json.dumps({k: v for k, v in SUMMARY.items() if k != "seed"}).encode(), b"\xff\xfe\x00"],
+    "arm.json": [b"", b"[]", b'{"arm": 3, "overrides": []}', b'{"arm": "a", "overrides": [1]}', b"\x80"],
+    "config.yaml": [b"hello", b"- a\n- b\n", b"model: [1, 2\n", b"model: 3\n", b"\xff\xfe"],
+    "metrics.jsonl": [b'garbage\n{"step": 1}\n', b'[1]\n{"step": 2}\n', b'{"step": "x"}\n', b"\xff\n"],
+}
+
+
+def test_a_good_folder_reads_back(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.read_config() is None and folder.read_summary() is None and folder.read_arm() is None
+    cfg = load_config("cpu-quick").to_dict()
+    folder.write_config(cfg)
+    folder.write_summary(SUMMARY)
+    folder.write_arm({"arm": "standard", "overrides": ["model.attention=standard"]})
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=3.0),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=2.0)])
+    assert folder.read_config() == cfg
+    assert folder.run_config().to_dict() == cfg
+    assert folder.finished(2) == SUMMARY and folder.finished(3) is None
+    assert [r["step"] for r in folder.read_records("metrics.jsonl", max_step=4)] == [1]
+    assert not folder.check_for(cfg, resume=True)
+    with pytest.raises(UserError, match="already holds a run"):
+        folder.check_for(cfg, resume=False)
+
+
+@pytest.mark.parametrize("name,content", [(n, c) for n, cs in BAD.items() for c in cs])
+def test_a_corrupt_file_is_one_line_naming_it(tmp_path, name, content):
+    folder = RunFolder(tmp_path)
+    (tmp_path / name).write_bytes(content)
+    read = {"summary.json": folder.read_summary, "arm.json": folder.read_arm, "config.yaml": folder.read_config,
+            "metrics.jsonl": folder.read_records}[name]
+    with pytest.raises(UserError) as err:
+        read()
+    message = str(err.value)
+    assert name in message and "\n" not in message
+
+
+def test_a_torn_last_log_line_is_refused_not_read_as_a_shorter_run(tmp_path):
+    first = '{"kind": "epoch", "step": 1, "epoch": 1, "val_ppl": 9.0}\n'
+    (tmp_path / "metrics.jsonl").write_text(first + '{"step": 2, "val')
+    with pytest.raises(UserError, match="metrics.jsonl is corrupt \\(line 2"):
+        RunFolder(tmp_path).read_records()

@@ -1,0 +1,29 @@
+"""Unit tests of iattention.config.model (moved from tests/test_config.py)."""
+
+import pytest
+
+from iattention.config import GPTConfig, model_preset, resolve_vocab
+from iattention.errors import UserError
+
+
+def test_variants_come_from_the_registry(monkeypatch):
+    from iattention.attention.registry import ATTENTION_REGISTRY, full_class_variants, variant_names
+
+    with pytest.raises(UserError, match="unknown attention 'toy'"):
+        GPTConfig(attention="toy")
+    assert set(full_class_variants()) == {"standard", "canonical"}
+    monkeypatch.setitem(ATTENTION_REGISTRY, "toy", ATTENTION_REGISTRY["standard"])
+    assert "toy" in variant_names()
+    GPTConfig(attention="toy", init="matched")  # registered, and the class says it spans the full class
+
+
+def test_resolve_vocab_is_the_one_place_vocab_zero_becomes_a_size():
+    auto = GPTConfig(vocab_size=0)
+    assert resolve_vocab(auto, "byte").vocab_size == 256
+    assert resolve_vocab(auto, "bpe:4096").vocab_size == 4096  # nominal, without the built tokenizer
+    assert resolve_vocab(auto, "bpe:4096", vocab=3900).vocab_size == 3900  # as built
+    assert auto.vocab_size == 0  # the caller's config is left as it was
+    assert resolve_vocab(GPTConfig(vocab_size=512), "byte", vocab=256).vocab_size == 512
+    with pytest.raises(UserError, match="has 256 tokens but model.vocab_size is 100"):
+        resolve_vocab(GPTConfig(vocab_size=100), "byte", vocab=256)
+    assert model_preset("cpu-study").vocab_size == 4096

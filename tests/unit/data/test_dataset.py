@@ -1,0 +1,88 @@
+"""Unit tests of iattention.data.dataset (moved from tests/test_data.py, tests/test_eval_metrics.py)."""
+
+import re
+
+import numpy as np
+import pytest
+
+from helpers import write_corpus
+from iattention.data import DataConfig, epoch_order, eval_windows, load_data, load_tokenizer
+from iattention.data.dataset import count_words, scored_text
+from iattention.errors import UserError
+from iattention.train.evaluate import per_unit
+
+
+def _cfg(paths, cache, tokenizer="byte"):
+    return DataConfig(dataset="text", train=paths["train"], valid=paths["valid"], test=paths["test"],
+                      tokenizer=tokenizer, cache_dir=str(cache))
+
+
+def test_split_caps_cut_train_and_validation_only(tmp_path):
+    paths = write_corpus(tmp_path)
+    whole = load_data(_cfg(paths, tmp_path / "c"))
+    cfg = _cfg(paths, tmp_path / "c")
+    cfg.train_tokens, cfg.valid_tokens = 100, 50
+    cut = load_data(cfg)
+    assert np.array_equal(cut.splits["train"], whole.splits["train"][:100])
+    assert np.array_equal(cut.splits["valid"], whole.splits["valid"][:50])
+    assert np.array_equal(cut.splits["test"], whole.splits["test"])  # the test split is never cut
+    cfg.valid_tokens = -1
+    with pytest.raises(UserError, match="data.valid_tokens must be >= 0"):
+        load_data(cfg)
+
+
+def test_windows_cover_every_token_once():
+    for n, T in [(100, 7), (64, 8), (9, 8), (2, 8)]:
+        w = eval_windows(n, T)
+        covered = [s + 1 + i for s, L in w for i in range(L)]
+        assert covered == list(range(1, n))
+    a, b = epoch_order(10, 0, 0), epoch_order(10, 0, 1)
+    assert sorted(a) == list(range(10)) and not np.array_equal(a, b)
+    assert np.array_equal(a, epoch_order(10, 0, 0))
+
+
+def test_missing_split_offline_is_a_clear_error(tmp_path):
+    (tmp_path / "wikitext-2-raw-v1").mkdir()
+    cfg = DataConfig(dataset="wikitext-2-raw-v1", data_dir=str(tmp_path), tokenizer="byte")
+    with pytest.raises(UserError, match=r"wikitext-2-raw-v1 train split not found.*wiki\.train\.raw"):
+        load_data(cfg)
+
+
+UNICODE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n"
+
+
+def _byte_tokenizer():
+    return load_tokenizer(DataConfig(tokenizer="byte"))
+
+
+def _bpe_tokenizer(tmp_path):
+    paths = write_corpus(tmp_path)
+    train_text = open(paths["train"]).read() + UNICODE * 20
+    return load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path / "c")), train_text)
+
+
+def test_words_are_counted_as_lm_eval_counts_them():
+    # lm-eval's wikitext task: len(re.split(r"\s+", doc)); leading/trailing whitespace adds an empty word
+    assert count_words("ab cd") == 2
+    assert count_words(" ab  cd\n") == 4  # '', 'ab', 'cd', ''
+    assert count_words("\u3000ab") == 2  # unicode whitespace too (a str pattern)
+
+
+def test_scored_text_is_the_tokens_after_the_first_by_hand():
+    tok = _byte_tokenizer()
+    ids = tok.encode("ab cd\n")
+    text = scored_text(tok, ids)  # predicted: "b cd\n" -> 'b', 'cd', ''
+    assert (text.tokens, text.words, text.bytes) == (5, 3, 5)
+    assert scored_text(tok, ids[:1]) == scored_text(tok, ids[:0]) == type(text)(0, 0, 0)
+    assert per_unit(1.0, type(text)(0, 0, 0)) is None
+
+
+def test_scored_text_of_a_whole_text_is_it_less_its_first_token(tmp_path):
+    """Oracle independent of decode_bytes: the bpe tokenizer's own character offsets of the first token
+    (which must hold whole characters for offsets to say where it ends: an ASCII start)."""
+    tok, source = _bpe_tokenizer(tmp_path), " The" + UNICODE
+    enc = tok._impl.encode(source)
+    rest = source[enc.offsets[0][1]:]
+    text = scored_text(tok, tok.encode(source))
+    assert (text.tokens, text.words, text.bytes) == (len(enc.ids) - 1, len(re.split(r"\s+", rest)),
+                                                      len(rest.encode()))

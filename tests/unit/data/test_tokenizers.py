@@ -1,0 +1,41 @@
+"""Unit tests of iattention.data.tokenizers (moved from tests/test_data.py, tests/test_hostile_more.py)."""
+
+import os
+
+from helpers import write_corpus
+from iattention.data import DataConfig, load_tokenizer
+from iattention.data.cache import cache_root
+
+
+def _cfg(paths, cache, tokenizer="byte"):
+    return DataConfig(dataset="text", train=paths["train"], valid=paths["valid"], test=paths["test"],
+                      tokenizer=tokenizer, cache_dir=str(cache))
+
+
+def test_bpe_is_deterministic_and_cached(tmp_path):
+    paths = write_corpus(tmp_path)
+    a = load_tokenizer(_cfg(paths, tmp_path / "a", "bpe:300"), open(paths["train"]).read())
+    b = load_tokenizer(_cfg(paths, tmp_path / "b", "bpe:300"), open(paths["train"]).read())
+    text = open(paths["valid"]).read()
+    assert 256 < a.vocab_size <= 300  # the tiny corpus may run out of merges
+    assert list(a.encode(text)) == list(b.encode(text))
+    assert a.decode(a.encode(text)) == text
+    assert len(os.listdir(cache_root(_cfg(paths, tmp_path / "a")) / "tokenizers")) == 1
+
+
+# ------------------------------------------------------------------ BPE training on text without spaces
+def test_bpe_training_on_text_without_spaces_is_not_quadratic(tmp_path):
+    """160 kB of letters without a space took ~18 s (quadratic in the "word" length: 2 MB ran past 240 s);
+    long runs are now fed to the trainer in pieces."""
+    import random
+    import time
+
+    from iattention.data.config import DataConfig
+    from iattention.data.tokenizers import load_tokenizer
+
+    rng = random.Random(0)
+    text = "".join(rng.choice("abcdefghij") for _ in range(160_000))
+    t0 = time.perf_counter()
+    tok = load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path)), text)
+    assert time.perf_counter() - t0 < 6.0
+    assert tok.decode(tok.encode(text[:5000])) == text[:5000]

@@ -1,0 +1,59 @@
+"""Unit tests of iattention.symmetry.counts (moved from tests/test_attention.py, tests/test_symmetry.py)."""
+
+import pytest
+
+from iattention import GPT, GPTConfig
+from iattention.attention.registry import variant_names
+from iattention.symmetry import (
+    param_count,
+    redundancy,
+)
+
+VARIANTS = variant_names()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d,heads,layers,bias", [(48, 3, 2, True), (64, 1, 3, False), (96, 4, 1, True),
+                                                 (50, 5, 2, False), (768, 12, 12, True)])
+@pytest.mark.parametrize("attention", VARIANTS)
+def test_param_count_closed_form(d, heads, layers, bias, attention):
+    cfg = GPTConfig(n_layer=layers, n_head=heads, n_embd=d, vocab_size=101, block_size=32, bias=bias,
+                    attention=attention)
+    model = GPT(cfg)
+    assert model.num_params() == param_count(cfg)
+    # the oracle is the built models, not a formula: what the variant removes is the difference in stored
+    # parameters against a built standard model of the same shape
+    standard = GPT(cfg.replace(attention="standard"))
+    assert redundancy(cfg) == standard.num_params() - model.num_params()
+    if attention == "canonical":
+        assert redundancy(cfg) == 2 * (d // heads) ** 2 * heads * layers
+        # compact storage: the learned tensors hold no masked dead entries
+        std = GPT(cfg.replace(attention="standard"))
+        assert sum(p.numel() for p in std.parameters()) - sum(p.numel() for p in model.parameters()) \
+            == redundancy(cfg)
+
+
+def test_gpt2_small_counts():
+    expected = {1: 110_284_032, 4: 120_900_864, 8: 122_670_336, 12: 123_260_160}
+    for heads, n in expected.items():
+        cfg = GPTConfig(n_head=heads, attention="canonical")
+        assert param_count(cfg) == n
+        assert param_count(cfg.replace(attention="standard")) == 124_439_808
+        # the paper's "110M at every head count": W_K = W_O = I_d as whole maps
+        assert param_count(cfg.replace(attention="identity_ko")) == 110_284_032
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("attention", variant_names())
+def test_iso_param_mlp_width_spends_the_saved_parameters_on_the_mlp(attention, heads):
+    from iattention.symmetry import iso_param_mlp_hidden, param_count
+
+    std = GPTConfig(n_layer=2, n_head=heads, n_embd=32, vocab_size=64, block_size=16)
+    reduced = std.replace(attention=attention)
+    wide = reduced.replace(mlp_hidden=iso_param_mlp_hidden(reduced))
+    assert (wide.mlp_hidden > 4 * std.n_embd) == (param_count(reduced) < param_count(std))
+    model = GPT(wide)
+    assert model.transformer.h[0].mlp.c_fc.weight.shape == (wide.mlp_hidden, 32)
+    assert model.num_params() == param_count(wide)  # closed form and the model agree at any width
+    per_unit = std.n_layer * (2 * std.n_embd + 1)  # one hidden unit: a row of c_fc, its bias, a column of c_proj
+    assert abs(param_count(wide) - param_count(std)) <= per_unit / 2

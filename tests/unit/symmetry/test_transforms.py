@@ -1,0 +1,142 @@
+"""Unit tests of iattention.symmetry.transforms (moved from tests/test_symmetry.py)."""
+
+import copy
+
+import pytest
+import torch
+
+from helpers import make_model, max_rel
+from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
+from iattention.errors import SingularBlockError
+from iattention.symmetry import canonicalize, condition_numbers, expand, random_gauge
+
+SHAPES = [dict(n_head=3, n_embd=48), dict(n_head=1, n_embd=32), dict(n_head=4, n_embd=40, bias=False)]
+
+
+def _x():
+    return torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_random_gauge_keeps_function_float64(shape):
+    model = make_model(**shape)
+    before = model(_x())[0]
+    w_before = model.attention_layers[0].to_heads().W_Q.clone()
+    random_gauge(model, seed=3)
+    assert not torch.allclose(model.attention_layers[0].to_heads().W_Q, w_before)  # weights did move
+    assert (model(_x())[0] - before).abs().max().item() <= 1e-10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("block", ["aligned", "pivoted"])
+@pytest.mark.parametrize("halves", ["both", "qk", "vo"])
+def test_canonicalize_expand_round_trip_float64(shape, block, halves):
+    model = make_model(**shape)
+    random_gauge(model, seed=1)
+    ref = model(_x())[0]
+    canon = canonicalize(model, block=block, halves=halves)
+    assert canon.config.attention == "canonical"
+    assert (canon(_x())[0] - ref).abs().max().item() <= 1e-10
+    back = expand(canon)
+    assert back.config.attention == "standard"
+    assert (back(_x())[0] - ref).abs().max().item() <= 1e-10
+    assert canon.num_params() < model.num_params()
+
+
+@pytest.mark.parametrize("block", ["aligned", "pivoted"])
+def test_round_trip_float32(block):
+    model = make_model(dtype=torch.float32)
+    random_gauge(model, seed=2)
+    ref = model(_x())[0]
+    canon = canonicalize(model, block=block)
+    assert canon.transformer.wte.weight.dtype == torch.float32
+    assert max_rel(canon(_x())[0], ref) <= 1e-4
+    assert max_rel(expand(canon)(_x())[0], ref) <= 1e-4
+
+
+@pytest.mark.parametrize("attention", variant_names())
+def test_every_variant_expands_exactly(attention):
+    model = make_model(attention=attention)
+    with torch.no_grad():  # biases too, so a wrong bias in to_heads would show
+        for name, p in model.named_parameters():
+            if ".attn." in name and (p.dim() == 1 or name.rsplit(".", 1)[-1].startswith("b_")):
+                p.normal_(0.0, 0.3)
+    ref = model(_x())[0]
+    std = expand(model)
+    assert (std(_x())[0] - ref).abs().max().item() <= 1e-12
+    assert (canonicalize(std)(_x())[0] - ref).abs().max().item() <= 1e-10
+    if ATTENTION_REGISTRY[attention].full_class:
+        assert (canonicalize(model, block="pivoted")(_x())[0] - ref).abs().max().item() <= 1e-10
+
+
+def test_perturbed_canonical_model_differs():
+    """The round-trip test can fail: a wrong block choice changes the function."""
+    model = make_model()
+    canon = canonicalize(model)
+    attn = canon.attention_layers[0]
+    attn.set_blocks(torch.roll(attn.k_perm[:, :16], 1, dims=0), None)  # swap blocks between heads
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() > 1e-3
+
+
+def test_singular_block_is_reported_and_pivoted_handles_it():
+    model = make_model()
+    with torch.no_grad():
+        attn = model.attention_layers[1]
+        W = attn.c_attn.weight  # rows [d, 2d) are W_K^T; head 0's aligned block = input coords 0..15
+        W[48:64, 0:16] = 0.0
+    with pytest.raises(SingularBlockError, match=r"layer 1 head 0: the key block .* pivoted") as e:
+        canonicalize(model, block="aligned")
+    assert "nan" not in str(e.value)  # an exactly singular block is "not invertible", not "condition number nan"
+    canon = canonicalize(model, block="pivoted")
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+    hw = model.attention_layers[1].to_heads()
+    k_rows = canon.attention_layers[1].k_perm[:, :16]
+    assert condition_numbers(hw.W_K, k_rows)[0] < 1e6
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_identity_ko_expands_exactly_and_refuses_general_heads(heads):
+    from iattention.errors import UserError
+
+    model = make_model(attention="identity_ko", n_head=heads)
+    with torch.no_grad():
+        for a in model.attention_layers:
+            a.b_K.normal_()
+    std = expand(model)
+    assert std.config.attention == "standard"
+    assert (std(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
+    canon = canonicalize(model, block="pivoted")  # symmetry tools take it as it is (via to_heads)
+    assert (canon(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+    # back into identity_ko only when W_K and W_O really are the identity
+    back = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in back.attention_layers[0].parameters():
+            p.zero_()
+    for src, dst in zip(std.attention_layers, back.attention_layers):
+        dst.load_heads(src.to_heads())
+    assert (back(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-12
+    with pytest.raises(UserError, match="identity_ko"):
+        back.attention_layers[0].load_heads(make_model(n_head=heads).attention_layers[0].to_heads())
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_minimal_canonicalize_folds_b_v_drops_b_k_and_keeps_the_function(heads):
+    """b_K and b_V are redundant: the fully reduced canonical model computes the same logits with 2 d
+    fewer parameters per layer, and its count is what `fully_reduced_count` says."""
+    from iattention.symmetry import fully_reduced_count, param_count
+
+    model = make_model(n_head=heads)
+    with torch.no_grad():
+        for attn in model.attention_layers:
+            attn.c_attn.bias.normal_(0.0, 0.5)  # sizeable b_Q, b_K, b_V, so a dropped one would show
+    canon = canonicalize(model, block="pivoted")
+    minimal = canonicalize(model, block="pivoted", minimal=True)
+    assert minimal.config.minimal_bias and minimal.attention_layers[0].b_K is None
+    assert (minimal(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+    assert canon.num_params() - minimal.num_params() == 2 * model.config.n_embd * model.config.n_layer
+    assert minimal.num_params() == param_count(minimal.config) == fully_reduced_count(canon.config)
+    # b_V is sizeable, so it is the fold into b_O (not a zero b_V) that keeps the function
+    hw = canon.attention_layers[0].to_heads()
+    assert hw.b_V.abs().max() > 0.1
+    assert (expand(minimal)(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10

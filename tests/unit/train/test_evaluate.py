@@ -1,0 +1,36 @@
+"""Unit tests of iattention.train.evaluate (moved from tests/test_eval_metrics.py)."""
+
+import math
+
+import pytest
+import torch
+
+from iattention import GPT, GPTConfig
+from iattention.data import DataConfig, load_tokenizer
+from iattention.data.dataset import scored_text
+from iattention.train.distributed import DistContext
+from iattention.train.evaluate import per_unit, split_nll
+
+
+def _byte_tokenizer():
+    return load_tokenizer(DataConfig(tokenizer="byte"))
+
+
+def test_a_uniform_model_gives_eight_bits_per_byte_and_a_hand_computed_word_perplexity():
+    """All weights zero: logits are 0, every byte costs ln 256 nats, so bits per byte = 8, byte perplexity
+    = 256, and word perplexity = 256 ** (bytes / words), counted by hand on the literal text."""
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=256, block_size=8)).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    tok = _byte_tokenizer()
+    source = "the cat sat on the mat .\n a dog ran\n"  # 36 bytes; 35 predicted: "he cat ... ran\n"
+    ids = tok.encode(source)
+    nll, n = split_nll(model, ids, 8, 4, DistContext())  # 5 windows, the last one partial (float32 NLL)
+    assert n == 35 and nll == pytest.approx(35 * math.log(256), rel=1e-6)
+    m = per_unit(nll, scored_text(tok, ids), scored=n)
+    words = 11  # 'he' 'cat' 'sat' 'on' 'the' 'mat' '.' 'a' 'dog' 'ran' ''
+    assert m["bits_per_byte"] == pytest.approx(8.0, rel=1e-6)
+    assert m["byte_ppl"] == pytest.approx(256.0, rel=1e-5)
+    assert m["word_ppl"] == pytest.approx(256.0 ** (35 / words), rel=1e-5)
+    assert per_unit(nll, scored_text(tok, ids), scored=n - 1) is None  # not every token scored: no figures
