@@ -172,7 +172,7 @@ def test_canonical_blocks_are_exactly_the_identity_and_expand_restores_the_produ
             assert torch.allclose(cw.b_V[h] @ cw.W_O[h], hw.b_V[h] @ hw.W_O[h], atol=1e-10)
     back = expand(canon)
     assert back.config.attention == "standard" and not back.training
-    assert back.config.canonical == "both" and not back.config.minimal_bias
+    assert back.config.canonical_halves == "both" and not back.config.minimal_bias
     minimal = canonicalize(model, minimal=True)
     assert minimal.config.minimal_bias and minimal.config.init == "gpt2"
     assert not canonicalize(make_model(bias=False), minimal=True).config.minimal_bias
