@@ -189,13 +189,17 @@ def register(sub) -> None:
 
     k = sub.add_parser("conditioning", help="condition numbers of the fixed blocks and what canonicalizing costs "
                                             "in float32/bfloat16",
-                       description="Conditioning study (docs/conversion.md): for a GPT-2-small-shaped model with "
-                                   "transformers' init and (--checkpoint) a model trained here, the condition "
+                       description="Conditioning study (docs/conversion.md): for a model trained here "
+                                   "(--checkpoint) and/or (--gpt2, the default without --checkpoint) a "
+                                   "GPT-2-small-shaped model with transformers' init, the condition "
                                    "numbers of every head's key and output blocks (aligned and pivoted) and the "
                                    "test perplexity before and after canonicalizing, in float32 and bfloat16. "
                                    "Needs transformers and WikiText-2.")
     k.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
     k.add_argument("--data-dir", default=None, help="folder holding wikitext-2-v1 (default: the hub)")
+    k.add_argument("--gpt2", action="store_true",
+                   help="also study a GPT-2-small-shaped model at transformers' init (minutes on a CPU; "
+                        "always done when no --checkpoint is given)")
     k.add_argument("--gpt2-tokens", type=int_at_least(1), default=8192,
                    help="WikiText-2 test tokens for the GPT-2-small model")
     k.add_argument("--json", type=out_path, help="write the results here")

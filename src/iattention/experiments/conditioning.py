@@ -2,10 +2,11 @@
 in float32 and bfloat16?  iattn conditioning --checkpoint RUN/best.safetensors
 (`python -m iattention.experiments.conditioning` takes the same flags)
 
-For (a) a GPT-2-small-shaped model initialized the way `transformers` initializes GPT-2 and (b) a model
-trained by our pipeline, for blocks `aligned` and `pivoted`: the distribution of condition numbers over
-heads, and the test perplexity of the original and of the canonical model, each cast to float32 and
-bfloat16 (canonicalization itself is computed in float64).
+For (a) a model trained by our pipeline (--checkpoint) and (b) a GPT-2-small-shaped model initialized
+the way `transformers` initializes GPT-2 (--gpt2; done whenever no checkpoint is given), for blocks
+`aligned` and `pivoted`: the distribution of condition numbers over heads, and the test perplexity of
+the original and of the canonical model, each cast to float32 and bfloat16 (canonicalization itself is
+computed in float64).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `iattn conditioning` (and of `python -m iattention.experiments.conditioning`)."""
     p.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--gpt2", action="store_true",
+                   help="also study a GPT-2-small-shaped model (always done when no --checkpoint is given)")
     p.add_argument("--gpt2-tokens", type=int, default=8192, help="WikiText-2 test tokens for the GPT-2-small model")
     p.add_argument("--json", help="write the results here")
 
@@ -77,12 +80,13 @@ def run(args) -> None:
 
     transformers.utils.logging.set_verbosity_error()
     results = []
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init
-    data = load_data(DataConfig(dataset="wikitext-2-v1", tokenizer="gpt2", data_dir=args.data_dir or ""),
-                     splits=("test",))
-    results.append(study(from_hf(hf), data.splits["test"][: args.gpt2_tokens + 1],
-                         "GPT-2 small shape, transformers init (seed 0)", 1024))
+    if args.gpt2 or not args.checkpoint:  # the reference model: minutes on a CPU
+        torch.manual_seed(0)
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init
+        data = load_data(DataConfig(dataset="wikitext-2-v1", tokenizer="gpt2", data_dir=args.data_dir or ""),
+                         splits=("test",))
+        results.append(study(from_hf(hf), data.splits["test"][: args.gpt2_tokens + 1],
+                             "GPT-2 small shape, transformers init (seed 0)", 1024))
     if args.checkpoint:
         model, meta = load_model(args.checkpoint)
         dcfg = DataConfig(**{**meta["config"]["data"], **({"data_dir": args.data_dir} if args.data_dir else {})})
