@@ -1,10 +1,14 @@
 """Per-module mutation score from mutmut's results (`make mutation` prints it; tests/mutation/SCORES.md
 records it). Reads `mutmut results --all true` on stdin and the survivors judged equivalent from
-tests/mutation/equivalent.txt (`mutant-name: why`); score = killed / (total - equivalent)."""
+tests/mutation/equivalent.txt (`mutant-name: why`); score = killed / (checked - equivalent).
+
+A module whose mutants were not all run (a random sample, tests/mutation/sample.py) gets its score over
+the checked ones with a 95% Wilson interval, marked "sample"; a module with none checked, "not run"."""
 
 from __future__ import annotations
 
 import collections
+import math
 import pathlib
 import re
 import sys
@@ -25,6 +29,25 @@ def equivalent(path: pathlib.Path) -> dict[str, str]:
             name, why = line.split(":", 1)
             out[name.strip()] = why.strip()
     return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval for a proportion k/n (better than k/n ± z·se at small n or k near n)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def score_cell(c: collections.Counter) -> str:
+    checked = c["total"] - c["not checked"]
+    denom = checked - c["equivalent"]
+    if not denom:
+        return "not run"
+    if not c["not checked"]:
+        return f"{100 * c['killed'] / denom:.1f}%"
+    lo, hi = wilson(c["killed"], denom)
+    return f"{100 * c['killed'] / denom:.1f}% (sample, 95% CI {100 * lo:.0f}–{100 * hi:.0f}%)"
 
 
 def main() -> None:
@@ -51,11 +74,8 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for mod in MODULES:
         c = counts.get(mod, collections.Counter())
-        checked = c["total"] - c["not checked"]
-        denom = checked - c["equivalent"]
-        score = f"{100 * c['killed'] / denom:.1f}%" if denom and not c["not checked"] else "not run"
         print(f"| {mod} | {c['total']} | {c['killed']} | {c['survived']} | {c['equivalent']} | "
-              f"{c['not checked']} | {score} |")
+              f"{c['not checked']} | {score_cell(c)} |")
     if survivors:
         print("\nsurvivors not judged equivalent:")
         print("\n".join(survivors))

@@ -1,0 +1,42 @@
+"""A seeded random sample of mutmut's mutants per module, for modules too large to run whole on a small
+machine (tests/mutation/SCORES.md). Reads `mutmut results --all true` on stdin (after `mutmut run` has
+generated the mutants) and prints the chosen names, space-separated, for `make mutation MUTANTS=...`.
+
+    .venv/bin/mutmut results --all true | .venv/bin/python tests/mutation/sample.py --per-module 40 \\
+        --modules symmetry,checkpoint,attention,model --seed 0
+
+The sample is drawn from every mutant of the module (checked or not) with `random.Random(seed).sample`
+over the names sorted, so the same seed and the same code give the same sample."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import re
+import sys
+
+from summarize import module_of
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--per-module", type=int, required=True)
+    p.add_argument("--modules", required=True, help="comma-separated, as summarize.py names them")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    wanted = args.modules.split(",")
+    names: dict[str, list[str]] = collections.defaultdict(list)
+    for line in sys.stdin:
+        m = re.match(r"\s*(iattention\.\S+): ", line)
+        if m and module_of(m.group(1)) in wanted:
+            names[module_of(m.group(1))].append(m.group(1))
+    chosen = []
+    for mod in wanted:
+        pool = sorted(names[mod])
+        chosen += random.Random(f"{args.seed}:{mod}").sample(pool, min(args.per_module, len(pool)))
+    print(" ".join(chosen))
+
+
+if __name__ == "__main__":
+    main()
