@@ -22,3 +22,77 @@ def test_checkpoint_metadata_that_is_not_ours_is_refused(tmp_path):
     path.write_bytes(b"\x80\x04pickle behind a safetensors name")
     with pytest.raises(UserError, match="corrupt or truncated"):
         ckpt.read_meta(path)
+
+
+# ------------------------------------------------------------ survivors of `make mutation` turned into checks
+def _header_only_file(path, meta: dict, n_floats: int) -> None:
+    """A safetensors file whose header declares one F32 tensor of `n_floats` over a sparse file (holes)."""
+    import struct
+
+    header = json.dumps({"__metadata__": {"iattention": json.dumps(meta)}, "model/x": {
+        "dtype": "F32", "shape": [n_floats], "data_offsets": [0, n_floats * 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + n_floats * 4)
+
+
+def test_declared_size_against_the_bytes_held_and_free_memory(tmp_path, monkeypatch):
+    model = make_model(dtype=torch.float32)
+    good = tmp_path / "good.safetensors"
+    ckpt.save_checkpoint(good, model, {"config": {}})
+    ckpt.check_declared_size(good)  # a real file holds what it declares
+    sparse = tmp_path / "sparse.safetensors"
+    _header_only_file(sparse, {"format": ckpt.FORMAT}, 16 * 2**20)  # 64 MiB declared, a few KiB held
+    if sparse.stat().st_blocks * 512 > 2**20:
+        pytest.skip("this file system does not make sparse files")
+    with pytest.raises(UserError, match=r"declares 0\.0625 GiB of tensors but holds .* \(a sparse or crafted file\)"):
+        ckpt.check_declared_size(sparse)
+    monkeypatch.setattr(ckpt, "available_memory", lambda: 1000)
+    with pytest.raises(UserError, match=r"declares .* GiB of tensors, more than the .* GiB this machine has free"):
+        ckpt.check_declared_size(good)
+    monkeypatch.setattr(ckpt, "available_memory", lambda: None)  # unknown: not refused on memory
+    ckpt.check_declared_size(good)
+
+
+def test_metadata_types_an_int_for_a_float_key_reads_and_a_wrong_type_is_named(tmp_path):
+    model = make_model(dtype=torch.float32)
+    path = tmp_path / "m.safetensors"
+    cfg = dict(n_layer=2, n_head=3, n_embd=48, vocab_size=97, block_size=16)
+    ckpt.save_checkpoint(path, model, {"config": {"model": dict(cfg, dropout=0)}, "state": {"step": 3}})
+    assert ckpt.read_meta(path)["config"]["model"]["dropout"] == 0  # JSON writes 0.0 as 0 in other tools
+    for bad, key in ((dict(cfg, bias=1), "config.model.bias"), (dict(cfg, n_layer=2.0), "config.model.n_layer"),
+                     (dict(cfg, wat=1), "config.model.wat")):
+        ckpt.save_checkpoint(path, model, {"config": {"model": bad}})
+        with pytest.raises(UserError, match=rf"m\.safetensors has bad metadata \({key}: "):
+            ckpt.read_meta(path)
+
+
+def test_read_state_names_the_file_and_the_key():
+    from iattention.train.state import TrainState
+
+    assert ckpt.read_state("r.safetensors", {"state": {"step": 3, "epoch": 1}}, TrainState).step == 3
+    with pytest.raises(UserError, match=r"checkpoint r\.safetensors has bad metadata \(state\.wat: not a key"):
+        ckpt.read_state("r.safetensors", {"state": {"wat": 1}}, TrainState)
+    with pytest.raises(UserError, match=r"checkpoint r\.safetensors has bad metadata \(state\.step: str"):
+        ckpt.read_state("r.safetensors", {"state": {"step": "3"}}, TrainState)
+    with pytest.raises(UserError, match=r"\(state: missing\)"):
+        ckpt.read_state("r.safetensors", {}, TrainState)
+
+
+def test_optimizer_state_round_trips_and_a_missing_tensor_is_named(tmp_path):
+    model = make_model(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+    opt.step()
+    path = tmp_path / "o.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 1}}, optimizer=opt)
+    meta, tensors = ckpt.read_meta(path), ckpt.load_tensors(path)
+    fresh = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ckpt.load_optimizer_state(fresh, tensors, meta, path)
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    first = sorted(k for k in tensors if k.startswith("optim/"))[0]
+    with pytest.raises(UserError, match=rf"lacks 1 of its \d+ optimizer tensors \(e\.g\. {first}\)"):
+        ckpt.load_optimizer_state(fresh, {k: v for k, v in tensors.items() if k != first}, meta, path)
+    with pytest.raises(UserError, match=r"\(optimizer: missing: the checkpoint holds no optimizer state to resume\)"):
+        ckpt.load_optimizer_state(fresh, tensors, {k: v for k, v in meta.items() if k != "optimizer"}, path)
