@@ -71,3 +71,53 @@ def test_canonical_halves_only_with_canonical_attention():
         GPTConfig(**SHAPE, n_head=2, attention="standard", canonical_halves="qk")
     with pytest.raises(UserError, match="model.init"):
         GPTConfig(**SHAPE, n_head=2, init="orthogonal")
+
+
+# ------------------------------------------------------------ survivors of `make mutation` turned into checks
+@pytest.mark.parametrize("attention", ["standard", "identity_q"])
+def test_gpt2_init_scales_every_residual_projection(attention):
+    """GPT-2 init: N(0, 0.02) for every matrix, N(0, 0.02 / sqrt(2 L)) for the projections into the residual
+    stream (attention c_proj and MLP c_proj); measured as the sample std of wide matrices."""
+    torch.manual_seed(0)
+    n_layer = 8
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=4, n_embd=256, vocab_size=64, block_size=8, attention=attention))
+    small = 0.02 / (2 * n_layer) ** 0.5
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and "wpe" not in name:
+            want = small if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.std().item() / want - 1) < 0.05, name
+
+
+def test_num_params_counts_the_true_vocabulary_and_can_leave_out_positions():
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=50, block_size=8, vocab_pad_multiple=64)
+    model = GPT(cfg)
+    every = sum(p.numel() for p in model.parameters())  # the padded embedding rows included (tied head)
+    assert model.num_params() == every - (64 - 50) * 16
+    assert model.num_params(exclude_positions=True) == every - (64 - 50) * 16 - 8 * 16
+
+
+def test_available_memory_falls_back_to_physical_memory(monkeypatch):
+    import builtins
+    import os
+
+    from iattention.model import gpt
+
+    assert gpt.available_memory() > 0
+    real_open = builtins.open
+
+    def no_proc(path, *a, **k):
+        if str(path) == "/proc/meminfo":
+            raise OSError("no /proc here")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    assert gpt.available_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_generate_method_continues_the_prompt():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=50, block_size=8)).eval()
+    prompt = torch.tensor([[3, 1, 4]])
+    out = model.generate(prompt, 5, temperature=0)
+    assert out.shape == (1, 8) and torch.equal(out[:, :3], prompt)
+    assert out[0, 3].item() == model(prompt)[0][0, -1].argmax().item()  # greedy: the most likely next token
