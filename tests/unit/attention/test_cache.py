@@ -10,7 +10,6 @@ from iattention.attention.registry import variant_names
 CASES = [(attention, heads) for attention in variant_names() for heads in (1, 3)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("attention,heads", CASES)
 def test_cached_steps_equal_the_full_forward(attention, heads):
     """Prompt of 5, then 1 and 3 tokens at a time: the logits equal one forward over the whole sequence."""

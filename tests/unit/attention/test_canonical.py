@@ -16,7 +16,6 @@ OPTIMIZERS = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
 def test_canonical_blocks_are_identity_and_get_no_gradient(heads, halves):
@@ -73,7 +72,6 @@ def test_canonical_one_head_uses_no_key_or_output_gemm(blocks):
     assert gemm_params == ["W_Q", "W_V"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("heads", [1, 4])
 def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):
@@ -109,7 +107,6 @@ def test_canonical_evaluation_follows_in_place_weight_updates(heads, opt_name):
             assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 4])
 def test_canonical_builds_its_weights_once_per_generation(heads, monkeypatch):
     """Inside `frozen_weights` (generation) canonical assembles its full matrices once, not per decoding

@@ -334,7 +334,6 @@ def unnamed_variants() -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 @pytest.mark.parametrize("name", variant_names())
 def test_contract(name, check):
@@ -355,7 +354,6 @@ def test_the_contract_catches_a_variant_whose_to_heads_doubles_w_v(monkeypatch):
         run_contract(DoubledV.variant)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("cls", [StandardCopy, NoKeyBias], ids=lambda c: c.variant)
 def test_a_correct_extra_variant_passes_the_contract(monkeypatch, cls):
     monkeypatch.setitem(ATTENTION_REGISTRY, cls.variant, cls)
@@ -363,7 +361,6 @@ def test_a_correct_extra_variant_passes_the_contract(monkeypatch, cls):
     run_contract(cls.variant)
 
 
-@pytest.mark.slow
 def test_the_architecture_tests_toy_variant_keeps_the_contract(monkeypatch):
     """tests/test_architecture.py's toy (W_K = W_Q, b_K = b_Q): its tied b_K is not redundant, only b_V."""
     from test_architecture import _toy_class

@@ -10,7 +10,6 @@ from iattention.model.generate import filter_logits
 CASES = [(attention, heads) for attention in variant_names() for heads in (1, 3)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("attention,heads", CASES)
 def test_greedy_generation_with_cache_equals_without(attention, heads):
     """Also past block_size (16), where the cache starts over from the last block_size tokens."""
@@ -23,7 +22,6 @@ def test_greedy_generation_with_cache_equals_without(attention, heads):
     assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate constant sequence
 
 
-@pytest.mark.slow
 def test_seeded_sampling_is_reproducible_and_seeds_differ():
     model = make_model(attention="canonical", n_head=3)
     prompt = torch.zeros(1, 3, dtype=torch.long)

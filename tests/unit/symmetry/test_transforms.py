@@ -27,7 +27,6 @@ def test_random_gauge_keeps_function_float64(shape):
     assert (model(_x())[0] - before).abs().max().item() <= 1e-10
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("block", ["aligned", "pivoted"])
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
