@@ -56,3 +56,40 @@ def test_a_torn_last_log_line_is_refused_not_read_as_a_shorter_run(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(first + '{"step": 2, "val')
     with pytest.raises(UserError, match="metrics.jsonl is corrupt \\(line 2"):
         RunFolder(tmp_path).read_records()
+
+
+# ------------------------------------------------------------ survivors of `make mutation` turned into checks
+def test_a_corrupt_config_names_the_fix(tmp_path):
+    (tmp_path / "config.yaml").write_text("model: 3\n")
+    with pytest.raises(UserError, match=r"config\.yaml is corrupt .*; delete the folder or choose another --out$"):
+        RunFolder(tmp_path).read_config()
+
+
+def test_summary_mismatch_compares_the_finished_run_with_the_wanted_config(tmp_path):
+    folder = RunFolder(tmp_path)
+    cfg = load_config("cpu-quick").to_dict()
+    folder.write_summary({**SUMMARY, "config": cfg})
+    assert folder.summary_mismatch(cfg) is None
+    other = load_config("cpu-quick", overrides=["optim.lr=0.5"]).to_dict()
+    assert "optim.lr" in folder.summary_mismatch(other)
+
+
+def test_weights_prefer_best_then_an_exported_model_then_last(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.weights() is None
+    for name, want in (("last.safetensors", "last.safetensors"), ("model.safetensors", "model.safetensors"),
+                       ("best.safetensors", "best.safetensors")):
+        (tmp_path / name).write_bytes(b"x")
+        assert folder.weights() == tmp_path / want
+
+
+def test_check_checkpoint_accepts_its_own_run_and_its_extension_and_refuses_another(tmp_path):
+    folder = RunFolder(tmp_path)
+    cfg = load_config("cpu-quick").to_dict()
+    folder.write_config(cfg)
+    folder.check_checkpoint(tmp_path / "best.safetensors", {"config": cfg})
+    shorter = load_config("cpu-quick", overrides=["train.epochs=2"]).to_dict()  # the run before it was extended
+    folder.check_checkpoint(tmp_path / "best.safetensors", {"config": shorter})
+    with pytest.raises(UserError, match=r"best\.safetensors is not this run's: .*optim\.lr"):
+        other = load_config("cpu-quick", overrides=["optim.lr=0.5"]).to_dict()
+        folder.check_checkpoint(tmp_path / "best.safetensors", {"config": other})
