@@ -133,3 +133,30 @@ def test_canonical_builds_its_weights_once_per_generation(heads, monkeypatch):
         a = generate(model, prompt, max_new_tokens=4, temperature=0.0)
         b = generate(fresh, prompt, max_new_tokens=4, temperature=0.0)
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("halves", ["both", "qk", "vo"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_memoised_weight_follows_a_change_of_any_source(halves, heads):
+    """Inside `frozen_weights` the memo is keyed by every tensor the fused weights come from: a change of any
+    of them, in place (bumps its version) or by new storage (`.data =`, as `.to()` does), must give the
+    same output as a model never memoised."""
+    from iattention.attention.base import frozen_weights
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=1, n_head=heads, n_embd=8, vocab_size=20, block_size=8, attention="canonical",
+                    canonical_halves=halves)
+    model = GPT(cfg).eval()
+    x = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(1))
+    attn = model.transformer.h[0].attn
+    with torch.no_grad(), frozen_weights(model):
+        for name, p in attn.named_parameters():
+            for change in ("in place", "new storage"):
+                model(x)  # memoise
+                if change == "in place":
+                    p.add_(torch.randn_like(p))
+                else:
+                    p.data = p.detach() + torch.randn_like(p)
+                fresh = GPT(cfg).eval()
+                fresh.load_state_dict(model.state_dict())
+                assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6), (name, change)

@@ -121,3 +121,26 @@ def test_generate_method_continues_the_prompt():
     out = model.generate(prompt, 5, temperature=0)
     assert out.shape == (1, 8) and torch.equal(out[:, :3], prompt)
     assert out[0, 3].item() == model(prompt)[0][0, -1].argmax().item()  # greedy: the most likely next token
+
+
+def test_memory_estimate_by_hand():
+    from iattention.model.gpt import memory_estimate
+    from iattention.symmetry.counts import standard_param_count
+
+    cfg = GPTConfig(n_layer=3, n_head=4, n_embd=32, vocab_size=100, block_size=16)
+    params = standard_param_count(cfg) + (128 - 100) * 32  # padded to 128 rows
+    assert memory_estimate(cfg) == {"weights": 4 * params}
+    B, T = 5, 16
+    acts = 2 * B * T * (3 * 34 * 32 + 3 * 128)
+    assert memory_estimate(cfg, batch_size=B, cuda=True) == {
+        "weights": 4 * params, "gradients": 4 * params, "AdamW moments": 8 * params, "activations": acts}
+    assert memory_estimate(cfg, batch_size=B)["activations"] == acts + 4 * B * 4 * T * T  # CPU: one layer's scores
+
+
+def test_a_model_too_large_for_memory_is_one_line_with_its_parts(monkeypatch):
+    from iattention.model import gpt
+
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
+    with pytest.raises(UserError, match=r"\(weights 5\.\d, gradients 5\.\d, AdamW moments 11\.\d, activations "):
+        gpt.check_fits_in_memory(cfg, batch_size=1)

@@ -139,3 +139,17 @@ def test_minimal_canonicalize_folds_b_v_drops_b_k_and_keeps_the_function(heads):
     hw = canon.attention_layers[0].to_heads()
     assert hw.b_V.abs().max() > 0.1
     assert (expand(minimal)(_x())[0] - model(_x())[0]).abs().max().item() <= 1e-10
+
+
+def test_random_gauge_is_a_function_of_its_seed():
+    """The same seed gives the same gauge whatever the global RNG's state (the transforms draw from the
+    seeded generator only), another seed another one."""
+
+    def gauged(seed, global_seed):
+        torch.manual_seed(123)
+        model = make_model(attention="standard")
+        torch.manual_seed(global_seed)
+        return random_gauge(model, seed=seed).transformer.h[0].attn.c_attn.weight
+
+    a, b, c = gauged(3, 1), gauged(3, 2), gauged(4, 1)
+    assert torch.equal(a, b) and not torch.allclose(a, c)
