@@ -96,3 +96,43 @@ def test_optimizer_state_round_trips_and_a_missing_tensor_is_named(tmp_path):
         ckpt.load_optimizer_state(fresh, {k: v for k, v in tensors.items() if k != first}, meta, path)
     with pytest.raises(UserError, match=r"\(optimizer: missing: the checkpoint holds no optimizer state to resume\)"):
         ckpt.load_optimizer_state(fresh, tensors, {k: v for k, v in meta.items() if k != "optimizer"}, path)
+
+
+def test_read_meta_reads_an_old_key_under_its_new_name_and_checks_state_types(tmp_path):
+    model = make_model(dtype=torch.float32)
+    path = tmp_path / "old.safetensors"
+    old = {"attention": "canonical", "canonical": "vo", "n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 97,
+           "block_size": 16}
+    ckpt.save_checkpoint(path, model, {"config": {"model": old}})
+    model_cfg = ckpt.read_meta(path)["config"]["model"]
+    assert model_cfg["canonical_halves"] == "vo" and "canonical" not in model_cfg
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": "3"}})
+    with pytest.raises(UserError, match=r"\(state\.step: str '3', expected a number\)"):
+        ckpt.read_meta(path)
+    ckpt.save_checkpoint(path, model, {"config": {"model": dict(old, n_head=5)}})  # 48 is not a multiple of 5
+    with pytest.raises(UserError, match=r"\(config\.model: .*n_head"):
+        ckpt.read_meta(path)
+
+
+def test_check_finite_names_the_kind_of_bad_value():
+    good = {"w": torch.ones(3)}
+    ckpt.check_finite(good, "x", "fix it")
+    for value, kinds in ((float("nan"), "NaN"), (float("inf"), "Inf")):
+        with pytest.raises(UserError, match=rf"^x holds non-finite weights \(1 {kinds} value\(s\) in w\); fix it$"):
+            ckpt.check_finite({"w": torch.tensor([1.0, value])}, "x", "fix it")
+    with pytest.raises(UserError, match=r"\(2 NaN/Inf value\(s\) in w\)"):
+        ckpt.check_finite({"w": torch.tensor([float("nan"), float("-inf")])}, "x", "fix it")
+
+
+def test_a_bad_rng_state_and_an_old_checkpoint_without_moments_are_named(tmp_path):
+    model = make_model(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    meta = {"optimizer": {"param_groups": opt.state_dict()["param_groups"]}}
+    with pytest.raises(UserError, match=r"\(tensor rng/torch: float32 of shape \[3\], expected a 1-D uint8 RNG"):
+        ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(3)}, meta, "r.safetensors")
+    with pytest.raises(UserError, match=r"\(tensor rng/torch: .+\)"):
+        ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(3, dtype=torch.uint8)}, meta, "r.safetensors")
+    old = dict(meta, state={"step": 4, "skipped": 1})  # written before the tensors were listed
+    with pytest.raises(UserError, match=r"has run 3 optimizer step\(s\) but holds no optimizer tensors"):
+        ckpt.load_optimizer_state(opt, {}, old, "r.safetensors")
+    ckpt.load_optimizer_state(opt, {}, dict(meta, state={"step": 2, "skipped": 2}), "r.safetensors")  # none applied
