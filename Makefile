@@ -12,7 +12,7 @@ DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
 # from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint clean mutation
+.PHONY: setup demo test test-fast lint clean mutation mutation-sample
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,6 +47,20 @@ MUTMUT_CHILDREN ?= 1
 mutation: setup
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install -q -e ".[mutation]"
 	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) $(MUTANTS)
+	$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation/summarize.py
+
+# A seeded random sample of each large module's mutants (tests/mutation/sample.py), for a machine where the
+# whole core takes too long: the schedule's 41 mutants first (that run also generates every module's mutants).
+PER_MODULE ?= 50
+SAMPLE_MODULES ?= symmetry,checkpoint,attention,model
+SAMPLE_SEED ?= 0
+# e.g. SAMPLE_SEED=1 EXCLUDE_SEEDS=0: a fresh sample, disjoint from seed 0's
+EXCLUDE_SEEDS ?=
+mutation-sample: setup
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install -q -e ".[mutation]"
+	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children 1 'iattention.train.schedule*'
+	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children 1 $$($(BIN)/mutmut results --all true | \
+	    $(BIN)/python tests/mutation/sample.py --per-module $(PER_MODULE) --modules $(SAMPLE_MODULES) --seed $(SAMPLE_SEED) --exclude-seeds "$(EXCLUDE_SEEDS)")
 	$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation/summarize.py
 
 clean:

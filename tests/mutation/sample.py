@@ -6,7 +6,9 @@ generated the mutants) and prints the chosen names, space-separated, for `make m
         --modules symmetry,checkpoint,attention,model --seed 0
 
 The sample is drawn from every mutant of the module (checked or not) with `random.Random(seed).sample`
-over the names sorted, so the same seed and the same code give the same sample."""
+over the names sorted, so the same seed and the same code give the same sample. `--exclude-seeds 0`
+first removes what seed 0 would draw: a fresh sample, for scoring tests written against an earlier
+sample's survivors without the bias of re-running that same sample."""
 
 from __future__ import annotations
 
@@ -19,11 +21,16 @@ import sys
 from summarize import module_of
 
 
+def draw(pool: list[str], seed: int, mod: str, k: int) -> list[str]:
+    return random.Random(f"{seed}:{mod}").sample(pool, min(k, len(pool)))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--per-module", type=int, required=True)
     p.add_argument("--modules", required=True, help="comma-separated, as summarize.py names them")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--exclude-seeds", default="", help="comma-separated seeds whose samples are left out")
     args = p.parse_args(argv)
     wanted = args.modules.split(",")
     names: dict[str, list[str]] = collections.defaultdict(list)
@@ -31,10 +38,12 @@ def main(argv=None) -> None:
         m = re.match(r"\s*(iattention\.\S+): ", line)
         if m and module_of(m.group(1)) in wanted:
             names[module_of(m.group(1))].append(m.group(1))
+    excluded = [int(x) for x in args.exclude_seeds.split(",") if x.strip()]
     chosen = []
     for mod in wanted:
         pool = sorted(names[mod])
-        chosen += random.Random(f"{args.seed}:{mod}").sample(pool, min(args.per_module, len(pool)))
+        drawn = {n for seed in excluded for n in draw(pool, seed, mod, args.per_module)}
+        chosen += draw([n for n in pool if n not in drawn], args.seed, mod, args.per_module)
     print(" ".join(chosen))
 
 
