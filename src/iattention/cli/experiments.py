@@ -105,39 +105,42 @@ def read_added_seeds(path: str) -> dict:
     return raw
 
 
-def register(sub) -> None:
+def _grid_flags(p, heads_default, seeds_default) -> None:
+    """The flags compare and sweep share: the grid (arms x heads x seeds), where it goes, data."""
+    p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
+    p.add_argument("--arms", type=str_list, default=None,
+                   help=f"comma-separated arms: built-in ({', '.join(BUILTIN_ARMS)}) or defined in "
+                        "--arms-file (default: standard,canonical)")
+    p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
+    p.add_argument("--attention", type=str_list, default=None,
+                   help="older form of --arms: comma-separated attention variants")
+    p.add_argument("--heads", type=ints, default=heads_default, help="comma-separated head counts")
+    p.add_argument("--seeds", type=int_list(0), default=seeds_default,
+                   help="comma-separated seeds")
+    p.add_argument("--out", type=out_path, required=True,
+                   help="folder that receives one run folder per combination")
+    p.add_argument("--jobs", type=int_at_least(1), default=1, help="runs in parallel (each then uses 1 CPU thread)")
+    p.add_argument("--threads", type=int_at_least(0, MAX_THREADS), default=0,
+                   help="CPU threads per run (default: torch's choice)")
+    add_data_flags(p)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
 
-    def common(p, heads_default, seeds_default):
-        p.add_argument("--preset", default="cpu-quick", help=f"one of: {', '.join(preset_names())}")
-        p.add_argument("--arms", type=str_list, default=None,
-                       help=f"comma-separated arms: built-in ({', '.join(BUILTIN_ARMS)}) or defined in "
-                            "--arms-file (default: standard,canonical)")
-        p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
-        p.add_argument("--attention", type=str_list, default=None,
-                       help="older form of --arms: comma-separated attention variants")
-        p.add_argument("--heads", type=ints, default=heads_default, help="comma-separated head counts")
-        p.add_argument("--seeds", type=int_list(0), default=seeds_default,
-                       help="comma-separated seeds")
-        p.add_argument("--out", type=out_path, required=True,
-                       help="folder that receives one run folder per combination")
-        p.add_argument("--jobs", type=int_at_least(1), default=1, help="runs in parallel (each then uses 1 CPU thread)")
-        p.add_argument("--threads", type=int_at_least(0, MAX_THREADS), default=0,
-                       help="CPU threads per run (default: torch's choice)")
-        add_data_flags(p)
-        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides for every run")
 
+def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="quick standard vs canonical comparison with a table",
                        description="Train each attention variant once (same seed, same data) and print a table "
                                    "of parameters, best validation perplexity and epoch of best.")
-    common(c, [4], [0])
+    _grid_flags(c, [4], [0])
     c.set_defaults(func=cmd_compare)
 
+
+def _add_sweep(sub) -> None:
     s = sub.add_parser("sweep", help="run an experiment grid (resumable)",
                        description="Run every arm x heads x seeds combination as its own run folder "
                                    "<arm>-h<heads>-s<seed>. "
                                    "Finished runs are skipped, interrupted ones resume; run subsets anywhere and "
                                    "merge them with `iattn report`.")
-    common(s, [1, 2, 4, 8], [0, 1, 2])
+    _grid_flags(s, [1, 2, 4, 8], [0, 1, 2])
     s.add_argument("--launcher", choices=("local", "submitit"), default="local",
                    help="local: runs train in child processes here (default); submitit: each run is a job through "
                         "submitit (SLURM where sbatch exists, else its local executor), logs in <out>/submitit/")
@@ -148,6 +151,8 @@ def register(sub) -> None:
                    help="with --launcher submitit: GPUs each run's job asks for (default 0)")
     s.set_defaults(func=cmd_sweep)
 
+
+def _add_scales(sub) -> None:
     sc = sub.add_parser("scales", help="attention weight RMS at step 0 and AdamW update sizes, per arm",
                         description="Train each arm for a few steps (the trainer's data order, schedule and optimizer "
                                     "groups) and print, per attention weight kind, the RMS of its entries at step 0 "
@@ -166,6 +171,8 @@ def register(sub) -> None:
     sc.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     sc.set_defaults(func=cmd_scales)
 
+
+def _add_report(sub) -> None:
     r = sub.add_parser("report", help="report.md and figures from sweep folders",
                        description="Write report.md and PNG figures from run folders (metrics.jsonl, "
                                    "summary.json); several sweep folders are merged.")
@@ -187,6 +194,8 @@ def register(sub) -> None:
                         "on the pre-declared seeds alone")
     r.set_defaults(func=cmd_report)
 
+
+def _add_conditioning(sub) -> None:
     k = sub.add_parser("conditioning", help="condition numbers of the fixed blocks and what canonicalizing costs "
                                             "in float32/bfloat16",
                        description="Conditioning study (docs/conversion.md): for a model trained here "
@@ -204,6 +213,14 @@ def register(sub) -> None:
                    help="WikiText-2 test tokens for the GPT-2-small model")
     k.add_argument("--json", type=out_path, help="write the results here")
     k.set_defaults(func=cmd_conditioning)
+
+
+def register(sub) -> None:
+    _add_compare(sub)
+    _add_sweep(sub)
+    _add_scales(sub)
+    _add_report(sub)
+    _add_conditioning(sub)
 
 
 def cmd_conditioning(args) -> None:
