@@ -160,3 +160,16 @@ def test_a_memoised_weight_follows_a_change_of_any_source(halves, heads):
                 fresh = GPT(cfg).eval()
                 fresh.load_state_dict(model.state_dict())
                 assert torch.allclose(model(x)[0], fresh(x)[0], atol=1e-6), (name, change)
+
+
+def test_gpt2_init_scales_canonicals_output_projection_like_a_residual_one():
+    """GPT-2 init in canonical form: the learned rows of W_O (into the residual stream) are N(0, 0.02 /
+    sqrt(2 L)), every other learned matrix N(0, 0.02); measured as sample stds of wide matrices."""
+    torch.manual_seed(0)
+    n_layer = 8
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=2, n_embd=256, vocab_size=64, block_size=8,
+                          attention="canonical"))
+    attn = model.transformer.h[0].attn
+    assert abs(attn.W_O_free.std().item() / (0.02 / (2 * n_layer) ** 0.5) - 1) < 0.05
+    for name in ("W_Q", "W_V", "W_K_free"):
+        assert abs(getattr(attn, name).std().item() / 0.02 - 1) < 0.05, name

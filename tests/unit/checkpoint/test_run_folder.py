@@ -93,3 +93,53 @@ def test_check_checkpoint_accepts_its_own_run_and_its_extension_and_refuses_anot
     with pytest.raises(UserError, match=r"best\.safetensors is not this run's: .*optim\.lr"):
         other = load_config("cpu-quick", overrides=["optim.lr=0.5"]).to_dict()
         folder.check_checkpoint(tmp_path / "best.safetensors", {"config": other})
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
+def _finished_run(tmp_path, **summary) -> RunFolder:
+    folder = RunFolder(tmp_path)
+    folder.write_summary({**SUMMARY, **summary})
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=12.5),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=13.0)])
+    return folder
+
+
+def test_read_results_checks_test_ppl_and_wants_the_log_of_a_finished_run(tmp_path):
+    folder = _finished_run(tmp_path)
+    assert folder.read_results()[0]["best_val_ppl"] == 12.5  # no test_ppl: fine
+    for bad in (0.5, "9", True):
+        folder.write_summary({**SUMMARY, "test_ppl": bad})
+        with pytest.raises(UserError, match=rf"summary\.json holds test_ppl {bad!r}, not a perplexity \(>= 1\)"):
+            folder.read_results()
+    folder.write_summary({**SUMMARY, "test_ppl": 1})
+    assert folder.read_results()[0]["test_ppl"] == 1
+    (tmp_path / "metrics.jsonl").unlink()
+    with pytest.raises(UserError, match=r"metrics\.jsonl is missing: a finished run keeps one record per evaluation"):
+        folder.read_results()
+
+
+def test_an_early_stop_is_finished_before_its_epochs(tmp_path):
+    folder = _finished_run(tmp_path)
+    assert folder.finished(5) is None
+    folder.write_summary({**SUMMARY, "stopped_early": True})
+    assert folder.finished(5)["stopped_early"] is True
+
+
+def test_corrupt_summary_and_arm_messages_name_the_fix(tmp_path):
+    folder = RunFolder(tmp_path)
+    (tmp_path / "summary.json").write_text("[1]")
+    with pytest.raises(UserError, match=r"; rerun that run \(iattn sweep or iattn train --resume finishes it again\)$"):
+        folder.read_summary()
+    (tmp_path / "arm.json").write_text("[]")
+    with pytest.raises(UserError, match=r'; rewrite it as \{"arm": NAME, "overrides": \[\.\.\.\]\}$'):
+        folder.read_arm()
+
+
+def test_a_foreign_folder_lists_what_it_holds(tmp_path):
+    for n in range(1, 6):
+        (tmp_path / f"f{n}.txt").write_text("x")
+        with pytest.raises(UserError) as err:
+            RunFolder(tmp_path).check_ours()
+        shown = ", ".join(f"f{i}.txt" for i in range(1, min(n, 3) + 1)) + (f" and {n - 3} more" if n > 3 else "")
+        assert str(err.value) == (f"output folder {tmp_path} is not an iattn run folder (no config.yaml) and holds "
+                                  f"{shown}; choose a new or empty folder for --out (nothing there was touched)")

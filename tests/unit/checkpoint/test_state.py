@@ -136,3 +136,65 @@ def test_a_bad_rng_state_and_an_old_checkpoint_without_moments_are_named(tmp_pat
     with pytest.raises(UserError, match=r"has run 3 optimizer step\(s\) but holds no optimizer tensors"):
         ckpt.load_optimizer_state(opt, {}, old, "r.safetensors")
     ckpt.load_optimizer_state(opt, {}, dict(meta, state={"step": 2, "skipped": 2}), "r.safetensors")  # none applied
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
+_FIX = "; resume from another checkpoint (a run's last or best) or retrain"
+
+
+@pytest.mark.parametrize("meta,problem", [
+    ({"config": [1]}, "config: list [1], expected an object"),
+    ({"config": {"model": {"wat": 1}}}, "config.model.wat: not a model key"),
+    ({"config": {"model": {"n_layer": "2"}}}, "config.model.n_layer: str '2', expected int"),
+    ({"state": [1]}, "state: list [1], expected an object"),
+    ({"optimizer": {"param_groups": [{"params": ["a"]}]}},
+     "optimizer.param_groups: expected a list of objects with integer 'params'"),
+    ({"optimizer": {"param_groups": [{"params": 5}]}},
+     "optimizer.param_groups: expected a list of objects with integer 'params'"),
+])
+def test_each_bad_metadata_is_one_whole_line(meta, problem):
+    from pathlib import Path
+
+    with pytest.raises(UserError) as err:
+        ckpt._check_meta(Path("c.safetensors"), meta)
+    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+
+
+def test_read_state_lists_the_keys_and_takes_an_int_for_a_float():
+    import dataclasses
+
+    from iattention.train.state import TrainState
+
+    assert ckpt.read_state("r.safetensors", {"state": {"best_val_loss": 5}}, TrainState).best_val_loss == 5
+    keys = ", ".join(f.name for f in dataclasses.fields(TrainState))
+    with pytest.raises(UserError) as err:
+        ckpt.read_state("r.safetensors", {"state": {"wat": 1}}, TrainState)
+    assert str(err.value) == f"checkpoint r.safetensors has bad metadata (state.wat: not a key of the training " \
+                             f"state ({keys})){_FIX}"
+
+
+def test_declared_size_sums_every_tensor(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    model = make_model(dtype=torch.float32)
+    path = tmp_path / "m.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}})
+    with safe_open(str(path), framework="pt") as f:
+        total = sum(f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys())
+    monkeypatch.setattr(ckpt, "available_memory", lambda: total)
+    ckpt.check_declared_size(path)  # exactly fits
+    monkeypatch.setattr(ckpt, "available_memory", lambda: total - 1)
+    with pytest.raises(UserError, match="more than the"):
+        ckpt.check_declared_size(path)
+
+
+def test_saving_the_optimizer_state_warns_nothing(tmp_path):
+    import warnings
+
+    model = make_model(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+    opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch.tensor(a_tensor)'s copy-construct warning
+        ckpt.save_checkpoint(tmp_path / "o.safetensors", model, {"config": {}}, optimizer=opt)

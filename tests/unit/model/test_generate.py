@@ -54,3 +54,23 @@ def test_a_vanishing_temperature_or_top_p_is_greedy_not_nan(setting):
     greedy = generate(model, prompt, 8, temperature=0)
     sampled = generate(model, prompt, 8, generator=torch.Generator().manual_seed(0), **setting)
     assert torch.equal(sampled, greedy)
+
+
+def test_filter_logits_works_on_the_last_axis_of_any_shape():
+    """Its docstring's promise: (..., V) logits, e.g. a (B, T, V) block; every row filtered on its own."""
+    rows = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5], [0.25, 0.25, 0.25, 0.25]]))
+    block = rows.reshape(1, 3, 4).expand(2, 3, 4)
+    for kw in (dict(top_k=2), dict(top_p=0.8), dict(top_k=3, top_p=0.7)):
+        want = torch.stack([filter_logits(r.unsqueeze(0), **kw)[0] for r in rows])
+        assert torch.equal(filter_logits(block, **kw), want.expand(2, 3, 4)), kw
+
+
+def test_each_row_of_a_batch_samples_from_its_own_distribution():
+    """next_token on (B, V) with B > 1: row b's draw depends on row b only (a survivor: the row maximum taken
+    without keepdim broadcasts across rows when B == V, and agrees with the right answer when B == 1)."""
+    from iattention.model.generate import next_token
+
+    logits = torch.tensor([[0.0, -10.0], [-30.0, -20.0]])  # row 0 all but certain of 0, row 1 of 1
+    for seed in range(5):
+        draw = next_token(logits, 1.0, None, None, torch.Generator().manual_seed(seed))
+        assert draw.tolist() == [[0], [1]]

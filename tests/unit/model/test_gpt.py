@@ -144,3 +144,40 @@ def test_a_model_too_large_for_memory_is_one_line_with_its_parts(monkeypatch):
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
     with pytest.raises(UserError, match=r"\(weights 3\.0, gradients 3\.0, AdamW moments 6\.0, activations 2\.2 GiB\)"):
         gpt.check_fits_in_memory(cfg, batch_size=1)
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
+def test_available_memory_reads_memavailable(monkeypatch, tmp_path):
+    import builtins
+
+    from iattention.model import gpt
+
+    fake = tmp_path / "meminfo"
+    fake.write_text("MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:     42 kB\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open",
+                        lambda path, *a, **k: real_open(fake if str(path) == "/proc/meminfo" else path, *a, **k))
+    assert gpt.available_memory() == 42 * 1024
+
+
+def test_the_too_large_message_gives_the_total(monkeypatch):
+    from iattention.model import gpt
+
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
+    total = sum(gpt.memory_estimate(cfg, batch_size=1).values()) / 2**30
+    with pytest.raises(UserError, match=rf"needs an estimated {total:.1f} GiB \(weights"):
+        gpt.check_fits_in_memory(cfg, batch_size=1)
+
+
+def test_matched_init_of_standard_is_the_gpt2_init_and_leaves_the_rng_alike():
+    """init=matched is the identity for standard: the same weights as init=gpt2 from the same seed, and the
+    global RNG left in the same state (what is drawn next, e.g. the data order, does not depend on it)."""
+    cfg = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=50, block_size=8)
+    out = {}
+    for init in ("gpt2", "matched"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**cfg, init=init))
+        out[init] = (model.state_dict(), torch.rand(3))
+    assert all(torch.equal(out["gpt2"][0][k], out["matched"][0][k]) for k in out["gpt2"][0])
+    assert torch.equal(out["gpt2"][1], out["matched"][1])

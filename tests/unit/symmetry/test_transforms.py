@@ -153,3 +153,12 @@ def test_random_gauge_is_a_function_of_its_seed():
 
     a, b, c = gauged(3, 1), gauged(3, 2), gauged(4, 1)
     assert torch.equal(a, b) and not torch.allclose(a, c)
+
+
+def test_random_invertible_has_singular_values_across_its_spread():
+    """`_random_invertible(H, r, gen, spread)`: U diag(s) V with s spread over [1/spread, spread]."""
+    from iattention.symmetry.transforms import _random_invertible
+
+    s = torch.linalg.svdvals(_random_invertible(4, 16, torch.Generator().manual_seed(0), 3.0))
+    assert s.min() >= 1 / 3 - 1e-12 and s.max() <= 3 + 1e-12
+    assert s.min() < 0.5 and s.max() > 2  # both ends reached, not one side of 1
