@@ -143,3 +143,35 @@ def test_a_foreign_folder_lists_what_it_holds(tmp_path):
         shown = ", ".join(f"f{i}.txt" for i in range(1, min(n, 3) + 1)) + (f" and {n - 3} more" if n > 3 else "")
         assert str(err.value) == (f"output folder {tmp_path} is not an iattn run folder (no config.yaml) and holds "
                                   f"{shown}; choose a new or empty folder for --out (nothing there was touched)")
+
+
+# ------------------------------------------------------------ the seed-0 sample's last survivors (whole messages)
+def test_an_old_arm_override_is_renamed_up_to_its_first_equals_sign(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.write_arm({"arm": "a", "overrides": ["model.canonical=q=k", "train.init_from=a=b", "flag"]})
+    assert folder.read_arm()["overrides"] == ["model.canonical_halves=q=k", "train.init_from=a=b", "flag"]
+
+
+def test_a_log_line_that_is_not_an_object_is_named_by_its_number_and_type(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "epoch", "step": 1, "epoch": 1, "val_ppl": 9.0}\n[1]\n')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records()
+    assert str(err.value) == f"{path} is corrupt (line 2: not a JSON object but list); delete it and rerun the run"
+
+
+def test_a_log_that_is_not_text_is_named_as_a_run_log(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"\xff\n")
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records()
+    assert str(err.value) == f"a run log {path} is not UTF-8 text (byte 0); delete it and rerun the run"
+
+
+def test_a_summary_with_other_epochs_run_than_its_log_is_refused_by_name(tmp_path):
+    folder = _finished_run(tmp_path, epochs_run=3)
+    with pytest.raises(UserError) as err:
+        folder.read_results()
+    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on epochs_run (3 there, "
+                              "2 epoch records from the log); restore summary.json (or rerun the run: delete it and "
+                              "iattn train --resume finishes it again)")

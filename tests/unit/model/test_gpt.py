@@ -170,6 +170,16 @@ def test_the_too_large_message_gives_the_total(monkeypatch):
         gpt.check_fits_in_memory(cfg, batch_size=1)
 
 
+
+def test_without_a_batch_the_too_large_message_names_the_model(monkeypatch):
+    from iattention.model import gpt
+
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
+    with pytest.raises(UserError, match=r"^the model \(vocab_size=50000000 padded to 50000000, n_embd=16, n_layer=2, "
+                                        r"n_head=2, block_size=8\) needs an estimated"):
+        gpt.check_fits_in_memory(cfg)
+
 def test_matched_init_of_standard_is_the_gpt2_init_and_leaves_the_rng_alike():
     """init=matched is the identity for standard: the same weights as init=gpt2 from the same seed, and the
     global RNG left in the same state (what is drawn next, e.g. the data order, does not depend on it)."""
