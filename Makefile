@@ -41,7 +41,8 @@ test-fast: setup
 # Mutation testing of the core ([tool.mutmut] in pyproject.toml; scores in tests/mutation/SCORES.md).
 # Slow (thousands of mutants), so not part of `make test` or CI. One module at a time:
 #   make mutation MUTANTS='iattention.train.schedule*'     (default: every configured module)
-# Niced, one child: the tests of each mutant run in seconds, the whole core takes hours on 2 cores.
+# Niced, one child by default (MUTMUT_CHILDREN=2 on an otherwise idle 2-core machine): the tests of each
+# mutant run in seconds, the whole core takes hours on 2 cores.
 MUTANTS ?=
 MUTMUT_CHILDREN ?= 1
 mutation: setup
@@ -58,8 +59,8 @@ SAMPLE_SEED ?= 0
 EXCLUDE_SEEDS ?=
 mutation-sample: setup
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install -q -e ".[mutation]"
-	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children 1 'iattention.train.schedule*'
-	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children 1 $$($(BIN)/mutmut results --all true | \
+	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) 'iattention.train.schedule*'
+	IATTN_DATA_DIR=$(DATA_DIR) nice -n 5 $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) $$($(BIN)/mutmut results --all true | \
 	    $(BIN)/python tests/mutation/sample.py --per-module $(PER_MODULE) --modules $(SAMPLE_MODULES) --seed $(SAMPLE_SEED) --exclude-seeds "$(EXCLUDE_SEEDS)")
 	$(BIN)/mutmut results --all true | $(BIN)/python tests/mutation/summarize.py
 

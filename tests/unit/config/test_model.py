@@ -11,7 +11,9 @@ def test_variants_come_from_the_registry(monkeypatch):
 
     with pytest.raises(UserError, match="unknown attention 'toy'"):
         GPTConfig(attention="toy")
-    assert set(full_class_variants()) == {"standard", "canonical"}
+    # the shipped variants' classes, stated so that a further registered variant does not break this test
+    assert {"standard", "canonical"} <= set(full_class_variants())
+    assert not {"identity_q", "identity_ko"} & set(full_class_variants())
     monkeypatch.setitem(ATTENTION_REGISTRY, "toy", ATTENTION_REGISTRY["standard"])
     assert "toy" in variant_names()
     GPTConfig(attention="toy", init="matched")  # registered, and the class says it spans the full class
