@@ -8,7 +8,9 @@ generated the mutants) and prints the chosen names, space-separated, for `make m
 The sample is drawn from every mutant of the module (checked or not) with `random.Random(seed).sample`
 over the names sorted, so the same seed and the same code give the same sample. `--exclude-seeds 0`
 first removes what seed 0 would draw: a fresh sample, for scoring tests written against an earlier
-sample's survivors without the bias of re-running that same sample."""
+sample's survivors without the bias of re-running that same sample. Several excluded seeds are drawn in
+the order given, each from what the earlier ones left, which is how each was drawn: `--seed 2
+--exclude-seeds 0,1` leaves out seed 0's sample and the sample `--seed 1 --exclude-seeds 0` ran."""
 
 from __future__ import annotations
 
@@ -42,8 +44,10 @@ def main(argv=None) -> None:
     chosen = []
     for mod in wanted:
         pool = sorted(names[mod])
-        drawn = {n for seed in excluded for n in draw(pool, seed, mod, args.per_module)}
-        chosen += draw([n for n in pool if n not in drawn], args.seed, mod, args.per_module)
+        for seed in excluded:  # in the order given, each from what the ones before it left, as each was drawn
+            taken = set(draw(pool, seed, mod, args.per_module))
+            pool = [n for n in pool if n not in taken]
+        chosen += draw(pool, args.seed, mod, args.per_module)
     print(" ".join(chosen))
 
 
