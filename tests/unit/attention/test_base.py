@@ -60,3 +60,23 @@ def test_odd_shapes_forward_backward():
         with torch.no_grad():
             ref, _ = expand(model).eval()(x)
             assert torch.allclose(model.eval()(x)[0], ref, rtol=1e-9, atol=1e-9)
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
+def test_default_head_blocks_split_only_n_head_by_a_by_b_tensors():
+    """The base class's head_blocks takes a 3-D (n_head, a, b) parameter head by head and refuses any other
+    learned matrix, a 2-D one whose first axis happens to be n_head too."""
+    from iattention.attention.base import CausalSelfAttention
+
+    class Toy(CausalSelfAttention):
+        def __init__(self, config, shape):
+            super().__init__(config)
+            self.W = torch.nn.Parameter(torch.zeros(shape))
+            self.b_Q = torch.nn.Parameter(torch.zeros(config.n_embd))
+
+    cfg = GPTConfig(n_layer=1, n_head=4, n_embd=16, vocab_size=50, block_size=8)
+    assert Toy(cfg, (4, 16, 4)).head_blocks() == {"W": [(0,), (1,), (2,), (3,)]}
+    for shape in ((4, 16), (2, 16, 4)):
+        with pytest.raises(NotImplementedError, match=rf"^Toy learns matrices that are not \(n_head, a, b\) tensors "
+                                                      rf"\(W \({shape[0]}, 16"):
+            Toy(cfg, shape).head_blocks()

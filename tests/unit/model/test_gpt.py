@@ -180,6 +180,45 @@ def test_without_a_batch_the_too_large_message_names_the_model(monkeypatch):
                                         r"n_head=2, block_size=8\) needs an estimated"):
         gpt.check_fits_in_memory(cfg)
 
+
+def test_the_too_large_message_whole(monkeypatch):
+    from iattention.model import gpt
+
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
+    need = gpt.memory_estimate(cfg, batch_size=1)
+    parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in need.items())
+    with pytest.raises(UserError) as err:
+        gpt.check_fits_in_memory(cfg, batch_size=1)
+    assert str(err.value) == (
+        "training it with batch 1 (vocab_size=50000000 padded to 50000000, n_embd=16, n_layer=2, n_head=2, "
+        f"block_size=8) needs an estimated {sum(need.values()) / 2**30:.1f} GiB ({parts} GiB), more than the 1.0 "
+        "GiB available on this machine; lower those sizes")
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
+def test_available_memory_on_a_gpu_is_its_free_memory(monkeypatch):
+    from iattention.model import gpt
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (123, 456))
+    assert gpt.available_memory(torch.device("cuda", 0)) == 123
+    assert gpt.available_memory(torch.device("cpu")) != 123
+
+
+def test_embeddings_start_as_gpt2_does():
+    """Token and position embeddings start N(0, 0.02), as GPT-2's do."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=4096, block_size=512))
+    for emb in (model.transformer.wte.weight, model.transformer.wpe.weight):
+        assert abs(emb.mean().item()) < 1e-3 and abs(emb.std().item() - 0.02) < 1e-3
+
+
+def test_a_too_long_sequence_is_named_with_its_length():
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=50, block_size=8))
+    with pytest.raises(ValueError) as err:
+        model(torch.zeros(1, 9, dtype=torch.long))
+    assert str(err.value) == "sequence length 9 exceeds block_size 8"
+
 def test_matched_init_of_standard_is_the_gpt2_init_and_leaves_the_rng_alike():
     """init=matched is the identity for standard: the same weights as init=gpt2 from the same seed, and the
     global RNG left in the same state (what is drawn next, e.g. the data order, does not depend on it)."""

@@ -162,3 +162,29 @@ def test_random_invertible_has_singular_values_across_its_spread():
     s = torch.linalg.svdvals(_random_invertible(4, 16, torch.Generator().manual_seed(0), 3.0))
     assert s.min() >= 1 / 3 - 1e-12 and s.max() <= 3 + 1e-12
     assert s.min() < 0.5 and s.max() > 2  # both ends reached, not one side of 1
+
+
+# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
+def test_random_invertible_draws_each_head_its_own_rotations():
+    """Each head gets its own U and V: with one U shared by all heads, M_h M_h^T = U diag(s_h^2) U^T would
+    commute between heads."""
+    from iattention.symmetry.transforms import _random_invertible
+
+    M = _random_invertible(2, 6, torch.Generator().manual_seed(0), 3.0)
+    A, B = M[0] @ M[0].T, M[1] @ M[1].T
+    assert torch.linalg.matrix_norm(A @ B - B @ A) > 1e-3 * torch.linalg.matrix_norm(A) * torch.linalg.matrix_norm(B)
+
+
+def test_a_block_at_exactly_the_singular_threshold_is_refused():
+    from iattention.symmetry.transforms import SINGULAR_COND, _check_blocks
+
+    W = torch.zeros(1, 3, 2, dtype=torch.float64)
+    W[0, 0, 0], W[0, 1, 1] = SINGULAR_COND, 1.0  # the block of rows [0, 1]: singular values 1e12 and 1
+    rows = torch.tensor([[0, 1]])
+    assert condition_numbers(W, rows)[0] == SINGULAR_COND
+    with pytest.raises(SingularBlockError) as e:
+        _check_blocks(2, "key", W, rows, "pivoted")
+    assert str(e.value) == ("layer 2 head 0: the key block [0, 1]... is singular (condition number 1e+12); "
+                            "this head has rank < r and has no canonical form")
+    W[0, 0, 0] = SINGULAR_COND / 2
+    _check_blocks(2, "key", W, rows, "pivoted")
