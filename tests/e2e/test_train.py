@@ -96,10 +96,16 @@ def test_ddp_two_processes_match_one(tmp_path):
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1})
     one = train(load_config("tiny", None, ov), tmp_path / "one", quiet=True)
+    # each rank's output in its own file (--redirects 3), so that a failure shows what the failing rank said,
+    # not only the launcher's traceback that ends torchrun's stderr
+    logs = tmp_path / "ddp-logs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "--log-dir", str(logs), "--redirects", "3",
            "-m", "iattention", "train", "--preset", "tiny", "--out", str(tmp_path / "two"), "--quiet", *ov]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert res.returncode == 0, res.stderr[-2000:]
+    ranks = "".join(f"\n--- {f.relative_to(logs)}:\n{f.read_text()[-1500:]}"
+                    for f in sorted(logs.rglob("*.log")) if f.stat().st_size)
+    assert res.returncode == 0, res.stderr[-1500:] + ranks
     two = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert two["world_size"] == 2
     a, b = [s["loss"] for s in _steps(tmp_path / "one")], [s["loss"] for s in _steps(tmp_path / "two")]
