@@ -6,6 +6,7 @@ import pytest
 
 from iattention.checkpoint import RunFolder
 from iattention.config import load_config
+from iattention.config.identity import config_mismatch
 from iattention.errors import UserError
 
 SUMMARY = {"config": {"model": {}}, "attention": "standard", "n_head": 1, "seed": 0, "best_val_ppl": 12.5,
@@ -175,3 +176,158 @@ def test_a_summary_with_other_epochs_run_than_its_log_is_refused_by_name(tmp_pat
     assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on epochs_run (3 there, "
                               "2 epoch records from the log); restore summary.json (or rerun the run: delete it and "
                               "iattn train --resume finishes it again)")
+
+
+# ------------------------------------------------------------ survivors of the whole-module mutation run (checkpoint/)
+def test_a_config_that_is_not_yaml_is_named_as_a_run_config(tmp_path):
+    (tmp_path / "config.yaml").write_text("model: [1, 2\n")
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_config()
+    message = str(err.value)
+    assert message.startswith(f"a run config {tmp_path / 'config.yaml'} is not valid YAML (")
+    assert message.endswith("); delete the folder or choose another --out")
+
+
+def test_run_config_of_a_folder_without_one_names_the_folder(tmp_path):
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).run_config()
+    assert str(err.value) == f"{tmp_path} holds no run (no config.yaml); check the folder"
+
+
+def test_write_config_keeps_the_sections_in_their_order(tmp_path):
+    cfg = load_config("cpu-quick").to_dict()
+    RunFolder(tmp_path).write_config(cfg)
+    lines = (tmp_path / "config.yaml").read_text().splitlines()
+    assert [line[:-1] for line in lines if not line.startswith(" ")] == list(cfg) == ["model", "data", "optim", "train"]
+
+
+def test_check_for_a_new_folder_a_taken_one_and_an_extension(tmp_path):
+    folder = RunFolder(tmp_path)
+    cfg = load_config("cpu-quick").to_dict()
+    assert folder.check_for(cfg, resume=False) is False and folder.check_for(cfg, resume=True) is False
+    folder.write_config(cfg)
+    with pytest.raises(UserError) as err:
+        folder.check_for(cfg, resume=False)
+    assert str(err.value) == (f"output folder {tmp_path} already holds a run; pass --resume to continue it or "
+                              "choose another --out")
+    longer = load_config("cpu-quick", overrides=[f"train.epochs={cfg['train']['epochs'] + 2}"]).to_dict()
+    assert folder.check_for(longer, resume=True) is True
+    other = load_config("cpu-quick", overrides=["optim.lr=0.5"]).to_dict()
+    with pytest.raises(UserError) as err:
+        folder.check_for(other, resume=True)
+    assert str(err.value) == (f"output folder {tmp_path} holds a run with another config (its config.yaml: "
+                              f"{config_mismatch(cfg, other)}); use the same config to resume (or the same with more "
+                              "train.epochs to extend it), or choose another --out")
+
+
+def test_a_summary_that_is_not_json_is_named_with_its_fix(tmp_path):
+    (tmp_path / "summary.json").write_text("{not json")
+    try:
+        json.loads("{not json")
+    except json.JSONDecodeError as e:
+        problem = e.msg
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_summary()
+    assert str(err.value) == (f"{tmp_path / 'summary.json'} is corrupt (a run summary is not valid JSON: {problem}); "
+                              "rerun that run (iattn sweep or iattn train --resume finishes it again)")
+
+
+def test_read_results_of_an_unfinished_run_and_of_an_empty_log(tmp_path):
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_results()
+    assert str(err.value) == f"{tmp_path} holds no finished run (no summary.json); finish it with iattn train --resume"
+    folder = _finished_run(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError) as err:
+        folder.read_results()
+    assert str(err.value) == (f"{tmp_path / 'metrics.jsonl'} is corrupt (a finished run's log holds no record); "
+                              "delete it and rerun the run")
+
+
+def test_read_results_takes_a_perplexity_of_one_and_a_best_equal_up_to_rounding(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.write_summary({**SUMMARY, "best_val_ppl": 1.0 * (1 + 1e-12), "best_epoch": 2})
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=1.5),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=1.0)])
+    assert folder.read_results()[0]["best_epoch"] == 2
+    folder.write_summary({**SUMMARY, "best_val_ppl": 1.25, "best_epoch": 2})
+    with pytest.raises(UserError) as err:
+        folder.read_results()
+    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on best_val_ppl (1.25 there, "
+                              "1.0, the lowest epoch val_ppl from the log); restore summary.json (or rerun the run: "
+                              "delete it and iattn train --resume finishes it again)")
+
+
+def test_drop_summary_of_a_folder_without_one_is_a_no_op(tmp_path):
+    folder = _finished_run(tmp_path)
+    folder.drop_summary()
+    assert not (tmp_path / "summary.json").exists()
+    folder.drop_summary()
+
+
+def test_discard_unstarted_removes_only_what_a_refused_run_left(tmp_path):
+    from iattention.utils.lock import LOCK_NAME
+
+    started = tmp_path / "started"
+    RunFolder(started).write_config({"model": {}})
+    (started / LOCK_NAME).write_text("1")
+    RunFolder(started).discard_unstarted()
+    assert sorted(p.name for p in started.iterdir()) == [LOCK_NAME, "config.yaml"]
+    for held in ([LOCK_NAME, "tokenizer.json"], [LOCK_NAME], []):
+        new = tmp_path / f"new{len(held)}"
+        new.mkdir()
+        for name in held:
+            (new / name).write_text("x")
+        RunFolder(new).discard_unstarted()
+        assert not new.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / LOCK_NAME).write_text("1")
+    (kept / "notes.txt").write_text("someone's")
+    RunFolder(kept).discard_unstarted()
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
+
+
+def test_foreign_lists_only_other_peoples_files(tmp_path):
+    import os
+
+    from iattention.utils.lock import LOCK_NAME
+
+    assert RunFolder(tmp_path / "missing").foreign() == []
+    (tmp_path / LOCK_NAME).write_text("1")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "arm.json").write_text("{}")
+    (tmp_path / f".summary.json.iattn-{os.getpid()}.abcd1234.tmp").write_text("")
+    assert RunFolder(tmp_path).foreign() == []
+    (tmp_path / ".notes.tmp").write_text("")
+    assert RunFolder(tmp_path).foreign() == [".notes.tmp"]
+    (tmp_path / "config.yaml").write_text("model: {}\n")
+    assert RunFolder(tmp_path).foreign() == []
+
+
+def test_lock_holds_the_folder_itself(tmp_path):
+    from iattention.utils.lock import LOCK_NAME
+
+    lock = RunFolder(tmp_path / "run").lock()
+    try:
+        assert (tmp_path / "run" / LOCK_NAME).is_file() and lock.created_folder
+        with pytest.raises(UserError, match="in use"):
+            RunFolder(tmp_path / "run").lock()
+    finally:
+        lock.release()
+
+
+def test_an_arm_whose_overrides_are_not_strings_names_the_form(tmp_path):
+    (tmp_path / "arm.json").write_text('{"arm": "a", "overrides": [1]}')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_arm()
+    assert str(err.value) == (f"{tmp_path / 'arm.json'} is corrupt (overrides must be strings); rewrite it as "
+                              '{"arm": NAME, "overrides": [...]}')
+
+
+def test_a_log_field_of_the_wrong_type_is_named_with_its_value(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"step": "x", "loss": 1.0, "lr": 0.1}\n')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records("steps.jsonl")
+    assert str(err.value) == f"{path} is corrupt (line 1: key 'step': str 'x'); delete it and rerun the run"

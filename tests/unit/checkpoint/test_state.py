@@ -198,3 +198,181 @@ def test_saving_the_optimizer_state_warns_nothing(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. torch.tensor(a_tensor)'s copy-construct warning
         ckpt.save_checkpoint(tmp_path / "o.safetensors", model, {"config": {}}, optimizer=opt)
+
+
+# ------------------------------------------------------------ survivors of the whole-module mutation run (checkpoint/)
+def _trained(steps: int = 1):
+    """A model and its AdamW after `steps` steps."""
+    model = make_model(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+        opt.step()
+    return model, opt
+
+
+def test_read_meta_of_a_foreign_safetensors_file_and_of_another_format(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "x.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    with pytest.raises(UserError) as err:
+        ckpt.read_meta(path)
+    assert str(err.value) == f"{path} is a safetensors file but not an iattention checkpoint; convert it with " \
+                             "`iattn convert`"
+    save_file({"w": torch.zeros(2)}, str(path), metadata={"iattention": json.dumps({"format": "other"})})
+    with pytest.raises(UserError) as err:
+        ckpt.read_meta(path)
+    assert str(err.value) == f"checkpoint {path} has format 'other', expected {ckpt.FORMAT}"
+
+
+@pytest.mark.parametrize("meta,problem", [
+    ({"config": {"train": 3}}, "config.train: int 3, expected an object"),
+    # a long value is cut to 60 characters: "str '" and 55 of its 100
+    ({"config": {"model": {"block_size": "x" * 100}}}, "config.model.block_size: str '" + "x" * 55 + ", expected int"),
+], ids=["section", "long-value"])
+def test_more_bad_metadata_is_one_whole_line(meta, problem):
+    from pathlib import Path
+
+    with pytest.raises(UserError) as err:
+        ckpt._check_meta(Path("c.safetensors"), meta)
+    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+
+
+def test_read_state_without_a_state_and_with_a_float_for_an_int():
+    from iattention.train.state import TrainState
+
+    for meta, problem in (({}, "state: missing"), ({"state": {"step": 1.5}}, "state.step: float 1.5, expected int")):
+        with pytest.raises(UserError) as err:
+            ckpt.read_state("r.safetensors", meta, TrainState)
+        assert str(err.value) == f"checkpoint r.safetensors has bad metadata ({problem}){_FIX}"
+
+
+def test_the_sparse_file_message_whole(tmp_path):
+    sparse = tmp_path / "sparse.safetensors"
+    _header_only_file(sparse, {"format": ckpt.FORMAT}, 16 * 2**20)
+    if sparse.stat().st_blocks * 512 > 2**20:
+        pytest.skip("this file system does not make sparse files")
+    held = sparse.stat().st_blocks * 512
+    with pytest.raises(UserError) as err:
+        ckpt.check_declared_size(sparse)
+    assert str(err.value) == (f"checkpoint {sparse} declares 0.0625 GiB of tensors but holds {held / 2**30:.3g} GiB "
+                              "of data (a sparse or crafted file); use an intact checkpoint")
+
+
+def test_a_resume_restores_the_rng_saved_with_the_optimizer(tmp_path):
+    model, opt = _trained()
+    path = tmp_path / "o.safetensors"
+    torch.manual_seed(123)
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 1}}, optimizer=opt)
+    after_save = torch.rand(4)
+    torch.manual_seed(999)
+    ckpt.load_optimizer_state(opt, ckpt.load_tensors(path), ckpt.read_meta(path), path)
+    assert torch.equal(torch.rand(4), after_save)
+
+
+def test_optimizer_completeness_whole_messages(tmp_path):
+    listed = {"optimizer": {"tensors": ["optim/0/exp_avg", "optim/0/exp_avg_sq"]}}
+    with pytest.raises(UserError) as err:
+        ckpt._check_optimizer_complete({"optim/0/exp_avg": 1}, {0: {}}, listed, "p.safetensors")
+    assert str(err.value) == ("checkpoint p.safetensors lacks 1 of its 2 optimizer tensors (e.g. optim/0/exp_avg_sq): "
+                              "resuming would restart the optimizer's moments; resume from a complete checkpoint or "
+                              "retrain")
+    one_step = {"step": 1}
+    for meta in ({"state": one_step}, {"state": dict(one_step, skipped=0)}, {"optimizer": None, "state": one_step}):
+        with pytest.raises(UserError) as err:  # an older checkpoint (no list), one step applied, no moments
+            ckpt._check_optimizer_complete({}, {}, meta, "p.safetensors")
+        assert str(err.value) == ("checkpoint p.safetensors has run 1 optimizer step(s) but holds no optimizer "
+                                  "tensors: resuming would restart the optimizer's moments; resume from a complete "
+                                  "checkpoint or retrain")
+    ckpt._check_optimizer_complete({}, {}, {"state": {"step": 0}}, "p.safetensors")
+
+
+def test_an_older_checkpoint_with_its_moments_resumes(tmp_path):
+    model, opt = _trained()
+    path = tmp_path / "o.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 1}}, optimizer=opt)
+    meta, tensors = ckpt.read_meta(path), ckpt.load_tensors(path)
+    del meta["optimizer"]["tensors"]  # written before the tensors were listed
+    fresh = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ckpt.load_optimizer_state(fresh, tensors, meta, path)
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+def test_load_model_state_whole_messages(tmp_path):
+    model = make_model(dtype=torch.float32)
+    tensors = ckpt.model_tensors(model)
+    bad = dict(tensors, **{"model/transformer.wpe.weight": torch.full_like(tensors["model/transformer.wpe.weight"],
+                                                                           float("nan"))})
+    n = bad["model/transformer.wpe.weight"].numel()
+    with pytest.raises(UserError) as err:
+        ckpt.load_model_state(model, bad, "c.safetensors")
+    assert str(err.value) == (f"checkpoint c.safetensors holds non-finite weights ({n} NaN value(s) in "
+                              "transformer.wpe.weight); the run diverged or the file was damaged; use another "
+                              "checkpoint or retrain")
+    wide = dict(tensors, **{"model/transformer.wpe.weight": tensors["model/transformer.wpe.weight"].double()})
+    with pytest.raises(UserError) as err:
+        ckpt.load_model_state(model, wide, "c.safetensors")
+    assert str(err.value) == ("checkpoint c.safetensors holds transformer.wpe.weight as float64, the model holds "
+                              "float32; convert the checkpoint explicitly (iattn convert --dtype) or use the file as "
+                              "it was saved")
+
+
+def test_load_model_state_refuses_missing_weights_naming_them(tmp_path):
+    model = make_model(dtype=torch.float32)
+    tensors = ckpt.model_tensors(model)
+    dropped = [k for k in tensors if k.startswith("model/transformer.h.0.")]
+    partial = {k: v for k, v in tensors.items() if k not in dropped}
+    try:  # what torch says of the same state dict, for the part of our message that quotes it
+        state = {k[len("model/"):]: v for k, v in partial.items()}
+        make_model(dtype=torch.float32).load_state_dict({**state, "lm_head.weight": state["transformer.wte.weight"]})
+    except RuntimeError as e:
+        quoted = str(e).splitlines()[1].strip()
+    assert len(quoted) > 100
+    with pytest.raises(UserError) as err:
+        ckpt.load_model_state(model, partial, "c.safetensors")
+    assert str(err.value) == (f"checkpoint c.safetensors does not fit this model ({quoted[:100]}); use the config the "
+                              "checkpoint was trained with")
+    no_embedding = {k: v for k, v in tensors.items() if k != "model/transformer.wte.weight"}
+    with pytest.raises(UserError, match=r"^checkpoint c\.safetensors does not fit this model \("):
+        ckpt.load_model_state(model, no_embedding, "c.safetensors")
+
+
+def test_load_optimizer_state_whole_messages(tmp_path):
+    model, opt = _trained()
+    groups = opt.state_dict()["param_groups"]
+    n = sum(len(g["params"]) for g in groups)
+    meta = {"optimizer": {"param_groups": groups}}
+    fix = "; resume from another checkpoint (a run's last or best) or retrain"
+    with pytest.raises(UserError) as err:
+        ckpt.load_optimizer_state(opt, {}, {})
+    assert str(err.value) == ("checkpoint (unnamed) has bad metadata (optimizer: missing: the checkpoint holds no "
+                              f"optimizer state to resume){fix}")
+    for name in ("optim/x/exp_avg", f"optim/{n}/exp_avg"):
+        with pytest.raises(UserError) as err:
+            ckpt.load_optimizer_state(opt, {name: torch.zeros(1)}, meta, "o.safetensors")
+        assert str(err.value) == (f"checkpoint o.safetensors has bad metadata (tensor {name}: expected "
+                                  f"optim/<parameter index < {n}>/<name>){fix}")
+    one = [dict(groups[0], params=[0])]
+    try:  # torch's own words for the same mismatch, which our message quotes
+        torch.optim.AdamW(model.parameters(), lr=1e-3).load_state_dict({"state": {}, "param_groups": one})
+    except ValueError as e:
+        quoted = str(e).splitlines()[0]
+    assert len(quoted) > 80
+    with pytest.raises(UserError) as err:
+        ckpt.load_optimizer_state(opt, {}, {"optimizer": {"param_groups": one}}, "o.safetensors")
+    assert str(err.value) == (f"checkpoint o.safetensors has bad metadata (optimizer: does not fit this model's "
+                              f"optimizer: {quoted[:80]}){fix}")
+    rng = torch.zeros(3, dtype=torch.uint8)
+    try:
+        torch.set_rng_state(rng)
+    except RuntimeError as e:
+        quoted = str(e).splitlines()[0]
+    assert len(quoted) > 80
+    with pytest.raises(UserError) as err:
+        ckpt.load_optimizer_state(opt, {"rng/torch": rng}, meta, "o.safetensors")
+    assert str(err.value) == f"checkpoint o.safetensors has bad metadata (tensor rng/torch: {quoted[:80]}){fix}"
+    with pytest.raises(UserError) as err:
+        ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(2, 2)}, meta, "o.safetensors")
+    assert str(err.value) == ("checkpoint o.safetensors has bad metadata (tensor rng/torch: float32 of shape [2, 2], "
+                              f"expected a 1-D uint8 RNG state){fix}")
