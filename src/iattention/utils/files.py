@@ -129,6 +129,8 @@ _OS_ERRORS = {
     errno.ENAMETOOLONG: ("file name too long", "choose a shorter path"),
     errno.ENOTEMPTY: ("is a non-empty folder where a file is needed", "choose another path"),
     errno.ELOOP: ("too many levels of symbolic links (a symlink loop)", "fix the links or choose another path"),
+    errno.EFBIG: ("file too large (the file system's or `ulimit -f`'s file-size limit)",
+                  "write to a file system that takes larger files, or raise the limit"),
 }
 
 

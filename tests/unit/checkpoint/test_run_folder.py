@@ -331,3 +331,99 @@ def test_a_log_field_of_the_wrong_type_is_named_with_its_value(tmp_path):
     with pytest.raises(UserError) as err:
         RunFolder(tmp_path).read_records("steps.jsonl")
     assert str(err.value) == f"{path} is corrupt (line 1: key 'step': str 'x'); delete it and rerun the run"
+
+
+# ---- survivors of the whole-module mutation run of checkpoint/ (2026-11-25)
+def test_an_arm_override_without_an_equals_sign_is_kept_as_written(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.write_arm({"arm": "a", "overrides": ["model.canonical", " flag "]})
+    assert folder.read_arm()["overrides"] == ["model.canonical", " flag "]
+
+
+def test_a_log_field_that_is_a_bool_is_refused_by_name(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"step": true, "loss": 1.0, "lr": 0.1}\n')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records("steps.jsonl")
+    assert str(err.value) == f"{path} is corrupt (line 1: key 'step': bool True); delete it and rerun the run"
+
+
+def test_a_metrics_record_without_its_keys_names_the_first_missing_one(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records()
+    assert str(err.value) == f"{path} is corrupt (line 1: key 'kind': missing); delete it and rerun the run"
+
+
+def test_a_long_log_value_is_cut_to_60_characters(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text(json.dumps({"step": "x" * 100, "loss": 1.0, "lr": 0.1}) + "\n")
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records("steps.jsonl")
+    # "str '" and 55 of the 100 characters
+    assert str(err.value) == f"{path} is corrupt (line 1: key 'step': str '{'x' * 55}); delete it and rerun the run"
+
+
+def test_a_summary_and_an_arm_that_are_not_text_name_what_they_should_be_and_the_fix(tmp_path):
+    folder = RunFolder(tmp_path)
+    (tmp_path / "summary.json").write_bytes(b"\xff")
+    with pytest.raises(UserError) as err:
+        folder.read_summary()
+    assert str(err.value) == (f"a run summary {tmp_path / 'summary.json'} is not UTF-8 text (byte 0); rerun that run "
+                              "(iattn sweep or iattn train --resume finishes it again)")
+    arm_fix = 'rewrite it as {"arm": NAME, "overrides": [...]}'
+    (tmp_path / "arm.json").write_bytes(b"\x80")
+    with pytest.raises(UserError) as err:
+        folder.read_arm()
+    assert str(err.value) == f"an arm record {tmp_path / 'arm.json'} is not UTF-8 text (byte 0); {arm_fix}"
+    (tmp_path / "arm.json").write_text("[]")
+    with pytest.raises(UserError) as err:
+        folder.read_arm()
+    assert str(err.value) == (f"{tmp_path / 'arm.json'} is corrupt (an arm record: not a JSON object but list); "
+                              f"{arm_fix}")
+
+
+def test_a_log_perplexity_below_one_is_named_with_its_step(tmp_path):
+    folder = _finished_run(tmp_path)
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=12.5),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=0.5)])
+    with pytest.raises(UserError) as err:
+        folder.read_results()
+    assert str(err.value) == (f"run {tmp_path}: metrics.jsonl holds val_ppl 0.5 at step 5, not a perplexity (>= 1); "
+                              "restore it, or delete the run folder and rerun")
+
+
+def test_a_run_whose_every_evaluation_diverged_has_no_best_epoch(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.write_summary({**SUMMARY, "best_val_ppl": float("inf"), "best_epoch": 0})
+    folder.write_records("metrics.jsonl", [dict(kind="epoch", step=1, epoch=1, val_ppl=float("inf")),
+                                           dict(kind="epoch", step=5, epoch=2, val_ppl=float("nan"))])
+    summary, records = folder.read_results()
+    assert (summary["best_val_ppl"], summary["best_epoch"], len(records)) == (float("inf"), 0, 2)
+
+
+def test_a_summary_with_another_best_epoch_than_its_log_is_refused_by_name(tmp_path):
+    folder = _finished_run(tmp_path, best_epoch=2)
+    with pytest.raises(UserError) as err:
+        folder.read_results()
+    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on best_epoch (2 there, "
+                              "epoch 1, where val_ppl is lowest from the log); restore summary.json (or rerun the run: "
+                              "delete it and iattn train --resume finishes it again)")
+
+
+def test_the_logs_of_an_unfinished_run_may_be_missing_or_empty(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.read_records() == [] and folder.read_records("steps.jsonl") == []
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert folder.read_records() == []
+
+
+def test_a_log_of_another_name_needs_only_an_integer_step(tmp_path):
+    path = tmp_path / "other.jsonl"
+    path.write_text('{"step": 1, "note": "x"}\n{"step": 7}\n')
+    assert RunFolder(tmp_path).read_records("other.jsonl", max_step=5) == [{"step": 1, "note": "x"}]
+    path.write_text('{"step": "1"}\n')
+    with pytest.raises(UserError) as err:
+        RunFolder(tmp_path).read_records("other.jsonl")
+    assert str(err.value) == f"{path} is corrupt (line 1: key 'step': str '1'); delete it and rerun the run"

@@ -376,3 +376,187 @@ def test_load_optimizer_state_whole_messages(tmp_path):
         ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(2, 2)}, meta, "o.safetensors")
     assert str(err.value) == ("checkpoint o.safetensors has bad metadata (tensor rng/torch: float32 of shape [2, 2], "
                               f"expected a 1-D uint8 RNG state){fix}")
+
+
+# ---- survivors of the whole-module mutation run of checkpoint/ (2026-11-25)
+def test_an_optimizer_state_that_holds_a_plain_number_is_saved_as_a_tensor(tmp_path):
+    class PlainSGD(torch.optim.Optimizer):
+        """SGD counting its steps in a Python int, as torch < 1.12's Adam kept `step`."""
+
+        def __init__(self, params):
+            super().__init__(params, {"lr": 0.1})
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    self.state[p]["step"] = self.state[p].get("step", 0) + 1
+                    p.add_(p.grad, alpha=-group["lr"])
+
+    model = make_model(dtype=torch.float32)
+    opt = PlainSGD(model.parameters())
+    model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+    opt.step()
+    opt.step()
+    path = tmp_path / "o.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 2}}, optimizer=opt)
+    tensors = ckpt.load_tensors(path)
+    steps = {k: v for k, v in tensors.items() if k.startswith("optim/")}
+    n = len(list(model.parameters()))
+    assert sorted(steps) == sorted(f"optim/{i}/step" for i in range(n))
+    assert all(v.dtype == torch.int64 and v.dim() == 0 and int(v) == 2 for v in steps.values())
+
+
+def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
+    """`ulimit -f` (or FAT32's 4 GiB): safetensors raises SafetensorError('... (os error 27)'), EFBIG; the user
+    gets one line naming the checkpoint (not the temp file, which is gone), and no file is left."""
+    import resource
+
+    model = make_model(dtype=torch.float32)
+    path = tmp_path / "c.safetensors"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # writing past it is EFBIG (Python ignores SIGXFSZ)
+    try:
+        with pytest.raises(UserError) as err:
+            ckpt.save_checkpoint(path, model, {"config": {}})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert str(err.value) == (f"cannot write {path}: file too large (the file system's or `ulimit -f`'s file-size "
+                              "limit); write to a file system that takes larger files, or raise the limit")
+    assert list(tmp_path.iterdir()) == []  # the temp file is removed, nothing is written
+
+
+def test_the_ckpt_write_failpoint_tears_the_temp_file_in_half_and_kills(tmp_path):
+    """IATTN_FAULT=ckpt_write:1 (the crash tests' hook): the process dies by SIGKILL after the temp file is
+    written, leaving half of it, and the checkpoint itself is not there."""
+    import os
+    import signal
+
+    from iattention.utils.atomic import temp_writer
+
+    model = make_model(dtype=torch.float32)
+    ckpt.save_checkpoint(tmp_path / "whole" / "c.safetensors", model, {"config": {}})
+    size = (tmp_path / "whole" / "c.safetensors").stat().st_size
+    path = tmp_path / "torn" / "c.safetensors"
+    pid = os.fork()
+    if pid == 0:  # the child: only the fault (or os._exit) ends it, never pytest
+        code = 1
+        try:
+            os.environ["IATTN_FAULT"] = "ckpt_write:1"
+            ckpt.save_checkpoint(path, model, {"config": {}})
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    left = list(path.parent.iterdir())
+    assert [temp_writer(p.name) for p in left] == [pid]
+    assert left[0].stat().st_size == size // 2 and not path.exists()
+
+
+def test_metadata_that_is_not_a_json_object_is_one_whole_line(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "x.safetensors"
+    for raw in ("not json", "[1]"):
+        save_file({"w": torch.zeros(2)}, str(path), metadata={"iattention": raw})
+        with pytest.raises(UserError) as err:
+            ckpt.read_meta(path)
+        assert str(err.value) == (f"checkpoint {path} has corrupt metadata (not a JSON object); resume from another "
+                                  "checkpoint or retrain")
+
+
+@pytest.mark.parametrize("meta,problem", [
+    ({"state": {"step": "3"}}, "state.step: str '3', expected a number"),
+    ({"optimizer": [1]}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
+    ({"optimizer": {"param_groups": 5}}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
+    ({"optimizer": {"param_groups": []}}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
+], ids=["state-type", "optimizer-list", "groups-int", "groups-empty"])
+def test_bad_state_and_optimizer_metadata_is_one_whole_line(meta, problem):
+    from pathlib import Path
+
+    with pytest.raises(UserError) as err:
+        ckpt._check_meta(Path("c.safetensors"), meta)
+    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+
+
+def test_a_model_config_the_model_refuses_is_one_whole_line_naming_the_file():
+    from pathlib import Path
+
+    model = dict(n_layer=2, n_head=5, n_embd=48, vocab_size=97, block_size=16)
+    with pytest.raises(UserError) as err:
+        ckpt._check_meta(Path("c.safetensors"), {"config": {"model": model}})
+    assert str(err.value) == ("checkpoint c.safetensors has bad metadata (config.model: n_embd=48 is not divisible by "
+                              f"n_head=5; pick a head count that divides 48){_FIX}")
+
+
+def test_declared_size_counts_8_bytes_for_a_dtype_it_does_not_know(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "f8.safetensors"
+    save_file({"model/x": torch.zeros(16, dtype=torch.float8_e4m3fn)}, str(path))  # F8_E4M3: 1 byte, counted 8
+    monkeypatch.setattr(ckpt, "available_memory", lambda: 16 * 8)
+    ckpt.check_declared_size(path)
+    monkeypatch.setattr(ckpt, "available_memory", lambda: 16 * 8 - 1)
+    with pytest.raises(UserError) as err:
+        ckpt.check_declared_size(path)
+    assert str(err.value) == (f"checkpoint {path} declares 1.19e-07 GiB of tensors, more than the 1.18e-07 GiB this "
+                              "machine has free; load it on a larger machine")
+
+
+def _sparse_u8(path, n: int) -> int:
+    """A safetensors file declaring one U8 tensor of n bytes, all holes; its header is 248 bytes whatever n
+    is, so the bytes it holds (returned) do not depend on n."""
+    import struct
+
+    header = json.dumps({"model/x": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
+    header += b" " * (248 - len(header))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + n)
+    return path.stat().st_blocks * 512
+
+
+def test_the_sparse_file_limit_is_twice_the_bytes_held_plus_a_mib(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "available_memory", lambda: None)
+    path = tmp_path / "s.safetensors"
+    held = _sparse_u8(path, 2**21)
+    if not 0 < held <= 2**16:
+        pytest.skip("this file system does not make sparse files")
+    limit = 2 * held + 2**20
+    assert _sparse_u8(path, limit) == held
+    ckpt.check_declared_size(path)  # exactly at the limit: accepted
+    assert _sparse_u8(path, limit + 1) == held
+    with pytest.raises(UserError) as err:
+        ckpt.check_declared_size(path)
+    assert str(err.value) == (f"checkpoint {path} declares {(limit + 1) / 2**30:.3g} GiB of tensors but holds "
+                              f"{held / 2**30:.3g} GiB of data (a sparse or crafted file); use an intact checkpoint")
+
+
+def test_a_file_system_that_reports_no_blocks_is_measured_by_the_file_size(tmp_path, monkeypatch):
+    """st_blocks 0 for a non-empty file (some network and FUSE file systems): the size stands for the data."""
+    import os
+    from pathlib import Path
+
+    class NoBlocks(type(Path())):
+        def stat(self, *, follow_symlinks=True):
+            st = super().stat(follow_symlinks=follow_symlinks)
+            return os.stat_result(tuple(st)[:10], {"st_blocks": 0})
+
+    monkeypatch.setattr(ckpt, "available_memory", lambda: None)
+    path = NoBlocks(tmp_path / "s.safetensors")
+    _header_only_file(path, {"format": ckpt.FORMAT}, 16 * 2**20)  # 64 MiB declared and 64 MiB long
+    ckpt.check_declared_size(path)
+
+
+def test_load_optimizer_state_names_the_file_that_lacks_optimizer_tensors(tmp_path):
+    model, opt = _trained()
+    path = tmp_path / "o.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 1}}, optimizer=opt)
+    meta, tensors = ckpt.read_meta(path), ckpt.load_tensors(path)
+    listed = meta["optimizer"]["tensors"]
+    with pytest.raises(UserError) as err:
+        ckpt.load_optimizer_state(opt, {k: v for k, v in tensors.items() if k != listed[0]}, meta, path)
+    assert str(err.value) == (f"checkpoint {path} lacks 1 of its {len(listed)} optimizer tensors (e.g. {listed[0]}): "
+                              "resuming would restart the optimizer's moments; resume from a complete checkpoint or "
+                              "retrain")
