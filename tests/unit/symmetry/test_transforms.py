@@ -175,6 +175,18 @@ def test_random_invertible_draws_each_head_its_own_rotations():
     assert torch.linalg.matrix_norm(A @ B - B @ A) > 1e-3 * torch.linalg.matrix_norm(A) * torch.linalg.matrix_norm(B)
 
 
+def test_random_invertible_draws_each_head_its_own_right_rotation_and_spectrum():
+    """The other two factors per head too: with one V shared by all heads, M_h^T M_h = V^T diag(s_h^2) V would
+    commute between heads; with one s shared, every head would have the same singular values."""
+    from iattention.symmetry.transforms import _random_invertible
+
+    M = _random_invertible(2, 6, torch.Generator().manual_seed(0), 3.0)
+    A, B = M[0].T @ M[0], M[1].T @ M[1]
+    assert torch.linalg.matrix_norm(A @ B - B @ A) > 1e-3 * torch.linalg.matrix_norm(A) * torch.linalg.matrix_norm(B)
+    s = torch.linalg.svdvals(M)
+    assert (s[0] - s[1]).abs().max() > 1e-3
+
+
 def test_a_block_at_exactly_the_singular_threshold_is_refused():
     from iattention.symmetry.transforms import SINGULAR_COND, _check_blocks
 
