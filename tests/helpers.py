@@ -24,6 +24,18 @@ def max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
+def measured_projection_flops(layer, seq_len: int = 5) -> float:
+    """Matmul FLOPs per token that the layer's projections (qkv, then project_out) really run in a forward
+    pass, as torch's FLOP counter sees them (2 per multiply-add; index copies and assembly count nothing)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(1, seq_len, layer.n_embd, dtype=next(layer.parameters()).dtype)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer.qkv(x)
+        layer.project_out(x)
+    return counter.get_total_flops() / seq_len
+
+
 def shared_data_dir() -> str | None:
     path = os.path.abspath(SHARED_DATA)
     return path if os.path.isdir(os.path.join(path, "wikitext-2-v1")) else None

@@ -80,3 +80,43 @@ def test_default_head_blocks_split_only_n_head_by_a_by_b_tensors():
         with pytest.raises(NotImplementedError, match=rf"^Toy learns matrices that are not \(n_head, a, b\) tensors "
                                                       rf"\(W \({shape[0]}, 16"):
             Toy(cfg, shape).head_blocks()
+
+
+# ---- survivors of the whole-module mutation run (2026-11-25)
+def _toy_layer(**params):
+    """A layer of the base class holding the given parameters (name -> shape; a dotted name goes into a
+    submodule), registered in the order given."""
+    from iattention.attention.base import CausalSelfAttention
+
+    class Toy(CausalSelfAttention):
+        pass
+
+    layer = Toy(GPTConfig(n_layer=1, n_head=4, n_embd=16, vocab_size=50, block_size=8))
+    for name, shape in params.items():
+        owner = layer
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
+    return layer
+
+
+def test_default_head_blocks_skip_biases_of_any_shape_and_every_vector():
+    """Biases are not matrices Muon splits: a 1-D vector of any name, a parameter named `bias` and a `b_*`
+    one are skipped whatever their shape (a per-head (n_head, r) bias is 2-D), also inside a submodule,
+    and also when registered before the matrices."""
+    heads = [(0,), (1,), (2,), (3,)]
+    for params in (dict(b_Q=(4, 4), W=(4, 16, 4)),  # a bias first: the matrices after it still count
+                   dict(W=(4, 16, 4), bias=(4, 4)),
+                   dict(W=(4, 16, 4), gain=(16,)),
+                   dict(W=(4, 16, 4), **{"sub.b_K": (4, 4), "sub.bias": (4, 4)})):
+        assert _toy_layer(**params).head_blocks() == {"W": heads}, params
+
+
+def test_default_head_blocks_name_every_other_matrix_in_its_refusal():
+    with pytest.raises(NotImplementedError) as err:
+        _toy_layer(W=(4, 16, 4), A=(16, 16), B=(2, 16, 4)).head_blocks()
+    assert str(err.value) == ("Toy learns matrices that are not (n_head, a, b) tensors (A (16, 16), B (2, 16, 4)): "
+                              "override head_blocks to give each head's block")

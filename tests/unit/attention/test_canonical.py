@@ -173,3 +173,127 @@ def test_gpt2_init_scales_canonicals_output_projection_like_a_residual_one():
     assert abs(attn.W_O_free.std().item() / (0.02 / (2 * n_layer) ** 0.5) - 1) < 0.05
     for name in ("W_Q", "W_V", "W_K_free"):
         assert abs(getattr(attn, name).std().item() / 0.02 - 1) < 0.05, name
+
+
+# ---- survivors of the whole-module mutation run (2026-11-25)
+@pytest.mark.parametrize("halves", ["both", "qk", "vo"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_projection_flops_is_what_the_layer_runs(halves, heads):
+    """bench/flops.py's attention term, against torch's FLOP counter on a built layer: at one head a canonical
+    half is an index copy (no GEMM), with more heads the full matrices are assembled and every GEMM runs."""
+    from helpers import measured_projection_flops
+
+    cfg = GPTConfig(n_layer=1, n_head=heads, n_embd=8, vocab_size=20, block_size=8, attention="canonical",
+                    canonical_halves=halves)
+    d = cfg.n_embd
+    gemms = 4 if heads > 1 else {"both": 2, "qk": 3, "vo": 3}[halves]  # d x d GEMMs: of Q, K, V, O
+    assert measured_projection_flops(CanonicalAttention(cfg)) == 2 * gemms * d * d
+    assert CanonicalAttention.projection_flops(cfg) == 2 * gemms * d * d
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_the_identity_blocks_take_the_models_dtype(dtype):
+    """A canonical model cast to another dtype assembles W_K and W_O in that dtype (the identity block too),
+    so its forward runs and its math form holds exact identity blocks of that dtype."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=20, block_size=8, attention="canonical")
+    model = GPT(cfg).to(dtype).eval()
+    attn = model.transformer.h[0].attn
+    hw = attn.to_heads()
+    assert hw.W_K.dtype == hw.W_O.dtype == dtype
+    r = cfg.d_head
+    for h in range(cfg.n_head):
+        assert torch.equal(hw.W_K[h][attn.k_perm[h, :r]], torch.eye(r, dtype=dtype))
+        assert torch.equal(hw.W_O[h][:, attn.o_perm[h, :r]], torch.eye(r, dtype=dtype))
+    x = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(x)[0]
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+
+
+def test_the_identity_blocks_are_built_on_the_layers_device():
+    """The assembled W_K and W_O live where the learned rows do. The meta device stands in for an
+    accelerator here: an identity block made on the CPU cannot be joined to rows on another device."""
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=20, block_size=8, attention="canonical")
+    attn = CanonicalAttention(cfg).to("meta")
+    hw = attn.to_heads()
+    assert hw.W_K.device.type == hw.W_O.device.type == "meta"
+    assert hw.W_K.shape == (2, 8, 4) and hw.W_O.shape == (2, 4, 8)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_gradients_inside_frozen_weights_reach_every_learned_tensor(heads):
+    """`frozen_weights` memoises only what needs no gradient: a forward with gradients enabled inside it
+    builds the weights from the parameters, and backward gives the same gradients as outside it."""
+    from iattention.attention.base import frozen_weights
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=1, n_head=heads, n_embd=8, vocab_size=20, block_size=8, attention="canonical")
+    model = GPT(cfg).double().eval()
+    x = torch.randint(0, 20, (1, 6), generator=torch.Generator().manual_seed(1))
+    model(x, x)[1].backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert {"transformer.h.0.attn.W_Q", "transformer.h.0.attn.W_V"} <= set(want)
+    model.zero_grad(set_to_none=True)
+    with frozen_weights(model):
+        model(x, x)[1].backward()
+    got = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert set(got) == set(want)
+    for n, g in got.items():
+        assert torch.allclose(g, want[n], rtol=1e-12, atol=1e-15), n
+
+
+@pytest.mark.parametrize("change", ["in place", "new storage"])
+@pytest.mark.parametrize("perm", ["k_perm", "o_perm"])
+def test_a_memoised_weight_follows_a_new_block_choice(perm, change):
+    """The memo inside `frozen_weights` is keyed by the block permutations too (buffers, not parameters): a
+    new choice of identity rows (set_blocks, in place) or a new permutation tensor changes the output."""
+    from iattention.attention.base import frozen_weights
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=20, block_size=8, attention="canonical")
+    model = GPT(cfg).double().eval()
+    with torch.no_grad():  # the same free rows under another block choice give another W_K / W_O
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    attn = model.transformer.h[0].attn
+    x = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(1))
+    rows = torch.tensor([[7, 1, 2, 0], [3, 4, 6, 5]])
+    with torch.no_grad(), frozen_weights(model):
+        before = model(x)[0]  # memoise
+        if change == "in place":
+            attn.set_blocks(*((rows, None) if perm == "k_perm" else (None, rows)))
+        else:
+            from iattention.attention.canonical import block_permutation
+            setattr(attn, perm, block_permutation(rows, cfg.n_embd))
+        fresh = GPT(cfg).double().eval()
+        fresh.load_state_dict(model.state_dict())
+        after = model(x)[0]
+        assert not torch.allclose(after, before)
+        assert torch.allclose(after, fresh(x)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_the_aligned_one_head_key_map_copies_nothing():
+    """At one head with the aligned block (the default) the keys are x itself plus b_K: no index copy runs,
+    while a permuted block does run one (its keys are a permutation of x)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    cfg = GPTConfig(n_layer=1, n_head=1, n_embd=8, vocab_size=20, block_size=8, attention="canonical", bias=False)
+    attn = CanonicalAttention(cfg)
+    x = torch.randn(1, 3, 8)
+    with torch.no_grad(), Ops() as ops:
+        k = attn.qkv(x)[1]
+    assert "index_select" not in ops.names and k is x
+    attn.set_blocks(torch.tensor([[1, 0, 2, 3, 4, 5, 6, 7]]), None)
+    with torch.no_grad(), Ops() as ops:
+        k = attn.qkv(x)[1]
+    assert "index_select" in ops.names and torch.equal(k, x[..., [1, 0, 2, 3, 4, 5, 6, 7]])

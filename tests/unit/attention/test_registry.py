@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import make_model, max_rel
+from helpers import make_model, max_rel, measured_projection_flops
 from iattention import GPT, GPTConfig
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, heads_to_fused
 from iattention.attention.identity_ko import IdentityKOAttention
+from iattention.attention.identity_q import IdentityQAttention
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.attention.standard import StandardAttention
 from iattention.errors import UserError
@@ -176,8 +177,8 @@ def check_matched_init(cfg: GPTConfig) -> None:
 
 
 def check_head_blocks(cfg: GPTConfig) -> None:
-    """head_blocks names every learned matrix, splits it into 2-D blocks that cover each entry once, and each
-    block feeds exactly one head (so Muon gives every head its own block)."""
+    """head_blocks names every learned matrix, splits it into non-empty 2-D blocks (none past its end) that cover
+    each entry once, and each block feeds exactly one head (so Muon gives every head its own block)."""
     layer = _layer(cfg)
     try:
         blocks = layer.head_blocks()
@@ -198,6 +199,8 @@ def check_head_blocks(cfg: GPTConfig) -> None:
         seen = torch.zeros(p.shape, dtype=torch.long)
         for idx in idxs:
             assert p[idx].dim() == 2, f"{cfg.attention}: a block of {name} is not 2-D"
+            # an index past the end of an axis selects nothing (slices clip): such a block is no head's
+            assert p[idx].numel() or not p.numel(), f"{cfg.attention}: a block of {name} {tuple(p.shape)} is empty"
             seen[idx] += 1
         assert bool((seen == 1).all()), f"{cfg.attention}: the blocks of {name} do not cover each entry once"
         for idx in idxs:
@@ -258,9 +261,17 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
         f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the math form shows {reduced}"
 
 
+# ---- survivors of the whole-module mutation run (2026-11-25)
+def check_projection_flops(cfg: GPTConfig) -> None:
+    """projection_flops (bench/flops.py's attention term) is what a built layer's projections execute."""
+    said = ATTENTION_REGISTRY[cfg.attention].projection_flops(cfg)
+    measured = measured_projection_flops(_layer(cfg))
+    assert said == measured, f"{cfg.attention}: projection_flops says {said}, a forward pass runs {measured:g}"
+
+
 CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
           check_canonicalize_is_exact, check_matched_init, check_head_blocks, check_removed_params,
-          check_redundant_biases]
+          check_redundant_biases, check_projection_flops]
 
 
 def run_contract(name: str) -> None:
@@ -393,3 +404,29 @@ def test_prose_lists_name_every_registered_variant(monkeypatch):
     # and the check can fail: a sixth variant is named nowhere yet
     monkeypatch.setitem(ATTENTION_REGISTRY, StandardCopy.variant, StandardCopy)
     assert unnamed_variants() == {rel: [StandardCopy.variant] for rel in PROSE}
+
+
+# ---- survivors of the whole-module mutation run (2026-11-25)
+class KVPlusOneBlocks(IdentityQAttention):
+    """Broken on purpose: identity_q's fused K,V matrix split as if it held three projections (the third's
+    blocks past its end), and standard's FLOP count for a layer without a query GEMM."""
+    variant = "kv_plus_one_blocks"
+
+    def head_blocks(self):
+        d, r, H = self.n_embd, self.d_head, self.n_head
+        return {"c_kv.weight": row_blocks(3, d, r, H), "c_proj.weight": column_blocks(r, H)}
+
+    @classmethod
+    def projection_flops(cls, config):
+        return 8 * config.n_embd**2
+
+
+def test_the_contract_catches_blocks_past_the_end_and_a_wrong_flop_count(monkeypatch):
+    monkeypatch.setitem(ATTENTION_REGISTRY, KVPlusOneBlocks.variant, KVPlusOneBlocks)
+    cfg = GPTConfig(**SHAPE, n_head=3, attention=KVPlusOneBlocks.variant)
+    with pytest.raises(AssertionError) as err:
+        check_head_blocks(cfg)
+    assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: a block of c_kv.weight (12, 6) is empty"
+    with pytest.raises(AssertionError) as err:
+        check_projection_flops(cfg)
+    assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: projection_flops says 288, a forward pass runs 216"

@@ -1,5 +1,7 @@
 """Unit tests of iattention.model.generate (moved from tests/test_generate.py)."""
 
+import math
+
 import pytest
 import torch
 
@@ -74,3 +76,54 @@ def test_each_row_of_a_batch_samples_from_its_own_distribution():
     for seed in range(5):
         draw = next_token(logits, 1.0, None, None, torch.Generator().manual_seed(seed))
         assert draw.tolist() == [[0], [1]]
+
+
+# ---- survivors of the whole-module mutation run (2026-11-25)
+def test_top_k_of_the_whole_vocabulary_keeps_every_logit_of_a_block():
+    """top_k is capped at the vocabulary (the last axis), not at another axis: on a (B, T, V) block with
+    T < top_k <= V nothing is dropped."""
+    rows = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5], [0.4, 0.3, 0.2, 0.1]]))
+    block = rows.reshape(1, 3, 4).expand(2, 3, 4)
+    for top_k in (4, 10):
+        assert torch.equal(filter_logits(block, top_k=top_k), block), top_k
+
+
+def test_top_p_of_one_keeps_every_token_even_a_vanishing_one():
+    """top_p = 1 asks for the whole distribution: a token of probability 4e-18 stays, although the mass
+    before it rounds to exactly 1.0 (so a nucleus cut at 1.0 would drop it)."""
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.tensor([[0.0, -40.0, -40.0]], dtype=dtype)
+        probs = torch.softmax(logits, dim=-1)
+        assert (probs.cumsum(-1) - probs)[0, 1] == 1.0  # the premise: the mass before token 1 is 1.0
+        assert torch.equal(filter_logits(logits, top_p=1.0), logits), dtype
+
+
+def test_top_p_reached_exactly_by_the_tokens_before_drops_the_rest():
+    """The nucleus is the smallest set whose probability reaches top_p: with probabilities 1/2, 1/4, 1/4
+    (exact in binary) and top_p = 1/2 the first token alone reaches it; with top_p = 3/4 the first two."""
+    logits = torch.tensor([[0.0, -math.log(2), -math.log(2)]], dtype=torch.float64)
+    assert torch.softmax(logits, dim=-1).tolist() == [[0.5, 0.25, 0.25]]  # the premise: exact probabilities
+    assert torch.isinf(filter_logits(logits, top_p=0.5)).tolist() == [[False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.75)).tolist() == [[False, False, True]]
+
+
+def test_the_smallest_positive_temperature_is_greedy_not_nan():
+    """Sampling divides logits minus their row maximum by the temperature: at 5e-324 (the smallest float64)
+    the maximum gives 0 and every other logit -inf, i.e. argmax, for logits of either sign."""
+    from iattention.model.generate import next_token
+
+    logits = torch.tensor([[2.0, 1.0, -3.0, 0.5], [-7.0, -1.0, -2.0, -9.0]])
+    for temperature in (1e-300, 1e-307, 5e-324):
+        draw = next_token(logits, temperature, None, None, torch.Generator().manual_seed(0))
+        assert draw.tolist() == [[0], [1]], temperature
+
+
+def test_sampling_keeps_only_the_top_k_tokens():
+    """next_token applies top_k: with top_k = 1 every draw is the argmax, with top_k = 2 one of the two
+    largest, over near-uniform logits where unfiltered sampling draws every token."""
+    from iattention.model.generate import next_token
+
+    logits = torch.tensor([[0.0, 0.1, -0.1, 0.05]])
+    draws = {k: {next_token(logits, 1.0, k, None, torch.Generator().manual_seed(s)).item() for s in range(40)}
+             for k in (None, 1, 2)}
+    assert draws == {None: {0, 1, 2, 3}, 1: {1}, 2: {1, 3}}
