@@ -230,3 +230,46 @@ def test_matched_init_of_standard_is_the_gpt2_init_and_leaves_the_rng_alike():
         out[init] = (model.state_dict(), torch.rand(3))
     assert all(torch.equal(out["gpt2"][0][k], out["matched"][0][k]) for k in out["gpt2"][0])
     assert torch.equal(out["gpt2"][1], out["matched"][1])
+
+
+# ---- survivors of the whole-module mutation run (2026-11-25)
+def test_check_fits_in_memory_asks_the_device_it_trains_on_and_counts_no_cpu_scores_on_cuda(monkeypatch):
+    """On a CUDA device the check asks that device's free memory and leaves out the attention scores the CPU
+    kernels materialise (flash attention does not): a training that fits the GPU by its own estimate passes
+    there and is refused on a CPU with the same free memory."""
+    from iattention.model import gpt
+
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=64)
+    cuda, cpu = (sum(gpt.memory_estimate(cfg, 4, cuda=c).values()) for c in (True, False))
+    assert cuda < cpu
+    asked = []
+
+    def free(device=None):  # the system's answer, which the test sets: here every device has `cuda` bytes free
+        asked.append(device)
+        return cuda
+
+    monkeypatch.setattr(gpt, "available_memory", free)
+    gpt.check_fits_in_memory(cfg, 4, torch.device("cuda", 0))
+    assert asked == [torch.device("cuda", 0)]
+    with pytest.raises(UserError, match=r"^training it with batch 4 \("):
+        gpt.check_fits_in_memory(cfg, 4, torch.device("cpu"))
+
+
+def test_a_model_needing_exactly_the_memory_available_fits(monkeypatch):
+    from iattention.model import gpt
+
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=64)
+    total = sum(gpt.memory_estimate(cfg, 4).values())
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: total)
+    gpt.check_fits_in_memory(cfg, 4)
+    monkeypatch.setattr(gpt, "available_memory", lambda device=None: total - 1)
+    with pytest.raises(UserError, match="more than the"):
+        gpt.check_fits_in_memory(cfg, 4)
+
+
+def test_available_memory_asks_the_gpu_it_is_given(monkeypatch):
+    from iattention.model import gpt
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: asked.append(device) or (123, 456))
+    assert gpt.available_memory(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
