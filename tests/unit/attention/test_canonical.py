@@ -297,3 +297,14 @@ def test_the_aligned_one_head_key_map_copies_nothing():
     with torch.no_grad(), Ops() as ops:
         k = attn.qkv(x)[1]
     assert "index_select" in ops.names and torch.equal(k, x[..., [1, 0, 2, 3, 4, 5, 6, 7]])
+
+
+def test_block_permutation_puts_the_block_first_and_refuses_bad_indices_in_one_message():
+    from iattention.attention.canonical import block_permutation
+
+    perm = block_permutation(torch.tensor([[2, 0], [1, 3]]), 4)
+    assert perm.tolist() == [[2, 0, 1, 3], [1, 3, 0, 2]] and perm.dtype == torch.long
+    for sel in ([1, 1], [0, 4], [-1, 2]):  # a repeated index (in range), one past the end, a negative one
+        with pytest.raises(ValueError) as err:
+            block_permutation(torch.tensor([sel]), 4)
+        assert str(err.value) == f"block indices must be 2 distinct values in [0, 4), got {sel}"
