@@ -308,3 +308,13 @@ def test_block_permutation_puts_the_block_first_and_refuses_bad_indices_in_one_m
         with pytest.raises(ValueError) as err:
             block_permutation(torch.tensor([sel]), 4)
         assert str(err.value) == f"block indices must be 2 distinct values in [0, 4), got {sel}"
+
+
+def test_one_head_without_biases_projects_out_through_its_permutation_alone():
+    """canonical at one head skips the output GEMM (W_O is a permutation); without biases there is no b_O to add."""
+    from iattention.attention.registry import build_attention
+
+    layer = build_attention(GPTConfig(n_layer=1, n_head=1, n_embd=6, vocab_size=16, block_size=8, bias=False,
+                                      attention="canonical"))
+    y = torch.randn(2, 3, 6)
+    assert layer.b_O is None and torch.equal(layer.project_out(y), y)  # aligned block: the identity
