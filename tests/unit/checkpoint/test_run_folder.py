@@ -1,6 +1,7 @@
 """Unit tests of iattention.checkpoint.run_folder (moved from tests/test_checkpoint.py)."""
 
 import json
+import os
 
 import pytest
 
@@ -8,6 +9,7 @@ from iattention.checkpoint import RunFolder
 from iattention.config import load_config
 from iattention.config.identity import config_mismatch
 from iattention.errors import UserError
+from iattention.utils.lock import LOCK_NAME
 
 SUMMARY = {"config": {"model": {}}, "attention": "standard", "n_head": 1, "seed": 0, "best_val_ppl": 12.5,
            "best_epoch": 1, "epochs_run": 2}
@@ -169,12 +171,14 @@ def test_a_log_that_is_not_text_is_named_as_a_run_log(tmp_path):
     assert str(err.value) == f"a run log {path} is not UTF-8 text (byte 0); delete it and rerun the run"
 
 
-def test_a_summary_with_other_epochs_run_than_its_log_is_refused_by_name(tmp_path):
-    folder = _finished_run(tmp_path, epochs_run=3)
+@pytest.mark.parametrize("key,value,log_says", [("epochs_run", 3, "2 epoch records"),
+                                                ("best_epoch", 2, "epoch 1, where val_ppl is lowest")])
+def test_a_summary_that_disagrees_with_its_log_is_refused_by_name(tmp_path, key, value, log_says):
+    folder = _finished_run(tmp_path, **{key: value})
     with pytest.raises(UserError) as err:
         folder.read_results()
-    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on epochs_run (3 there, "
-                              "2 epoch records from the log); restore summary.json (or rerun the run: delete it and "
+    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on {key} ({value} there, "
+                              f"{log_says} from the log); restore summary.json (or rerun the run: delete it and "
                               "iattn train --resume finishes it again)")
 
 
@@ -266,8 +270,6 @@ def test_drop_summary_of_a_folder_without_one_is_a_no_op(tmp_path):
 
 
 def test_discard_unstarted_removes_only_what_a_refused_run_left(tmp_path):
-    from iattention.utils.lock import LOCK_NAME
-
     started = tmp_path / "started"
     RunFolder(started).write_config({"model": {}})
     (started / LOCK_NAME).write_text("1")
@@ -289,10 +291,6 @@ def test_discard_unstarted_removes_only_what_a_refused_run_left(tmp_path):
 
 
 def test_foreign_lists_only_other_peoples_files(tmp_path):
-    import os
-
-    from iattention.utils.lock import LOCK_NAME
-
     assert RunFolder(tmp_path / "missing").foreign() == []
     (tmp_path / LOCK_NAME).write_text("1")
     (tmp_path / "tokenizer.json").write_text("{}")
@@ -306,8 +304,6 @@ def test_foreign_lists_only_other_peoples_files(tmp_path):
 
 
 def test_lock_holds_the_folder_itself(tmp_path):
-    from iattention.utils.lock import LOCK_NAME
-
     lock = RunFolder(tmp_path / "run").lock()
     try:
         assert (tmp_path / "run" / LOCK_NAME).is_file() and lock.created_folder
@@ -401,15 +397,6 @@ def test_a_run_whose_every_evaluation_diverged_has_no_best_epoch(tmp_path):
                                            dict(kind="epoch", step=5, epoch=2, val_ppl=float("nan"))])
     summary, records = folder.read_results()
     assert (summary["best_val_ppl"], summary["best_epoch"], len(records)) == (float("inf"), 0, 2)
-
-
-def test_a_summary_with_another_best_epoch_than_its_log_is_refused_by_name(tmp_path):
-    folder = _finished_run(tmp_path, best_epoch=2)
-    with pytest.raises(UserError) as err:
-        folder.read_results()
-    assert str(err.value) == (f"run {tmp_path}: summary.json disagrees with metrics.jsonl on best_epoch (2 there, "
-                              "epoch 1, where val_ppl is lowest from the log); restore summary.json (or rerun the run: "
-                              "delete it and iattn train --resume finishes it again)")
 
 
 def test_the_logs_of_an_unfinished_run_may_be_missing_or_empty(tmp_path):

@@ -1,18 +1,27 @@
 """Unit tests of iattention.checkpoint.state (moved from tests/test_checkpoint.py)."""
 
+import dataclasses
 import json
+import os
+import resource
+import signal
+import struct
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from helpers import make_model
 from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
+from iattention.train.state import TrainState
+from iattention.utils.atomic import temp_writer
 
 
 def test_checkpoint_metadata_that_is_not_ours_is_refused(tmp_path):
-    from safetensors.torch import save_file
-
     model = make_model(dtype=torch.float32)
     path = tmp_path / "x.safetensors"
     for meta in ("not json", "[1]", json.dumps({"format": "other"})):
@@ -27,7 +36,6 @@ def test_checkpoint_metadata_that_is_not_ours_is_refused(tmp_path):
 # ------------------------------------------------------------ survivors of `make mutation` turned into checks
 def _header_only_file(path, meta: dict, n_floats: int) -> None:
     """A safetensors file whose header declares one F32 tensor of `n_floats` over a sparse file (holes)."""
-    import struct
 
     header = json.dumps({"__metadata__": {"iattention": json.dumps(meta)}, "model/x": {
         "dtype": "F32", "shape": [n_floats], "data_offsets": [0, n_floats * 4]}}).encode()
@@ -69,8 +77,6 @@ def test_metadata_types_an_int_for_a_float_key_reads_and_a_wrong_type_is_named(t
 
 
 def test_read_state_names_the_file_and_the_key():
-    from iattention.train.state import TrainState
-
     assert ckpt.read_state("r.safetensors", {"state": {"step": 3, "epoch": 1}}, TrainState).step == 3
     with pytest.raises(UserError, match=r"checkpoint r\.safetensors has bad metadata \(state\.wat: not a key"):
         ckpt.read_state("r.safetensors", {"state": {"wat": 1}}, TrainState)
@@ -153,18 +159,12 @@ _FIX = "; resume from another checkpoint (a run's last or best) or retrain"
      "optimizer.param_groups: expected a list of objects with integer 'params'"),
 ])
 def test_each_bad_metadata_is_one_whole_line(meta, problem):
-    from pathlib import Path
-
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
     assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
 
 
 def test_read_state_lists_the_keys_and_takes_an_int_for_a_float():
-    import dataclasses
-
-    from iattention.train.state import TrainState
-
     assert ckpt.read_state("r.safetensors", {"state": {"best_val_loss": 5}}, TrainState).best_val_loss == 5
     keys = ", ".join(f.name for f in dataclasses.fields(TrainState))
     with pytest.raises(UserError) as err:
@@ -174,8 +174,6 @@ def test_read_state_lists_the_keys_and_takes_an_int_for_a_float():
 
 
 def test_declared_size_sums_every_tensor(tmp_path, monkeypatch):
-    from safetensors import safe_open
-
     model = make_model(dtype=torch.float32)
     path = tmp_path / "m.safetensors"
     ckpt.save_checkpoint(path, model, {"config": {}})
@@ -189,8 +187,6 @@ def test_declared_size_sums_every_tensor(tmp_path, monkeypatch):
 
 
 def test_saving_the_optimizer_state_warns_nothing(tmp_path):
-    import warnings
-
     model = make_model(dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
@@ -212,8 +208,6 @@ def _trained(steps: int = 1):
 
 
 def test_read_meta_of_a_foreign_safetensors_file_and_of_another_format(tmp_path):
-    from safetensors.torch import save_file
-
     path = tmp_path / "x.safetensors"
     save_file({"w": torch.zeros(2)}, str(path))
     with pytest.raises(UserError) as err:
@@ -232,16 +226,12 @@ def test_read_meta_of_a_foreign_safetensors_file_and_of_another_format(tmp_path)
     ({"config": {"model": {"block_size": "x" * 100}}}, "config.model.block_size: str '" + "x" * 55 + ", expected int"),
 ], ids=["section", "long-value"])
 def test_more_bad_metadata_is_one_whole_line(meta, problem):
-    from pathlib import Path
-
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
     assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
 
 
 def test_read_state_without_a_state_and_with_a_float_for_an_int():
-    from iattention.train.state import TrainState
-
     for meta, problem in (({}, "state: missing"), ({"state": {"step": 1.5}}, "state.step: float 1.5, expected int")):
         with pytest.raises(UserError) as err:
             ckpt.read_state("r.safetensors", meta, TrainState)
@@ -410,7 +400,6 @@ def test_an_optimizer_state_that_holds_a_plain_number_is_saved_as_a_tensor(tmp_p
 def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
     """`ulimit -f` (or FAT32's 4 GiB): safetensors raises SafetensorError('... (os error 27)'), EFBIG; the user
     gets one line naming the checkpoint (not the temp file, which is gone), and no file is left."""
-    import resource
 
     model = make_model(dtype=torch.float32)
     path = tmp_path / "c.safetensors"
@@ -429,10 +418,7 @@ def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_leaves_noth
 def test_the_ckpt_write_failpoint_tears_the_temp_file_in_half_and_kills(tmp_path):
     """IATTN_FAULT=ckpt_write:1 (the crash tests' hook): the process dies by SIGKILL after the temp file is
     written, leaving half of it, and the checkpoint itself is not there."""
-    import os
-    import signal
 
-    from iattention.utils.atomic import temp_writer
 
     model = make_model(dtype=torch.float32)
     ckpt.save_checkpoint(tmp_path / "whole" / "c.safetensors", model, {"config": {}})
@@ -455,8 +441,6 @@ def test_the_ckpt_write_failpoint_tears_the_temp_file_in_half_and_kills(tmp_path
 
 
 def test_metadata_that_is_not_a_json_object_is_one_whole_line(tmp_path):
-    from safetensors.torch import save_file
-
     path = tmp_path / "x.safetensors"
     for raw in ("not json", "[1]"):
         save_file({"w": torch.zeros(2)}, str(path), metadata={"iattention": raw})
@@ -473,16 +457,12 @@ def test_metadata_that_is_not_a_json_object_is_one_whole_line(tmp_path):
     ({"optimizer": {"param_groups": []}}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
 ], ids=["state-type", "optimizer-list", "groups-int", "groups-empty"])
 def test_bad_state_and_optimizer_metadata_is_one_whole_line(meta, problem):
-    from pathlib import Path
-
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
     assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
 
 
 def test_a_model_config_the_model_refuses_is_one_whole_line_naming_the_file():
-    from pathlib import Path
-
     model = dict(n_layer=2, n_head=5, n_embd=48, vocab_size=97, block_size=16)
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), {"config": {"model": model}})
@@ -491,8 +471,6 @@ def test_a_model_config_the_model_refuses_is_one_whole_line_naming_the_file():
 
 
 def test_declared_size_counts_8_bytes_for_a_dtype_it_does_not_know(tmp_path, monkeypatch):
-    from safetensors.torch import save_file
-
     path = tmp_path / "f8.safetensors"
     save_file({"model/x": torch.zeros(16, dtype=torch.float8_e4m3fn)}, str(path))  # F8_E4M3: 1 byte, counted 8
     monkeypatch.setattr(ckpt, "available_memory", lambda: 16 * 8)
@@ -507,7 +485,6 @@ def test_declared_size_counts_8_bytes_for_a_dtype_it_does_not_know(tmp_path, mon
 def _sparse_u8(path, n: int) -> int:
     """A safetensors file declaring one U8 tensor of n bytes, all holes; its header is 248 bytes whatever n
     is, so the bytes it holds (returned) do not depend on n."""
-    import struct
 
     header = json.dumps({"model/x": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
     header += b" " * (248 - len(header))
@@ -535,8 +512,6 @@ def test_the_sparse_file_limit_is_twice_the_bytes_held_plus_a_mib(tmp_path, monk
 
 def test_a_file_system_that_reports_no_blocks_is_measured_by_the_file_size(tmp_path, monkeypatch):
     """st_blocks 0 for a non-empty file (some network and FUSE file systems): the size stands for the data."""
-    import os
-    from pathlib import Path
 
     class NoBlocks(type(Path())):
         def stat(self, *, follow_symlinks=True):

@@ -1,5 +1,8 @@
 """Unit tests of iattention.model.gpt (moved from tests/test_bench.py, tests/test_model.py)."""
 
+import builtins
+import os
+
 import pytest
 import torch
 
@@ -7,6 +10,9 @@ from helpers import max_rel
 from iattention import GPT, GPTConfig
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import UserError
+from iattention.model import gpt
+from iattention.model.gpt import memory_estimate
+from iattention.symmetry.counts import standard_param_count
 
 
 @pytest.mark.slow
@@ -97,11 +103,6 @@ def test_num_params_counts_the_true_vocabulary_and_can_leave_out_positions():
 
 
 def test_available_memory_falls_back_to_physical_memory(monkeypatch):
-    import builtins
-    import os
-
-    from iattention.model import gpt
-
     assert gpt.available_memory() > 0
     real_open = builtins.open
 
@@ -124,9 +125,6 @@ def test_generate_method_continues_the_prompt():
 
 
 def test_memory_estimate_by_hand():
-    from iattention.model.gpt import memory_estimate
-    from iattention.symmetry.counts import standard_param_count
-
     cfg = GPTConfig(n_layer=3, n_head=4, n_embd=32, vocab_size=100, block_size=16)
     params = standard_param_count(cfg) + (128 - 100) * 32  # padded to 128 rows
     assert memory_estimate(cfg) == {"weights": 4 * params}
@@ -138,8 +136,6 @@ def test_memory_estimate_by_hand():
 
 
 def test_a_model_too_large_for_memory_is_one_line_with_its_parts(monkeypatch):
-    from iattention.model import gpt
-
     monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
     with pytest.raises(UserError, match=r"\(weights 3\.0, gradients 3\.0, AdamW moments 6\.0, activations 2\.2 GiB\)"):
@@ -148,10 +144,6 @@ def test_a_model_too_large_for_memory_is_one_line_with_its_parts(monkeypatch):
 
 # ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
 def test_available_memory_reads_memavailable(monkeypatch, tmp_path):
-    import builtins
-
-    from iattention.model import gpt
-
     fake = tmp_path / "meminfo"
     fake.write_text("MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:     42 kB\n")
     real_open = builtins.open
@@ -161,8 +153,6 @@ def test_available_memory_reads_memavailable(monkeypatch, tmp_path):
 
 
 def test_the_too_large_message_gives_the_total(monkeypatch):
-    from iattention.model import gpt
-
     monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
     total = sum(gpt.memory_estimate(cfg, batch_size=1).values()) / 2**30
@@ -172,8 +162,6 @@ def test_the_too_large_message_gives_the_total(monkeypatch):
 
 
 def test_without_a_batch_the_too_large_message_names_the_model(monkeypatch):
-    from iattention.model import gpt
-
     monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
     with pytest.raises(UserError, match=r"^the model \(vocab_size=50000000 padded to 50000000, n_embd=16, n_layer=2, "
@@ -182,8 +170,6 @@ def test_without_a_batch_the_too_large_message_names_the_model(monkeypatch):
 
 
 def test_the_too_large_message_whole(monkeypatch):
-    from iattention.model import gpt
-
     monkeypatch.setattr(gpt, "available_memory", lambda device=None: 2**30)
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=50_000_000, block_size=8)
     need = gpt.memory_estimate(cfg, batch_size=1)
@@ -198,8 +184,6 @@ def test_the_too_large_message_whole(monkeypatch):
 
 # ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
 def test_available_memory_on_a_gpu_is_its_free_memory(monkeypatch):
-    from iattention.model import gpt
-
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (123, 456))
     assert gpt.available_memory(torch.device("cuda", 0)) == 123
     assert gpt.available_memory(torch.device("cpu")) != 123
@@ -237,7 +221,6 @@ def test_check_fits_in_memory_asks_the_device_it_trains_on_and_counts_no_cpu_sco
     """On a CUDA device the check asks that device's free memory and leaves out the attention scores the CPU
     kernels materialise (flash attention does not): a training that fits the GPU by its own estimate passes
     there and is refused on a CPU with the same free memory."""
-    from iattention.model import gpt
 
     cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=64)
     cuda, cpu = (sum(gpt.memory_estimate(cfg, 4, cuda=c).values()) for c in (True, False))
@@ -256,8 +239,6 @@ def test_check_fits_in_memory_asks_the_device_it_trains_on_and_counts_no_cpu_sco
 
 
 def test_a_model_needing_exactly_the_memory_available_fits(monkeypatch):
-    from iattention.model import gpt
-
     cfg = GPTConfig(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=64)
     total = sum(gpt.memory_estimate(cfg, 4).values())
     monkeypatch.setattr(gpt, "available_memory", lambda device=None: total)
@@ -268,8 +249,6 @@ def test_a_model_needing_exactly_the_memory_available_fits(monkeypatch):
 
 
 def test_available_memory_asks_the_gpu_it_is_given(monkeypatch):
-    from iattention.model import gpt
-
     asked = []
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: asked.append(device) or (123, 456))
     assert gpt.available_memory(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
