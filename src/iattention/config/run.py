@@ -70,6 +70,9 @@ class LoopConfig:
     device: str = "auto"  # auto | cpu | cuda
     amp: bool = True  # bf16 autocast on CUDA
     amp_cpu: bool = False  # bf16 autocast on CPU too (AMX: 1.3-1.8x faster here, but other numbers; BENCHMARKS.md)
+    # Evaluations under the same bf16 autocast as training. Off (the default): every evaluation runs in
+    # float32 with TF32 off, so a checkpoint's perplexity is the same on a GPU and a CPU (docs/evaluation.md).
+    eval_amp: bool = False
     threads: int = 0  # torch CPU threads (0: torch default)
     tensorboard: bool = True
     wandb: str = ""  # a Weights & Biases project to log to as well ("" : off; WANDB_MODE=offline works)

@@ -1,10 +1,11 @@
 """Where and how the model runs: the device and the process group (`distributed.py`), CPU threads, DDP,
 torch.compile, bf16 autocast and TF32. Built from `train.*` alone; the loop asks it for `autocast()`,
-`wrap(model)`, `is_main`, and moves its batches with `to_device`."""
+`wrap(model)`, `is_main`, and moves its batches with `to_device`; evaluations ask for `eval_precision()`
+and `eval_model(...)`: float32 without TF32 unless `train.eval_amp`."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -22,6 +23,7 @@ class Runtime:
         kind = self.device.type
         # bf16 autocast: train.amp on CUDA, train.amp_cpu on CPU
         self.amp = t.amp and kind == "cuda" or t.amp_cpu and kind == "cpu"
+        self.eval_amp = self.amp and t.eval_amp
 
     @property
     def device(self) -> torch.device:
@@ -38,6 +40,15 @@ class Runtime:
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp else nullcontext()
 
+    @property
+    def eval_dtype(self) -> str:
+        """What an evaluation computes in (recorded with every evaluation in metrics.jsonl)."""
+        return "bfloat16" if self.eval_amp else "float32"
+
+    def eval_precision(self):
+        """The context of an evaluation: bf16 autocast with `train.eval_amp`, else exact float32."""
+        return self.autocast() if self.eval_amp else float32_exact()
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module the steps run: `model` in DDP (several processes), compiled if asked; TF32 on from here."""
         ctx, wrapped = self.ctx, model
@@ -49,9 +60,10 @@ class Runtime:
         return wrapped
 
     def eval_model(self, model: torch.nn.Module, wrapped: torch.nn.Module) -> torch.nn.Module:
-        """What an evaluation runs: the wrapped model in one process, the bare one under DDP (whose forward
-        would wait for a backward pass)."""
-        return model if self.ctx.enabled else wrapped
+        """What an evaluation runs: the bare model, except a compiled one in one process under
+        `train.eval_amp` (under DDP the wrapped forward would wait for a backward pass; in float32 the
+        eager model is exact and spares torch.compile a second graph)."""
+        return wrapped if self.eval_amp and not self.ctx.enabled else model
 
     def no_sync(self, wrapped: torch.nn.Module, last: bool):
         """DDP's gradient sync only on the last micro-batch of a step."""
@@ -71,3 +83,15 @@ class Runtime:
 
     def close(self) -> None:
         teardown(self.ctx)
+
+
+@contextmanager
+def float32_exact():
+    """float32 matmuls as float32: TF32 off on CUDA for the block (restored after), so an evaluation on a GPU
+    computes what it computes on a CPU up to summation order."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

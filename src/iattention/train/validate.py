@@ -23,7 +23,7 @@ class Validator:
     def loss(self, model: torch.nn.Module, split: str) -> tuple[float, float]:
         """(mean loss in nats, perplexity) of `model` over `split`."""
         nll, count = split_nll(model, self.splits[split], self.block_size, self.batch_size, self.runtime.ctx,
-                               self.runtime.autocast)
+                               self.runtime.eval_precision)
         return nll / max(count, 1), perplexity(nll, count)
 
     def per_unit(self, split: str, loss: float) -> dict:

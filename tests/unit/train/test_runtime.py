@@ -21,3 +21,45 @@ def test_runtime_autocast_on_cpu_only_with_amp_cpu(amp, amp_cpu, bf16):
     model = torch.nn.Linear(4, 4)
     assert rt.wrap(model) is model and rt.eval_model(model, model) is model  # one process, not compiled
     rt.close()
+
+
+def _validator(amp_cpu: bool, eval_amp: bool):
+    import numpy as np
+
+    from iattention.train.validate import Validator
+    rt = Runtime(LoopConfig(device="cpu", amp_cpu=amp_cpu, eval_amp=eval_amp))
+    tokens = np.random.default_rng(0).integers(0, 64, 200)
+    return rt, Validator({"valid": tokens}, {}, 16, 4, rt)
+
+
+@pytest.mark.parametrize("amp_cpu, eval_amp, dtype", [(True, False, "float32"), (False, True, "float32"),
+                                                      (True, True, "bfloat16")])
+def test_evaluation_runs_in_float32_unless_eval_amp_asks_for_training_autocast(amp_cpu, eval_amp, dtype):
+    """Training under bf16 autocast evaluates in float32 by default (the loss is the float32 split_nll's,
+    bit for bit); only train.eval_amp, with autocast on, evaluates under it, and the record says which."""
+    from contextlib import nullcontext
+
+    from iattention import GPT, GPTConfig
+    from iattention.train.evaluate import split_nll
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16))
+    rt, v = _validator(amp_cpu, eval_amp)
+    loss, _ = v.loss(rt.eval_model(model, model), "valid")
+    nll32, n = split_nll(model, v.splits["valid"], 16, 4, rt.ctx, nullcontext)
+    nll16, _ = split_nll(model, v.splits["valid"], 16, 4, rt.ctx, lambda: torch.autocast("cpu", torch.bfloat16))
+    assert rt.eval_dtype == dtype and nll16 != nll32  # bf16 and float32 do differ here
+    assert loss == (nll16 if dtype == "bfloat16" else nll32) / n
+    rt.close()
+
+
+def test_float32_exact_turns_tf32_off_inside_and_restores_it():
+    from iattention.train.runtime import float32_exact
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        with pytest.raises(KeyError), float32_exact():
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+            raise KeyError  # restored on the way out of an error too
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
