@@ -1,0 +1,201 @@
+"""The "when" study's runs (PLAN.md): its arms, its queue in priority order, and the push-button parts a GPU
+session needs (run the queue, show where it stands, pack the small files of its runs; here, unpack them).
+
+    python results/when/study.py queue --root ROOT --data-dir DIR [--jobs 3] [--preset paper] [--limit N]
+                                  [KEY=VALUE ...]
+    python results/when/study.py status --root ROOT
+    python results/when/study.py pack --root ROOT --out FILE.tgz
+    python results/when/study.py unpack FILE.tgz          # finished runs -> results/when/runs/<run>/
+    python results/when/study.py list                     # the queue, and which runs are committed
+
+`queue` runs every run of QUEUE not yet finished (committed under results/when/runs/, or finished under
+ROOT/runs/), `--jobs` at a time, each as its own `iattn train` process (log in ROOT/logs/), in QUEUE's order;
+a run folder left unfinished under ROOT on this machine is resumed. `gpu.sh` wraps it for a lent GPU.
+Extra KEY=VALUE overrides go to every run (a dry run: `--preset tiny train.epochs=2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COMMITTED = HERE / "runs"
+SMALL_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl")
+
+# Every run of the study: 40 epochs, early stop 5 epochs after the best (the schedule stays the 40-epoch
+# one). grad_accum and tensorboard are execution only (PLAN.md).
+COMMON = ["train.epochs=40", "train.patience=5", "train.grad_accum=4", "train.tensorboard=false",
+          "train.threads=4"]
+S_WARM = ["optim.warmup_steps=2000", "optim.min_lr_ratio=1.0", "model.dropout=0.0"]
+S_LOW = ["optim.lr=6e-5"]
+S_HF = ["optim.lr=5e-5", "optim.warmup_steps=0", "optim.min_lr_ratio=0.0", "optim.schedule=linear"]
+PEAK_LR = 6e-4  # the paper preset's
+
+
+def _lr(mult: float) -> list[str]:
+    return [f"optim.lr={PEAK_LR * mult:.6g}"]
+
+
+ARMS: dict[str, list[str]] = {}
+for _variant in ("standard", "canonical"):
+    _a = [f"model.attention={_variant}"]
+    ARMS[_variant] = _a + S_WARM
+    ARMS[f"{_variant}-drop0.1"] = _a + S_WARM[:2] + ["model.dropout=0.1"]
+    ARMS[f"{_variant}-slow"] = _a + S_LOW
+    ARMS[f"{_variant}-shf"] = _a + S_HF
+for _arm, _mult in (("standard", 0.5), ("standard", 0.7), ("canonical", 0.7), ("canonical", 1.4)):
+    ARMS[f"{_arm}-lr{_mult}"] = ARMS[_arm] + _lr(_mult)
+
+
+def _pairs(arms, heads, seeds):
+    return [(arm, h, s) for h in heads for s in seeds for arm in arms]
+
+
+QUEUE: list[tuple[str, int, int]] = (
+    _pairs(("standard", "canonical"), (12,), range(5))                                       # 1. replicate
+    + _pairs(("standard-lr0.7", "standard-lr0.5"), (12,), range(3))                          # 2. learning rate
+    + _pairs(("canonical-lr0.7", "canonical-lr1.4"), (12,), range(3))
+    + _pairs(("standard-drop0.1", "canonical-drop0.1"), (12,), range(3))                     # 3. regularization
+    + _pairs(("standard", "canonical"), (1, 8, 4), range(3))                                 # 4. heads
+    + _pairs(("standard-slow", "canonical-slow", "standard-shf", "canonical-shf"), (12,), (0,))  # 5. schedules
+)
+
+
+def run_name(arm: str, heads: int, seed: int) -> str:
+    return f"{arm}-h{heads}-s{seed}"
+
+
+def overrides(arm: str, heads: int, seed: int) -> list[str]:
+    return ARMS[arm] + [f"model.n_head={heads}", f"train.seed={seed}"] + COMMON
+
+
+def finished(name: str, root: Path | None = None) -> bool:
+    return (COMMITTED / name / "summary.json").exists() or root is not None and (root / "runs" / name /
+                                                                                 "summary.json").exists()
+
+
+def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], limit: int = 0) -> int:
+    """Run the queue's unfinished runs (the first `limit` of them, if > 0), `jobs` at a time, in order;
+    returns how many failed."""
+    (root / "runs").mkdir(parents=True, exist_ok=True)
+    (root / "logs").mkdir(exist_ok=True)
+    todo = [run_name(*r) for r in QUEUE if not finished(run_name(*r), root)]
+    todo = todo[:limit] if limit > 0 else todo
+    spec = {run_name(*r): r for r in QUEUE}
+    running: dict[str, subprocess.Popen] = {}
+    failed = 0
+    while todo or running:
+        while todo and len(running) < jobs:
+            name = todo.pop(0)
+            out = root / "runs" / name
+            resume = ["--resume"] if (out / "config.yaml").exists() else []
+            cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--quiet", "--out", str(out),
+                   "--data-dir", data_dir, *resume, *overrides(*spec[name]), *extra]
+            log = open(root / "logs" / f"{name}.log", "a")
+            print(f"{time.strftime('%H:%M:%S')} start {name}: {' '.join(cmd[2:])}", flush=True)
+            running[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        time.sleep(2)
+        for name, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[name]
+                failed += proc.returncode != 0
+                print(f"{time.strftime('%H:%M:%S')} end {name}: exit {proc.returncode}", flush=True)
+                for ckpt in (root / "runs" / name).glob("*.safetensors*"):
+                    if ckpt.name.startswith("last"):  # the resumable checkpoint (1.5 GB) of a finished run
+                        ckpt.unlink()
+    return failed
+
+
+def _epochs(run: Path) -> list[dict]:
+    m = run / "metrics.jsonl"
+    recs = [json.loads(line) for line in m.read_text().splitlines() if line.strip()] if m.exists() else []
+    return [r for r in recs if r.get("kind") == "epoch"]
+
+
+def status(root: Path) -> None:
+    for run in sorted((root / "runs").iterdir()) if (root / "runs").exists() else []:
+        ep = _epochs(run)
+        if not ep:
+            print(f"{run.name:<26} no epoch yet")
+            continue
+        best = min(ep, key=lambda r: r["val_loss"])
+        state = "finished" if (run / "summary.json").exists() else "running"
+        print(f"{run.name:<26} {state:<8} epoch {ep[-1]['epoch']:>2}  val ppl {ep[-1]['val_ppl']:8.2f}  best "
+              f"{best['val_ppl']:8.2f} (epoch {best['epoch']:>2})  {ep[-1]['tokens_per_s']:>8.0f} tok/s  "
+              f"wall {ep[-1]['wall_time']:5.0f}s")
+
+
+def pack(root: Path, out: Path) -> None:
+    with tarfile.open(out, "w:gz") as tar:
+        for run in sorted((root / "runs").iterdir()) if (root / "runs").exists() else []:
+            for f in SMALL_FILES:
+                if (run / f).exists():
+                    tar.add(run / f, arcname=f"runs/{run.name}/{f}")
+        for log in sorted((root / "logs").glob("*.log")) if (root / "logs").exists() else []:
+            tar.add(log, arcname=f"logs/{log.name}")
+        if (root / "queue.log").exists():
+            tar.add(root / "queue.log", arcname="queue.log")
+
+
+def unpack(tgz: Path) -> None:
+    """Copy the finished runs of a pack (those with summary.json) into results/when/runs/; never overwrite."""
+    names = {run_name(*r) for r in QUEUE}
+    with tarfile.open(tgz) as tar:
+        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        done = sorted({n.split("/")[1] for n in members if n.startswith("runs/") and n.endswith("/summary.json")})
+        for name in done:
+            if name not in names or (COMMITTED / name).exists():
+                print(f"skip {name} ({'not in the queue' if name not in names else 'already committed'})")
+                continue
+            tmp = COMMITTED / f".{name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for f in SMALL_FILES:
+                m = members.get(f"runs/{name}/{f}")
+                if m is not None:
+                    (tmp / f).write_bytes(tar.extractfile(m).read())
+            os.replace(tmp, COMMITTED / name)
+            print(f"unpacked {name}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("queue")
+    q.add_argument("--root", type=Path, required=True)
+    q.add_argument("--data-dir", required=True)
+    q.add_argument("--jobs", type=int, default=3)
+    q.add_argument("--preset", default="paper")
+    q.add_argument("--limit", type=int, default=0)
+    q.add_argument("extra", nargs="*")
+    for name in ("status", "pack"):
+        s = sub.add_parser(name)
+        s.add_argument("--root", type=Path, required=True)
+        if name == "pack":
+            s.add_argument("--out", type=Path, required=True)
+    sub.add_parser("unpack").add_argument("tgz", type=Path)
+    sub.add_parser("list")
+    a = p.parse_args()
+    if a.cmd == "queue":
+        sys.exit(1 if queue(a.root, a.data_dir, a.jobs, a.preset, a.extra, a.limit) else 0)
+    elif a.cmd == "status":
+        status(a.root)
+    elif a.cmd == "pack":
+        pack(a.root, a.out)
+    elif a.cmd == "unpack":
+        unpack(a.tgz)
+    else:
+        for i, r in enumerate(QUEUE, 1):
+            print(f"{i:>3} {run_name(*r):<26} {'committed' if finished(run_name(*r)) else ''}")
+
+
+if __name__ == "__main__":
+    main()
