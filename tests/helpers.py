@@ -69,3 +69,15 @@ def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
     base = ["data.dataset=text", f"data.train={paths['train']}", f"data.valid={paths['valid']}",
             f"data.test={paths['test']}", "data.tokenizer=byte", "data.train_tokens=0", f"data.cache_dir={cache_dir}"]
     return base + [f"{k}={v}" for k, v in extra.items()]
+
+
+def one_line_error(capsys, rc, *must) -> str:
+    """A refused command: exit 2, no traceback, one `iattn: error:` line holding each of `must`; returns it."""
+    err = capsys.readouterr().err
+    lines = [x for x in err.strip().splitlines() if x.startswith("iattn: error:")]
+    assert rc == 2, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    for m in must:
+        assert m in lines[0], err
+    return lines[0]
