@@ -2,12 +2,13 @@
 foreign tokenizers, untied heads, token caches (concurrent fills, swapped files), exports, signals during
 start-up, launchers, a missing home folder, repeated grid values."""
 
+import json
 import os
 
 import pytest
 import yaml
 
-from helpers import write_corpus
+from helpers import one_line_error, write_corpus
 from iattention.cli import main
 from iattention.config import override, parse_override
 
@@ -41,3 +42,48 @@ def test_a_sweep_trains_on_the_data_folder_named_not_a_prefix_of_it(tmp_path):
     assert rc == 0
     config = yaml.safe_load((out / "standard-h2-s0" / "config.yaml").read_text())
     assert config["data"]["data_dir"] == str(hostile)
+
+
+# ------------------------------------------------------------------ untied output heads
+def _hf_folder(folder, tie: bool, same_head: bool = False) -> None:
+    """A small HF GPT-2 folder (byte tokenizer spec beside it) saved by transformers itself."""
+    import torch
+    import transformers
+
+    cfg = transformers.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                  tie_word_embeddings=tie, bos_token_id=None, eos_token_id=None)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    if same_head:
+        with torch.no_grad():
+            model.lm_head.weight.copy_(model.transformer.wte.weight)
+    model.save_pretrained(folder)
+    (folder / "iattention-data.json").write_text(json.dumps({"dataset": "text", "tokenizer": "byte"}))
+
+
+@pytest.mark.parametrize("command", ["eval", "convert"])
+def test_an_untied_hf_head_is_refused_not_evaluated_as_tied(tmp_path, capsys, command):
+    """`tie_word_embeddings: false` with its own lm_head.weight: our GPT ties the head to the embedding, so one
+    of the two tensors was silently used for both (perplexity 4,957,763 where transformers gives 1,064.5)."""
+    _hf_folder(tmp_path / "hf", tie=False)
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 20)
+    argv = (["eval", str(tmp_path / "hf"), "--text", str(tmp_path / "t.txt")] if command == "eval" else
+            ["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")])
+    one_line_error(capsys, main(argv), "tie_word_embeddings", "lm_head.weight")
+    assert "perplexity" not in capsys.readouterr().out and not (tmp_path / "c").exists()
+
+
+def test_an_untied_hf_folder_whose_head_equals_its_embedding_scores_as_transformers_does(tmp_path, capsys):
+    """Untied in name only (the two tensors are equal): the same function, so it loads, and our logits are
+    transformers' own."""
+    import torch
+    import transformers
+
+    from iattention.interop.hf import from_hf
+
+    _hf_folder(tmp_path / "hf", tie=False, same_head=True)
+    ours = from_hf(tmp_path / "hf")
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
+    x = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        assert torch.allclose(ours(x)[0][..., :256], theirs(x).logits, atol=1e-5)

@@ -54,7 +54,8 @@ def _load_hf(model_or_path):
                         "re-save it with save_pretrained(safe_serialization=True)") from None
     # transformers fills a missing or wrongly shaped tensor with a fresh random init and only warns: a
     # silently different model. Refuse it, naming the tensor.
-    missing = [k for k in info.get("missing_keys", []) if k != "lm_head.weight"]  # tied to wte
+    tied = model.config.tie_word_embeddings
+    missing = [k for k in info.get("missing_keys", []) if not (tied and k == "lm_head.weight")]  # tied to wte
     problems = [(what, list(keys)) for what, keys in (("missing", missing),
                                                       ("unexpected", info.get("unexpected_keys", [])),
                                                       ("wrongly shaped", [k[0] if isinstance(k, tuple) else k for k
@@ -64,6 +65,11 @@ def _load_hf(model_or_path):
         what, keys = problems[0]
         raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, keys[:3]))} for GPT-2 "
                         "with its config.json; re-save the model with save_pretrained")
+    if not tied and not torch.equal(model.lm_head.weight, model.transformer.wte.weight):
+        # our GPT ties its output head to the embedding: loading both would keep one of them for both roles
+        raise UserError(f"{path} has an untied output head (config.json: tie_word_embeddings false, and "
+                        "lm_head.weight differs from transformer.wte.weight); iattention models GPT-2 with tied "
+                        "embeddings only: evaluate this model with transformers, or tie its head and re-save it")
     return model
 
 
