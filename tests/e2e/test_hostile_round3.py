@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from helpers import one_line_error, write_corpus
+from helpers import one_line_error, tiny_overrides, write_corpus
 from iattention.cli import main
 from iattention.config import override, parse_override
 
@@ -87,3 +87,61 @@ def test_an_untied_hf_folder_whose_head_equals_its_embedding_scores_as_transform
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         assert torch.allclose(ours(x)[0][..., :256], theirs(x).logits, atol=1e-5)
+
+
+# ------------------------------------------------------------------ exports score as their run
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A finished 1-epoch tiny run (byte tokenizer) and the corpus it read."""
+    root = tmp_path_factory.mktemp("round3")
+    paths = write_corpus(root)
+    ov = tiny_overrides(paths, root / "cache", **{"train.epochs": 1, "train.threads": 1})
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(root / "run")]) == 0
+    return dict(root=root, ov=ov, run=root / "run", paths=paths)
+
+
+def _ppl(capsys, *argv) -> float:
+    assert main(["eval", *map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ppl"]
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
+def test_an_export_scores_every_text_exactly_as_its_run(tmp_path, capsys, tokenizer):
+    """The export adds an end-of-text token (lm-eval needs one); its zero row had logit 0 and took probability
+    from every real token: the export's perplexity was 0.43% above the run's. Now its logit is far below every
+    real one: the export, and the export imported back, score as the run does (1e-6 relative, float32); the
+    token is still bos and eos."""
+    paths = write_corpus(tmp_path)
+    run = tmp_path / "run"
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "data.tokenizer": tokenizer})
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(run)]) == 0
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "standard", "--out", str(tmp_path / "back")]) == 0
+    capsys.readouterr()
+    ours = _ppl(capsys, run, "--split", "test")
+    for exported in (tmp_path / "hf", tmp_path / "back"):
+        assert abs(_ppl(capsys, exported, "--split", "test") / ours - 1) < 1e-6, exported
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["eos_token_id"] == config["bos_token_id"] == config["vocab_size"] - 1
+
+
+def test_an_export_without_biases_says_its_end_of_text_token_takes_probability(tmp_path, capsys):
+    """No final LayerNorm bias: no row can have a constant logit, so the token keeps logit 0, and convert
+    says so in one warning (never a silently different number)."""
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "model.bias": "false"})
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert main(["convert", "--from", str(tmp_path / "run"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    assert "end-of-text token 256" in capsys.readouterr().err
+
+
+def test_an_export_gets_the_umask_s_modes(tmp_path, run):
+    """transformers writes model.safetensors 0600; every file of the export is 0666 & ~umask."""
+    old = os.umask(0o022)
+    try:
+        assert main(["convert", "--from", str(run["run"]), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes

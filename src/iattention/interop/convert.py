@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,13 +114,19 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         raise UserError(f"cannot write into {parent}; choose a writable --out") from None
     try:
         if to == "hf":
-            eos = None
+            eos, silent = None, True
             if tokenizer is not None:
                 eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=model.config.n_positions)
-                add_eos_row(model, eos)
+                silent = add_eos_row(model, eos)
+                if not silent:
+                    print(f"iattn: warning: {out}: this model has no final LayerNorm bias to silence the added "
+                          f"end-of-text token {eos} with, so it has logit 0 and takes a little probability from "
+                          "every real token (clients measure a higher perplexity than iattn eval)",
+                          file=sys.stderr)
             model.save_pretrained(str(tmp), safe_serialization=True)
             if card is not None:
                 text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,
+                                  eos_silent=silent,
                                   params_ours=report.params_before, max_abs_logit_diff=report.max_abs_logit_diff,
                                   params_exported=sum(p.numel() for p in model.parameters()))
                 (tmp / "README.md").write_text(text)
@@ -130,6 +137,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
         if data:
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
+        for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
+            apply_umask(written, folder=written.is_dir())
         os.replace(tmp, out)
     except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
         shutil.rmtree(tmp, ignore_errors=True)

@@ -239,19 +239,67 @@ def to_hf(model: GPT):
     return hf.eval()
 
 
+# The added end-of-text token's logit, relative to the lowest real one: its probability, exp(-EOS_BELOW) of
+# the least likely real token's, is 0 in float32 and float64, so every text scores exactly as in the run.
+EOS_BELOW = 1000.0
+
+
 @torch.no_grad()
-def add_eos_row(hf, eos_id: int) -> None:
+def add_eos_row(hf, eos_id: int) -> bool:
     """Give an exported model its end-of-text token (see interop/hf_tokenizer.py): bos/eos = `eos_id` in the
     model and generation configs, and, when `eos_id` is past the model's vocabulary (bpe:N, byte: an added
-    token), a zero embedding row for it (input: only the position embedding; output: logit 0 everywhere).
-    The logits of every other token are unchanged."""
+    token), a row for it whose logit is far below every real one at every position, so that it takes no
+    probability: the export scores every text as the run does (a zero row, logit 0, took exp(-logsumexp)).
+
+    The head is tied to the embedding, so the row must be one vector w with w . ln_f(x) constant: LayerNorm's
+    output is gamma * xhat + beta with sum(xhat) = 0, so w = k / gamma gives k * sum(beta / gamma) at every
+    position, whatever x. Returns False (the row is then zero, the old logit 0) where no such w exists: a
+    zero gamma, or beta / gamma summing to about 0 (a model without biases)."""
     n = hf.config.vocab_size
     if eos_id > n:
         raise UserError(f"the tokenizer has {eos_id} tokens, more than the model's {n}; export with the "
                         "tokenizer the model was trained with (its run folder's tokenizer.json, or --data-dir)")
+    silent = True
     if eos_id == n:
         hf.resize_token_embeddings(n + 1, mean_resizing=False)
-        hf.get_input_embeddings().weight[n].zero_()
+        row = hf.get_input_embeddings().weight[n]
+        row.zero_()
+        w = _silent_row(hf, n)
+        if w is None:
+            silent = False
+        else:
+            row.copy_(w)
         hf.tie_weights()
     for cfg in (hf.config, hf.generation_config):
         cfg.bos_token_id = cfg.eos_token_id = eos_id
+    return silent
+
+
+def _silent_row(hf, n: int):
+    """The embedding row k / gamma whose logit is at least EOS_BELOW under every real logit on a probe
+    batch (checked in the model's own dtype), or None."""
+    ln = hf.transformer.ln_f
+    gamma = ln.weight.double()
+    beta = ln.bias.double() if ln.bias is not None else torch.zeros_like(gamma)
+    if not torch.all(gamma != 0):
+        return None
+    c = (beta / gamma).sum()
+    g = torch.Generator().manual_seed(0)
+    probe = torch.randint(0, n, (4, min(hf.config.n_positions, 64)), generator=g)
+    real = hf(probe).logits[..., :n].double()
+    target = real.min() - 2 * EOS_BELOW  # the constant logit k * c aimed at; at least EOS_BELOW below after
+    if c.abs() < 1e-6 * (beta.abs() / gamma.abs()).sum().clamp_min(1e-30):
+        return None
+    w = (target / c) / gamma
+    if not torch.isfinite(w).all():
+        return None
+    dtype = hf.get_input_embeddings().weight.dtype
+    emb = hf.get_input_embeddings().weight
+    old = emb[n].clone()
+    emb[n] = w.to(dtype)
+    hf.tie_weights()
+    probe[:, 0] = n  # as a document start (lm-eval's rolling loglikelihood): finite logits after it
+    logits = hf(probe).logits.double()
+    emb[n] = old
+    ok = torch.isfinite(logits).all() and (logits[..., n] <= logits[..., :n].min(-1).values - EOS_BELOW).all()
+    return w.to(dtype) if ok else None
