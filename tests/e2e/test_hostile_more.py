@@ -44,13 +44,15 @@ def _craft(tensors: dict, meta: dict, case: str) -> None:
         tensors["rng/torch"] = tensors["rng/torch"].float()
     elif case == "config a list":
         meta["config"] = [1, 2]
+    elif case == "tokenizer not a string":
+        meta["tokenizer"] = {"bpe": 300}
     else:
         raise AssertionError(case)
 
 
 CRAFTED = ["model.dropout is a string", "an extra state key", "a state value of another type", "no optimizer entry",
            "param_groups not a list", "a tensor optim/notanint/...", "an optimizer index beyond the parameters",
-           "rng/torch as float32", "config a list"]
+           "rng/torch as float32", "config a list", "tokenizer not a string"]
 
 
 # ------------------------------------------------------------------ a real full disk
@@ -112,7 +114,7 @@ def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
     capsys.readouterr()
     rc = main(["train", "--preset", "tiny", "--quiet", *run["ov"], "train.epochs=2", "--out", str(dst), "--resume"])
     one_line_error(capsys, rc, str(path))
-    if case in ("model.dropout is a string", "config a list"):  # read by eval too
+    if case in ("model.dropout is a string", "config a list", "tokenizer not a string"):  # read by eval too
         rc = main(["eval", str(path)])
         one_line_error(capsys, rc, str(path))
 

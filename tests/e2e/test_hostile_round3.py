@@ -145,3 +145,66 @@ def test_an_export_gets_the_umask_s_modes(tmp_path, run):
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+# ------------------------------------------------------------------ foreign tokenizers
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    """A finished 1-epoch bpe:300 run (it keeps its tokenizer.json) and its HF export."""
+    root = tmp_path_factory.mktemp("bpe")
+    ov = tiny_overrides(write_corpus(root), root / "cache", **{"train.epochs": 1, "data.tokenizer": "bpe:300"})
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(root / "run")]) == 0
+    assert main(["convert", "--from", str(root / "run"), "--to", "hf", "--out", str(root / "hf")]) == 0
+    return dict(root=root, run=root / "run", hf=root / "hf")
+
+
+def _foreign_tokenizer(path, size=270) -> None:
+    """A byte-level BPE trained on other text, smaller than the run's (so no vocabulary check catches it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["other words entirely, quite unlike the corpus; " * 50], trainer=trainer)
+    tok.save(str(path))
+
+
+def _copy_folder(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("command", ["eval", "generate", "convert"])
+def test_a_tokenizer_swapped_into_a_run_is_refused(tmp_path, capsys, bpe_run, command):
+    """`cp other-run/tokenizer.json run/`: the run was scored with it (71.45 instead of 38.31) whenever it was
+    not larger than the model's vocabulary. The checkpoint records what its tokenizer maps text to."""
+    run = _copy_folder(bpe_run["run"], tmp_path / "run")
+    _foreign_tokenizer(run / "tokenizer.json")
+    argv = {"eval": ["eval", str(run), "--split", "test"],
+            "generate": ["generate", str(run), "--prompt", "the cat", "--max-new-tokens", "3"],
+            "convert": ["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "hf")]}[command]
+    one_line_error(capsys, main(argv), "tokenizer", "bpe:300")
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("edit", ["byte", "bpe:400", "foreign tokenizer.json"])
+def test_an_export_with_an_edited_tokenizer_is_refused(tmp_path, capsys, bpe_run, edit):
+    """An export's iattention-data.json edited to another tokenizer name labelled the right numbers with the
+    wrong tokenizer (or scored with another one); its recorded fingerprint says which tokenizer it carries."""
+    hf = _copy_folder(bpe_run["hf"], tmp_path / "hf")
+    if edit == "foreign tokenizer.json":
+        _foreign_tokenizer(hf / "tokenizer.json")
+    else:
+        spec = json.loads((hf / "iattention-data.json").read_text())
+        (hf / "iattention-data.json").write_text(json.dumps({**spec, "tokenizer": edit}))
+    one_line_error(capsys, main(["eval", str(hf), "--split", "test"]), "tokenizer")
+
+
+def test_an_intact_run_and_export_score_with_their_own_tokenizer(capsys, bpe_run):
+    """The record refuses only a swap: the run and its export evaluate, with the same perplexity."""
+    assert abs(_ppl(capsys, bpe_run["hf"], "--split", "test") / _ppl(capsys, bpe_run["run"], "--split", "test") - 1) \
+        < 1e-6
+

@@ -132,6 +132,8 @@ def _check_meta(path: Path, meta: dict) -> None:
             GPTConfig.from_dict(model)
         except UserError as e:
             raise _bad_meta(path, "config.model", str(e)) from None
+    if not isinstance(meta.get("tokenizer", ""), str):  # what its tokenizer maps text to (tokenizer_identity)
+        raise _bad_meta(path, "tokenizer", f"{_kind(meta['tokenizer'])}, expected a string")
     state = meta.get("state", {})
     if not isinstance(state, dict):
         raise _bad_meta(path, "state", f"{_kind(state)}, expected an object")

@@ -192,6 +192,26 @@ def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
     return Tokenizer(spec, tok.get_vocab_size(), f"{spec}:file:{key}", tok)
 
 
+def tokenizer_identity(tok: Tokenizer) -> str:
+    """What a tokenizer maps text to, as a short string that two tokenizers share only if they encode every
+    text alike: "byte", "gpt2" (the r50k ranks, checked by hash wherever they are read), or for bpe:N the
+    name and a hash of the normalizer, pre-tokenizer, vocabulary and merges, whatever file form holds them (a
+    run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree). Recorded
+    in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
+    if tok.name in ("byte", "gpt2"):
+        return tok.name
+    import json
+
+    data = json.loads(tok._impl.to_str())
+    model = data.get("model") or {}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    added = {t.get("content") for t in data.get("added_tokens") or [] if t.get("special")}
+    vocab = sorted((t, i) for t, i in (model.get("vocab") or {}).items() if t not in added)
+    what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), model.get("type"), vocab, merges],
+                      sort_keys=True, ensure_ascii=False)
+    return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
+
+
 def save_tokenizer_file(tok: Tokenizer, path: str | Path) -> bool:
     """Write a bpe:N tokenizer as tokenizer.json (True), so a run folder is self-contained; False for the
     tokenizers that need no file (byte) or have their own (gpt2: the r50k ranks)."""
