@@ -208,3 +208,68 @@ def test_an_intact_run_and_export_score_with_their_own_tokenizer(capsys, bpe_run
     assert abs(_ppl(capsys, bpe_run["hf"], "--split", "test") / _ppl(capsys, bpe_run["run"], "--split", "test") - 1) \
         < 1e-6
 
+
+# ------------------------------------------------------------------ token caches: content and concurrent fills
+def test_a_cache_entry_linked_to_another_split_s_is_rebuilt_not_read(capsys, run):
+    """The valid split's cache entry replaced by a link to the test split's (both splits of one size):
+    `eval --split valid` reported the test perplexity. Each entry's header names its key and content hash."""
+    from iattention.data.cache import cache_key
+    from iattention.data.sources import read_text_file
+
+    valid, test = (_ppl(capsys, run["run"], "--split", s) for s in ("valid", "test"))
+    assert valid != test
+    entries = run["root"] / "cache" / "tokens"
+    entry = {s: next(p for p in entries.glob(f"{cache_key(read_text_file(run['paths'][s], s), 'byte')}.uint16.*")
+                     if not p.name.endswith(".len")) for s in ("valid", "test")}
+    entry["valid"].unlink()
+    entry["valid"].symlink_to(entry["test"].name)
+    try:
+        assert main(["eval", str(run["run"]), "--split", "valid", "--json"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["ppl"] == valid and "rebuilding it" in err
+        assert not entry["valid"].is_symlink() and _ppl(capsys, run["run"], "--split", "test") == test
+    finally:
+        if entry["valid"].is_symlink():
+            entry["valid"].unlink()
+
+
+def _fill(folders, text, barrier, results) -> None:
+    """One process's fills: cached_tokens of one text in each cold cache folder, in order (a barrier before
+    each, so that every process fills each folder at once); (count, sum) per folder, or the traceback."""
+    import traceback
+
+    from iattention.data import DataConfig
+    from iattention.data.cache import cached_tokens
+    from iattention.data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(DataConfig(tokenizer="byte"))
+    try:
+        sums = []
+        for folder in folders:
+            barrier.wait(timeout=60)
+            ids = cached_tokens(DataConfig(tokenizer="byte", cache_dir=folder), text, tok)
+            sums.append((len(ids), int(ids.astype("int64").sum())))
+        results.put(sums)
+    except Exception:
+        results.put(traceback.format_exc())
+
+
+def test_many_processes_filling_one_cold_cache_all_read_the_right_tokens(tmp_path):
+    """Two `eval`s on a cold cache failed about 1 in 12 with FileNotFoundError (a reader saw the new .bin before
+    its .len, judged it damaged and deleted it under its writer): an entry is now published whole by one
+    rename and never deleted. 6 processes x 15 cold folders, each filled by all 6 at once."""
+    import multiprocessing
+
+    text = "the cat sat on the mat. " * 4000
+    want = (len(text), sum(text.encode()))
+    folders = [str(tmp_path / f"c{i}") for i in range(15)]
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_fill, args=(folders, text, barrier, results)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    for r in got:
+        assert r == [want] * len(folders), r
