@@ -273,3 +273,14 @@ def test_many_processes_filling_one_cold_cache_all_read_the_right_tokens(tmp_pat
         p.join(timeout=60)
     for r in got:
         assert r == [want] * len(folders), r
+
+
+# ------------------------------------------------------------------ repeated grid values
+@pytest.mark.parametrize("flag,value", [("--seeds", "0,0"), ("--heads", "2,02"), ("--seeds", "1,2,+1")])
+def test_a_value_given_twice_in_a_grid_is_refused_before_anything_runs(tmp_path, capsys, flag, value):
+    """`--seeds 0,0` started one run twice (two children on one folder) and printed a table that contradicts
+    itself; repeated values are refused as repeated arms are, before a folder is made."""
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal (cli.args.Parser): one line, exit 2
+        main(["sweep", "--preset", "tiny", "--arms", "standard", "--out", str(tmp_path / "sw"), flag, value])
+    line = one_line_error(capsys, refused.value.code, flag, "repeats", "once")
+    assert value in line and not (tmp_path / "sw").exists()

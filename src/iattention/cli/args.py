@@ -22,6 +22,10 @@ def int_list(minimum: int = 1):
             raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
         if not values or any(v < minimum for v in values):
             raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:  # '0,0' or '2,02': the same run twice, and a table that contradicts itself
+            raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} repeats in {text!r}; give each value "
+                                             "once")
         return values
 
     return parse
