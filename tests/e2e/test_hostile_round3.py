@@ -284,3 +284,45 @@ def test_a_value_given_twice_in_a_grid_is_refused_before_anything_runs(tmp_path,
         main(["sweep", "--preset", "tiny", "--arms", "standard", "--out", str(tmp_path / "sw"), flag, value])
     line = one_line_error(capsys, refused.value.code, flag, "repeats", "once")
     assert value in line and not (tmp_path / "sw").exists()
+
+
+# ------------------------------------------------------------------ a user without a home folder
+@pytest.fixture
+def no_home(monkeypatch):
+    """HOME unset and no passwd entry for the uid (`docker run --user 4242`): Path.home() raises RuntimeError."""
+    import pwd
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    for var in ("HOME", "XDG_CONFIG_HOME", "IATTN_CACHE_DIR", "IATTN_DATA_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(RuntimeError):
+        from pathlib import Path
+
+        Path.home()
+
+
+def test_a_user_without_a_home_folder_is_told_what_to_set_or_goes_on_without_it(tmp_path, capsys, no_home):
+    """`data where` and a run need no home (the remembered folder and the cache are optional: a run without one
+    tokenizes without caching); `data remember` says in one line what to set; a path with ~ says the same."""
+    assert main(["data", "where"]) == 0
+    assert "none" in capsys.readouterr().out
+    one_line_error(capsys, main(["data", "remember", str(tmp_path)]), "XDG_CONFIG_HOME", "HOME")
+    paths = write_corpus(tmp_path)
+    ov = [o for o in tiny_overrides(paths, "x", **{"train.epochs": 1}) if not o.startswith("data.cache_dir")]
+    assert main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "run")]) == 0
+    assert main(["eval", str(tmp_path / "run"), "--text", paths["test"]]) == 0
+    capsys.readouterr()
+    one_line_error(capsys, main(["eval", str(tmp_path / "run"), "--text", "~/notes.txt"]), "~", "HOME")
+
+
+def test_data_remember_refuses_a_path_that_no_message_can_name(tmp_path, capsys):
+    """A folder with a newline in its name was remembered (and later printed over two lines); --out refuses it."""
+    folder = tmp_path / "da\nta"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as refused:
+        main(["data", "remember", str(folder)])
+    one_line_error(capsys, refused.value.code, "control characters")
+    assert main(["data", "where"]) == 0 and "none" in capsys.readouterr().out

@@ -11,11 +11,17 @@ import numpy as np
 
 from iattention.errors import UserError
 from iattention.utils.atomic import write_with
+from iattention.utils.files import expand_user, home_folder
 
 
-def cache_root(cfg) -> Path:
-    root = Path(cfg.cache_dir or os.environ.get("IATTN_CACHE_DIR") or Path.home() / ".cache" / "iattention")
-    root = root.expanduser()
+def cache_root(cfg) -> Path | None:
+    """data.cache_dir, else $IATTN_CACHE_DIR, else ~/.cache/iattention; None for a user without a home folder
+    (the cache is optional: tokens and tokenizers are then built each time, not kept)."""
+    named = cfg.cache_dir or os.environ.get("IATTN_CACHE_DIR")
+    home = home_folder()
+    if not named and home is None:
+        return None
+    root = expand_user(named) if named else home / ".cache" / "iattention"
     for p in (root, *root.parents):
         if p.exists():
             if not p.is_dir():
@@ -47,7 +53,10 @@ def cached_tokens(cfg, text: str, tokenizer) -> np.ndarray:
     rename, never deleted first, so a concurrent reader or writer of the same entry is never disturbed."""
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32)
     key = cache_key(text, tokenizer.fingerprint)
-    path = cache_root(cfg) / "tokens" / f"{key}.{dtype.name}.tok"
+    root = cache_root(cfg)
+    if root is None:  # no home folder and no cache folder named: nowhere to keep it
+        return tokenizer.encode(text).astype(dtype)
+    path = root / "tokens" / f"{key}.{dtype.name}.tok"
     if path.is_file():
         ids, problem = _read_entry(path, key, dtype)
         if problem is None:

@@ -17,6 +17,7 @@ from iattention.data.config import DataConfig
 from iattention.data.sources import data_dir
 from iattention.errors import UserError
 from iattention.utils.atomic import write_text
+from iattention.utils.files import expand_user
 
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_VOCAB = 50257
@@ -96,7 +97,7 @@ def _gpt2(cfg: DataConfig) -> Tokenizer:
             raise UserError(f"GPT-2 tokenizer not available offline ({type(e).__name__}); set --tokenizer-file "
                             "or IATTN_TOKENIZER_FILE to a local r50k_base.tiktoken") from None
         return Tokenizer("gpt2", GPT2_VOCAB, "gpt2:tiktoken", enc)
-    path = Path(local).expanduser()
+    path = expand_user(local)
     if not path.is_file():
         raise UserError(f"tokenizer file {path} does not exist; give the path of r50k_base.tiktoken")
     digest = _sha256_file(path)
@@ -136,9 +137,10 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
-    path = cache_root(cfg) / "tokenizers" / f"bpe{size}-{key}.json"
+    root = cache_root(cfg)
+    path = root / "tokenizers" / f"bpe{size}-{key}.json" if root else None  # None: no home, no cache kept
     tok = None
-    if path.is_file():
+    if path is not None and path.is_file():
         try:
             tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # cut short, empty, overwritten: rebuilt, as a damaged token cache is
@@ -155,7 +157,8 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
             print(f"iattn: training the bpe:{size} tokenizer on {len(train_text):,} characters (cached after)",
                   file=sys.stderr)
         tok.train_from_iterator(_training_pieces(train_text), trainer=trainer)
-        write_text(path, tok.to_str())
+        if path is not None:
+            write_text(path, tok.to_str())
     return Tokenizer(f"bpe:{size}", tok.get_vocab_size(), f"bpe:{size}:{key}", tok)
 
 
