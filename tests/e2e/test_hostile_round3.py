@@ -326,3 +326,18 @@ def test_data_remember_refuses_a_path_that_no_message_can_name(tmp_path, capsys)
         main(["data", "remember", str(folder)])
     one_line_error(capsys, refused.value.code, "control characters")
     assert main(["data", "where"]) == 0 and "none" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("pre_tokenizer", [
+    {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": False},
+    {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                            "use_regex": True}]}])
+def test_a_hostile_tokenizer_json_is_one_line_not_a_panic(tmp_path, capsys, bpe_run, pre_tokenizer):
+    """A Split pre-tokenizer with a backtracking regex made the tokenizers library panic (PanicException, a
+    BaseException) on `eval --text`. Only the byte-level BPE we write is read."""
+    run = _copy_folder(bpe_run["run"], tmp_path / "run")
+    data = json.loads((run / "tokenizer.json").read_text())
+    (run / "tokenizer.json").write_text(json.dumps({**data, "pre_tokenizer": pre_tokenizer}))
+    (tmp_path / "t.txt").write_text("a" * 5000 + "b\n")
+    one_line_error(capsys, main(["eval", str(run), "--text", str(tmp_path / "t.txt")]), "tokenizer.json",
+                   "pre_tokenizer")

@@ -35,7 +35,13 @@ class Tokenizer:
             return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         if self.name == "gpt2":
             return np.asarray(self._impl.encode_ordinary(text), dtype=np.int64)
-        return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+        try:
+            return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+        except BaseException as e:  # the tokenizers library's Rust panic is a BaseException (PanicException)
+            if type(e).__name__ != "PanicException":
+                raise
+            raise UserError(f"tokenizer {self.name} failed on this text (the tokenizers library panicked: "
+                            f"{str(e).splitlines()[0][:80]}); use the model's own tokenizer") from None
 
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids]
@@ -186,13 +192,42 @@ def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
     from tokenizers import Tokenizer as HFTokenizer  # lazy: only the tokenizer a run asks for is imported
 
     path = Path(path)
+    raw = path.read_bytes()
+    problem = _not_our_bpe(raw)
+    if problem:  # a foreign tokenizer runs whatever it names (a Split regex that backtracks: a Rust panic)
+        raise UserError(f"{path} is not a byte-level BPE tokenizer as iattention writes ({problem}); restore the "
+                        "run's own tokenizer.json, or delete it to rebuild the tokenizer from the run's data")
     try:
         tok = HFTokenizer.from_file(str(path))
     except Exception as e:
         raise UserError(f"{path} is not a readable tokenizer file ({type(e).__name__}); delete it to rebuild the "
                         "tokenizer from the run's data") from None
-    key = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(raw).hexdigest()[:16]
     return Tokenizer(spec, tok.get_vocab_size(), f"{spec}:file:{key}", tok)
+
+
+def _not_our_bpe(raw: bytes) -> str | None:
+    """What makes a tokenizer.json other than the byte-level BPE `_bpe` trains (and an export writes: the same,
+    plus `<|endoftext|>`), or None: a BPE model, no normalizer, ByteLevel pre-tokenizer and decoder, special
+    added tokens only. Anything else would run code paths (regexes, normalizers) the run never used."""
+    import json
+
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "not UTF-8 JSON"
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    kind = {k: (data.get(k) or {}).get("type") if isinstance(data.get(k) or {}, dict) else "?"
+            for k in ("model", "pre_tokenizer", "decoder", "normalizer")}
+    want = {"model": "BPE", "pre_tokenizer": "ByteLevel", "decoder": "ByteLevel", "normalizer": None}
+    for key, expected in want.items():
+        if kind[key] != expected:
+            return f"{key} {kind[key]}, expected {expected}"
+    added = data.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(t, dict) and t.get("special") is True for t in added):
+        return "added tokens that are not special"
+    return None
 
 
 def tokenizer_identity(tok: Tokenizer) -> str:
