@@ -11,7 +11,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from helpers import one_line_error, tiny_overrides, write_corpus
+from helpers import one_line_error, sparse_checkpoint, tiny_overrides, write_corpus
 from iattention.cli import main
 
 
@@ -83,22 +83,6 @@ def _leftovers(folder) -> list[str]:
 
 
 # ------------------------------------------------------------------ a header that declares more than the file
-def _sparse_checkpoint(run_dir, out, gib=16):
-    """A safetensors file with a real checkpoint's metadata and one tensor whose header declares `gib` GiB,
-    over a sparse file: the bytes are holes, so it costs no disk."""
-    import struct
-
-    with safe_open(str(run_dir / "last.safetensors"), framework="pt") as f:
-        meta = f.metadata()
-    n = gib * 2**30 // 4
-    header = json.dumps({"__metadata__": meta, "transformer.wte.weight": {
-        "dtype": "F32", "shape": [n // 1024, 1024], "data_offsets": [0, n * 4]}}).encode()
-    header += b" " * (-len(header) % 8)
-    with open(out, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        f.truncate(8 + len(header) + n * 4)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED)
 def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
@@ -225,7 +209,7 @@ def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
 @pytest.mark.slow
 def test_a_header_declaring_gigabytes_over_a_sparse_file_is_refused_unread(run, tmp_path, capsys):
     path = tmp_path / "huge.safetensors"
-    _sparse_checkpoint(run["run"], path)
+    sparse_checkpoint(run["run"], path)
     assert path.stat().st_size > 16 * 2**30 and path.stat().st_blocks * 512 < 2**20  # sparse
     capsys.readouterr()
     rc = main(["eval", str(path), "--data-dir", str(run["root"])])

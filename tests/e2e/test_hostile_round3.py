@@ -4,6 +4,8 @@ start-up, launchers, a missing home folder, repeated grid values."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -341,3 +343,28 @@ def test_a_hostile_tokenizer_json_is_one_line_not_a_panic(tmp_path, capsys, bpe_
     (tmp_path / "t.txt").write_text("a" * 5000 + "b\n")
     one_line_error(capsys, main(["eval", str(run), "--text", str(tmp_path / "t.txt")]), "tokenizer.json",
                    "pre_tokenizer")
+
+
+# ------------------------------------------------------------------ a declared 16 GiB tensor under a memory limit
+@pytest.mark.parametrize("path", ["file", "run folder"])
+def test_a_16_gib_header_under_a_memory_limit_is_one_line(tmp_path, run, path):
+    """`prlimit --as=6000000000 iattn eval run` whose checkpoint declares a 16 GiB tensor over a sparse file:
+    safetensors mapped the whole file before the declared size was checked (MemoryError). The header is now
+    read with plain reads first."""
+    import resource
+
+    from helpers import sparse_checkpoint
+
+    folder = _copy_folder(run["run"], tmp_path / "run")
+    for name in ("best.safetensors", "last.safetensors"):
+        sparse_checkpoint(run["run"], folder / name)
+    target = folder / "best.safetensors" if path == "file" else folder
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6_000_000_000, 6_000_000_000))
+
+    proc = subprocess.run([sys.executable, "-m", "iattention", "eval", str(target), "--split", "test"],
+                          capture_output=True, text=True, preexec_fn=limit, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("iattn: error:") and "declares 16 GiB" in lines[0], lines
