@@ -368,3 +368,23 @@ def test_a_16_gib_header_under_a_memory_limit_is_one_line(tmp_path, run, path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("iattn: error:") and "declares 16 GiB" in lines[0], lines
+
+
+# ------------------------------------------------------------------ signals during start-up
+@pytest.mark.parametrize("delay", [0.1, 0.25, 0.5, 0.8, 1.2, 2.0, 3.0])
+def test_ctrl_c_at_any_moment_of_start_up_is_interrupted_130(tmp_path, delay):
+    """Ctrl-C in the first seconds of any command (while `import torch` runs) printed a KeyboardInterrupt
+    traceback: the package imported torch before main() handled signals. SIGINT at each delay must give
+    `iattn: interrupted` and 130 (the command: a long training, so it is still running at every delay)."""
+    import signal
+    import time
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1000})
+    proc = subprocess.Popen([sys.executable, "-m", "iattention", "train", "--preset", "tiny", "--quiet", *ov, "--out",
+                             str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "iattn: interrupted", err[-3000:]
