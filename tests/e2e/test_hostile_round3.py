@@ -388,3 +388,19 @@ def test_ctrl_c_at_any_moment_of_start_up_is_interrupted_130(tmp_path, delay):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == "iattn: interrupted", err[-3000:]
+
+
+# ------------------------------------------------------------------ an HF config that disagrees with its weights
+@pytest.mark.parametrize("key,delta", [("vocab_size", 1), ("vocab_size", -7), ("n_positions", 8), ("n_embd", 16)])
+def test_an_hf_config_whose_sizes_disagree_with_the_weights_names_the_disagreement(tmp_path, capsys, key, delta):
+    """`vocab_size` or `n_positions` in config.json other than the weights' shapes: the message was transformers'
+    text cut mid-word ("...look at the above r") with the wrong fix. Now: the key, both sizes, the fix."""
+    _hf_folder(tmp_path / "hf", tie=True)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config[key] += delta
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 20)
+    for argv in (["eval", str(tmp_path / "hf"), "--text", str(tmp_path / "t.txt")],
+                 ["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]):
+        line = one_line_error(capsys, main(argv), f"{key}={config[key]}", "disagree")
+        assert str(config[key] - delta) in line

@@ -43,8 +43,7 @@ def _load_hf(model_or_path):
     if not (path / "config.json").exists():
         raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
                         "save_pretrained")
-    read_hf_config(path)
-    _check_hf_weights(path)
+    _check_sizes(path, read_hf_config(path), _check_hf_weights(path))
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         model, info = tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
@@ -95,11 +94,13 @@ def _weight_files(path: Path) -> list[str]:
     return files
 
 
-def _check_hf_weights(path: Path) -> None:
+def _check_hf_weights(path: Path) -> dict[str, list[int]]:
     """transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a
     float32 file would load as another model. All weights must share one floating dtype (as our own
-    checkpoints must match the model's), the attention-mask buffers of old files aside."""
+    checkpoints must match the model's), the attention-mask buffers of old files aside. Returns each
+    tensor's shape, as its header declares it."""
     seen: dict[str, tuple[str, str]] = {}
+    shapes: dict[str, list[int]] = {}
     for name in _weight_files(path):
         if not (path / name).is_file():
             continue  # transformers reports the missing file
@@ -115,6 +116,7 @@ def _check_hf_weights(path: Path) -> None:
                         raise UserError(f"{path / name} holds {k} as {kind}, not floating point; GPT-2 weights are "
                                         "float tensors: re-save the model with save_pretrained")
                     seen.setdefault(dtype, (name, k))
+                    shapes[k] = list(f.get_slice(k).get_shape())
         except SafetensorError as e:
             raise UserError(f"cannot read {path / name} as safetensors ({str(e).splitlines()[0][:100]}); re-save "
                             "it with save_pretrained(safe_serialization=True)") from None
@@ -122,6 +124,24 @@ def _check_hf_weights(path: Path) -> None:
         (a, (_, ka)), (b, (fb, kb)) = list(seen.items())[:2]
         raise UserError(f"{path / fb} mixes dtypes ({ka} is {_FLOAT[a]}, {kb} is {_FLOAT[b]}); transformers would "
                         "cast them silently: convert the model to one dtype explicitly and re-save it")
+    return shapes
+
+
+def _check_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> None:
+    """config.json's sizes against the tensors' shapes, before transformers reads them (its own message about a
+    mismatch is long, cut short here, and names the wrong fix): the disagreement, named."""
+    def shape(name):
+        return shapes.get(f"transformer.{name}", shapes.get(name))
+
+    checks = [("vocab_size", "wte.weight", 0), ("n_embd", "wte.weight", 1), ("n_positions", "wpe.weight", 0),
+              ("n_embd", "wpe.weight", 1)]
+    for key, tensor, dim in checks:
+        have = shape(tensor)
+        if have is not None and (len(have) != 2 or have[dim] != cfg[key]):
+            got = f"shape {have}" if len(have) != 2 else f"{have[dim]} {('rows', 'columns')[dim]}"
+            raise UserError(f"{path / 'config.json'} says {key}={cfg[key]}, but its weights' transformer.{tensor} has "
+                            f"{got}; the config and the weights disagree: set {key} to what the weights hold, or "
+                            "re-save the model with save_pretrained")
 
 
 # What GPT2Config needs from config.json (key: accepted types), checked before transformers reads it.
