@@ -404,3 +404,48 @@ def test_an_hf_config_whose_sizes_disagree_with_the_weights_names_the_disagreeme
                  ["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]):
         line = one_line_error(capsys, main(argv), f"{key}={config[key]}", "disagree")
         assert str(config[key] - delta) in line
+
+
+# ------------------------------------------------------------------ launchers
+def test_a_file_where_submitit_keeps_its_logs_is_one_line(tmp_path, capsys):
+    """A file named <out>/submitit gave FileExistsError from submitit."""
+    pytest.importorskip("submitit")
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "submitit").write_text("my notes")
+    paths = write_corpus(tmp_path)
+    rc = main(["sweep", "--preset", "tiny", "--arms", "standard", "--heads", "2", "--seeds", "0", "--out",
+               str(tmp_path / "sw"), "--launcher", "submitit", *tiny_overrides(paths, tmp_path / "cache")])
+    one_line_error(capsys, rc, "submitit", "not a folder")
+    assert (tmp_path / "sw" / "submitit").read_text() == "my notes"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM to the sweep", "Ctrl-C to the terminal's process group"])
+def test_a_sweep_on_submitit_s_local_executor_stops_without_a_traceback(tmp_path, how):
+    """SIGTERM or Ctrl-C to a sweep on submitit's local executor exited correctly but printed a
+    KeyboardInterrupt traceback from submitit's controller first (it was cancelled with SIGINT). Now the
+    controller never sees a SIGINT: the sweep cancels it with SIGTERM, passed on to the training."""
+    import signal
+    import time
+
+    pytest.importorskip("submitit")
+    paths = write_corpus(tmp_path)
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "iattention", "sweep", "--preset", "tiny", "--arms", "standard",
+                             "--heads", "2", "--seeds", "0", "--out", str(out), "--launcher", "submitit",
+                             *tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1000})],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not (out / "standard-h2-s0" / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    if how.startswith("SIGTERM"):
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err[-3000:]
+    assert proc.returncode == (143 if how.startswith("SIGTERM") else 130), err[-3000:]
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):  # no controller or training left behind
+        os.killpg(proc.pid, 0)
