@@ -69,3 +69,34 @@ def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
     base = ["data.dataset=text", f"data.train={paths['train']}", f"data.valid={paths['valid']}",
             f"data.test={paths['test']}", "data.tokenizer=byte", "data.train_tokens=0", f"data.cache_dir={cache_dir}"]
     return base + [f"{k}={v}" for k, v in extra.items()]
+
+
+def one_line_error(capsys, rc, *must) -> str:
+    """A refused command: exit 2, no traceback, one `iattn: error:` line holding each of `must`; returns it."""
+    err = capsys.readouterr().err
+    lines = [x for x in err.strip().splitlines() if x.startswith("iattn: error:")]
+    assert rc == 2, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    for m in must:
+        assert m in lines[0], err
+    return lines[0]
+
+
+def sparse_checkpoint(run_dir, out, gib=16):
+    """A safetensors file with a real checkpoint's metadata and one tensor whose header declares `gib` GiB,
+    over a sparse file: the bytes are holes, so it costs no disk."""
+    import json
+    import struct
+
+    from safetensors import safe_open
+
+    with safe_open(str(run_dir / "last.safetensors"), framework="pt") as f:
+        meta = f.metadata()
+    n = gib * 2**30 // 4
+    header = json.dumps({"__metadata__": meta, "transformer.wte.weight": {
+        "dtype": "F32", "shape": [n // 1024, 1024], "data_offsets": [0, n * 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + n * 4)

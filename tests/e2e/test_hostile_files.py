@@ -210,7 +210,7 @@ def test_a_token_cache_overwritten_with_other_ids_is_rebuilt_not_read(finished, 
     number is the intact cache's."""
     assert main(["eval", str(finished["run"]), "--json"]) == 0
     intact = json.loads(capsys.readouterr().out)["ppl"]
-    caches = sorted((finished["root"] / "cache" / "tokens").glob("*.bin"))
+    caches = sorted((finished["root"] / "cache" / "tokens").glob("*.tok"))
     assert caches
     for path in caches:
         size = path.stat().st_size
@@ -222,11 +222,14 @@ def test_a_token_cache_overwritten_with_other_ids_is_rebuilt_not_read(finished, 
 
 
 @pytest.mark.slow
-def test_a_token_cache_count_file_of_garbage_is_rebuilt_not_read(finished, capsys):
+def test_a_token_cache_whose_ids_change_under_an_intact_header_is_rebuilt_not_read(finished, capsys):
+    """Ids the tokenizer has, the count and key as recorded: only the content hash in the header tells."""
     assert main(["eval", str(finished["run"]), "--json"]) == 0
     intact = json.loads(capsys.readouterr().out)["ppl"]
-    for count in (finished["root"] / "cache" / "tokens").glob("*.len"):
-        count.write_bytes(b"\xff\xfe not a count")
+    for entry in (finished["root"] / "cache" / "tokens").glob("*.tok"):
+        data = bytearray(entry.read_bytes())
+        data[-4:] = b"a\0b\0"  # the last two ids: 'a', 'b' (valid bytes)
+        entry.write_bytes(bytes(data))
     assert main(["eval", str(finished["run"]), "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["ppl"] == intact and "rebuilding it" in captured.err

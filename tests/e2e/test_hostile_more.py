@@ -11,19 +11,8 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from helpers import tiny_overrides, write_corpus
+from helpers import one_line_error, sparse_checkpoint, tiny_overrides, write_corpus
 from iattention.cli import main
-
-
-def _one_line_error(capsys, rc, *must):
-    err = capsys.readouterr().err
-    lines = [x for x in err.strip().splitlines() if x.startswith("iattn: error:")]
-    assert rc == 2, err
-    assert "Traceback" not in err, err
-    assert len(lines) == 1, err
-    for m in must:
-        assert m in lines[0], err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +44,15 @@ def _craft(tensors: dict, meta: dict, case: str) -> None:
         tensors["rng/torch"] = tensors["rng/torch"].float()
     elif case == "config a list":
         meta["config"] = [1, 2]
+    elif case == "tokenizer not a string":
+        meta["tokenizer"] = {"bpe": 300}
     else:
         raise AssertionError(case)
 
 
 CRAFTED = ["model.dropout is a string", "an extra state key", "a state value of another type", "no optimizer entry",
            "param_groups not a list", "a tensor optim/notanint/...", "an optimizer index beyond the parameters",
-           "rng/torch as float32", "config a list"]
+           "rng/torch as float32", "config a list", "tokenizer not a string"]
 
 
 # ------------------------------------------------------------------ a real full disk
@@ -92,22 +83,6 @@ def _leftovers(folder) -> list[str]:
 
 
 # ------------------------------------------------------------------ a header that declares more than the file
-def _sparse_checkpoint(run_dir, out, gib=16):
-    """A safetensors file with a real checkpoint's metadata and one tensor whose header declares `gib` GiB,
-    over a sparse file: the bytes are holes, so it costs no disk."""
-    import struct
-
-    with safe_open(str(run_dir / "last.safetensors"), framework="pt") as f:
-        meta = f.metadata()
-    n = gib * 2**30 // 4
-    header = json.dumps({"__metadata__": meta, "transformer.wte.weight": {
-        "dtype": "F32", "shape": [n // 1024, 1024], "data_offsets": [0, n * 4]}}).encode()
-    header += b" " * (-len(header) % 8)
-    with open(out, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        f.truncate(8 + len(header) + n * 4)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CRAFTED)
 def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
@@ -122,10 +97,10 @@ def test_crafted_checkpoint_metadata_is_one_line(run, tmp_path, capsys, case):
     save_file(tensors, str(path), metadata={"iattention": json.dumps(meta)})
     capsys.readouterr()
     rc = main(["train", "--preset", "tiny", "--quiet", *run["ov"], "train.epochs=2", "--out", str(dst), "--resume"])
-    _one_line_error(capsys, rc, str(path))
-    if case in ("model.dropout is a string", "config a list"):  # read by eval too
+    one_line_error(capsys, rc, str(path))
+    if case in ("model.dropout is a string", "config a list", "tokenizer not a string"):  # read by eval too
         rc = main(["eval", str(path)])
-        _one_line_error(capsys, rc, str(path))
+        one_line_error(capsys, rc, str(path))
 
 
 @pytest.mark.slow
@@ -138,17 +113,17 @@ def test_a_real_full_disk_is_one_line(run, tmp_path, capsys):
         capsys.readouterr()
         # the checkpoint (weights + AdamW moments, ~260 kB) does not fit
         rc = main(["train", "--preset", "tiny", "--quiet", *run["ov"], "--out", str(mnt / "run")])
-        _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+        one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
         assert not list((mnt / "run").glob("*.safetensors")), _leftovers(mnt)
         # the token cache on the full disk (the train split is ~12 kB of uint16 ids)
         ov = [o if not o.startswith("data.cache_dir=") else f"data.cache_dir={mnt / 'cache'}" for o in run["ov"]]
         (mnt / "pad").write_bytes(b"\0" * (os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize - 4096))
         rc = main(["train", "--preset", "tiny", "--quiet", *ov, "--out", str(tmp_path / "run2")])
-        _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+        one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
         (mnt / "pad").unlink()
         for to in ("canonical", "hf"):
             rc = main(["convert", "--from", str(run["run"]), "--to", to, "--out", str(mnt / to)])
-            _one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
+            one_line_error(capsys, rc, "disk full while writing", "free space and rerun")
             assert not (mnt / to).exists()
         assert _leftovers(mnt) == [], _leftovers(mnt)
         assert not list((mnt / "cache").rglob("*.bin")), "a half-written token cache was left"
@@ -166,7 +141,7 @@ def test_hf_config_of_wrong_types_is_one_line(run, tmp_path, capsys, key, value)
     (hf / "config.json").write_text(json.dumps(cfg))
     capsys.readouterr()
     for argv in (["eval", str(hf)], ["convert", "--from", str(hf), "--to", "canonical", "--out", str(tmp_path / "c")]):
-        _one_line_error(capsys, main(argv), str(hf / "config.json"), repr(key))
+        one_line_error(capsys, main(argv), str(hf / "config.json"), repr(key))
 
 
 # ------------------------------------------------------------------ a damaged tokenizer cache
@@ -227,15 +202,15 @@ def test_absurd_sizes_are_refused_before_allocating(tmp_path, capsys, sizes):
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1})
     capsys.readouterr()
     rc = main(["train", "--preset", "tiny", "--quiet", *ov, *sizes, "--out", str(tmp_path / "run")])
-    line = _one_line_error(capsys, rc, "needs an estimated", "GiB available on this machine", "AdamW moments")
+    line = one_line_error(capsys, rc, "needs an estimated", "GiB available on this machine", "AdamW moments")
     assert "activations" in line
 
 
 @pytest.mark.slow
 def test_a_header_declaring_gigabytes_over_a_sparse_file_is_refused_unread(run, tmp_path, capsys):
     path = tmp_path / "huge.safetensors"
-    _sparse_checkpoint(run["run"], path)
+    sparse_checkpoint(run["run"], path)
     assert path.stat().st_size > 16 * 2**30 and path.stat().st_blocks * 512 < 2**20  # sparse
     capsys.readouterr()
     rc = main(["eval", str(path), "--data-dir", str(run["root"])])
-    _one_line_error(capsys, rc, "declares 16 GiB of tensors", "sparse or crafted")
+    one_line_error(capsys, rc, "declares 16 GiB of tensors", "sparse or crafted")

@@ -80,6 +80,7 @@ def _reading(path: Path):
 
 def read_meta(path: str | Path) -> dict:
     path = Path(path)
+    check_declared_size(path)  # before safetensors maps the file into memory
     with _reading(path), safe_open(str(path), framework="pt") as f:
         raw = (f.metadata() or {}).get("iattention")
     if not raw:
@@ -132,6 +133,8 @@ def _check_meta(path: Path, meta: dict) -> None:
             GPTConfig.from_dict(model)
         except UserError as e:
             raise _bad_meta(path, "config.model", str(e)) from None
+    if not isinstance(meta.get("tokenizer", ""), str):  # what its tokenizer maps text to (tokenizer_identity)
+        raise _bad_meta(path, "tokenizer", f"{_kind(meta['tokenizer'])}, expected a string")
     state = meta.get("state", {})
     if not isinstance(state, dict):
         raise _bad_meta(path, "state", f"{_kind(state)}, expected an object")
@@ -168,12 +171,11 @@ _BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
 def check_declared_size(path: Path) -> None:
     """Before a safetensors file is read into memory: the bytes its header declares must be data the file
     really holds (a crafted header over a sparse file declares gigabytes of holes), and must fit in the
-    memory this process can still allocate. Only the header is read."""
-    with _reading(path), safe_open(str(path), framework="pt") as f:
-        declared = 0
-        for k in f.keys():
-            sl = f.get_slice(k)
-            declared += math.prod(sl.get_shape()) * _BYTES.get(sl.get_dtype(), 8)
+    memory this process can still allocate. Only the header is read, with plain reads: safetensors maps the
+    whole file into memory first, which a process under a memory limit (prlimit --as) cannot do for a
+    16 GiB declaration (MemoryError)."""
+    with _reading(path):
+        declared = sum(math.prod(t["shape"]) * _BYTES.get(t["dtype"], 8) for t in _header_tensors(path))
     st = path.stat()
     held = st.st_blocks * 512 if getattr(st, "st_blocks", 0) else st.st_size  # allocated bytes, holes excluded
     gib = 2**30
@@ -184,6 +186,29 @@ def check_declared_size(path: Path) -> None:
     if free is not None and declared > free:
         raise UserError(f"checkpoint {path} declares {declared / gib:.3g} GiB of tensors, more than the "
                         f"{free / gib:.3g} GiB this machine has free; load it on a larger machine")
+
+
+_MAX_HEADER = 100_000_000  # bytes: safetensors' own limit on a header
+
+
+def _header_tensors(path: Path) -> list[dict]:
+    """The tensor entries of a safetensors header ({"dtype", "shape", ...}), read with plain reads; a file
+    that cannot hold its header is a ValueError (reported by `_reading` as corrupt or truncated)."""
+    with open(path, "rb") as f:
+        length = f.read(8)
+        if len(length) < 8:
+            raise ValueError("shorter than a safetensors header")
+        n = int.from_bytes(length, "little")
+        if n > min(_MAX_HEADER, path.stat().st_size - 8):
+            raise ValueError(f"header length {n} is beyond the file")
+        header = json.loads(f.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    tensors = [t for k, t in header.items() if k != "__metadata__"]
+    if not all(isinstance(t, dict) and isinstance(t.get("shape"), list) and isinstance(t.get("dtype"), str)
+               and all(isinstance(d, int) and d >= 0 for d in t["shape"]) for t in tensors):
+        raise ValueError("header has a tensor entry without a dtype and shape")
+    return tensors
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:

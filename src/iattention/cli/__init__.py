@@ -1,7 +1,34 @@
 """The `iattn` command line: `app.py` builds the parser and runs a command; each command module
 (train, model, experiments, interop, bench, lab, inspect) adds its sub-commands; `args.py` holds what they share.
-The top layer: it may import any package, and no package imports it."""
+The top layer: it may import any package, and no package imports it.
 
-from iattention.cli.app import build_parser, main
+`main` here is the entry point: it imports the command line (and with it torch, seconds) only once it can
+answer a Ctrl-C, so an interrupt at any moment of start-up is `iattn: interrupted`, exit 130, never a
+KeyboardInterrupt traceback from inside an import."""
+
+import signal
+import sys
+import threading
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        from iattention.cli.app import main as run
+
+        return run(argv)
+    except KeyboardInterrupt:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting now: a second Ctrl-C cannot print a traceback
+        print("iattn: interrupted", file=sys.stderr)
+        return 130
+
+
+def __getattr__(name: str):
+    if name == "build_parser":
+        from iattention.cli.app import build_parser
+
+        return build_parser
+    raise AttributeError(f"module 'iattention.cli' has no attribute {name!r}")
+
 
 __all__ = ["build_parser", "main"]

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from iattention.config import override
 from iattention.errors import UserError
 
 
@@ -21,6 +22,10 @@ def int_list(minimum: int = 1):
             raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
         if not values or any(v < minimum for v in values):
             raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:  # '0,0' or '2,02': the same run twice, and a table that contradicts itself
+            raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} repeats in {text!r}; give each value "
+                                             "once")
         return values
 
     return parse
@@ -127,13 +132,9 @@ def with_flags(cfg, args):
 
 def data_overrides(args) -> list[str]:
     """--data-dir and --tokenizer-file as overrides, for a command that hands them to `iattn train` child
-    processes (sweep, compare)."""
-    out = []
-    if getattr(args, "data_dir", None):
-        out.append(f"data.data_dir={os.path.abspath(args.data_dir)}")
-    if getattr(args, "tokenizer_file", None):
-        out.append(f"data.tokenizer_file={os.path.abspath(args.tokenizer_file)}")
-    return out
+    processes (sweep, compare): quoted, so that each path arrives exactly as given (`config.override`)."""
+    return [override(f"data.{k}", os.path.abspath(v)) for k in ("data_dir", "tokenizer_file")
+            if (v := getattr(args, k, None))]
 
 
 def check_heads(heads: list[int], n_embd: int, preset: str) -> None:

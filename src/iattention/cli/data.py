@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from iattention.cli.args import out_path
 from iattention.data.remember import config_file, forget_data_dir, remember_data_dir, remembered_data_dir
 from iattention.errors import UserError
 
@@ -38,5 +39,6 @@ def register(sub) -> None:
                                    "(pip install \"iattention[data]\"). `make demo` remembers the folder it used.")
     p.add_argument("action", choices=("remember", "forget", "where"),
                    help="remember DIR; forget it; where: print the folder a command would use")
-    p.add_argument("folder", nargs="?", help="the data folder (for remember)")
+    # out_path: a path a message can name (UTF-8, no newline or other control character), as --out is
+    p.add_argument("folder", nargs="?", type=out_path, help="the data folder (for remember)")
     p.set_defaults(func=cmd_data)

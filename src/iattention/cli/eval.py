@@ -9,14 +9,14 @@ from iattention.data import load_data
 from iattention.data.dataset import check_eval_split, scored_text, tokenizer_of
 from iattention.data.sources import data_dir_told, read_text_file
 from iattention.errors import UserError
-from iattention.interop.load import data_config_for, kept_tokenizer, load_any
+from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
 
 def cmd_eval(args) -> None:
 
-    model, run_data, _ = load_any(args.checkpoint)
+    model, run_data, meta = load_any(args.checkpoint)
     block = args.block_size or model.config.block_size
     if block > model.config.block_size:
         raise UserError(f"--block-size {block} is larger than the model's block_size {model.config.block_size}; "
@@ -41,6 +41,7 @@ def cmd_eval(args) -> None:
             cut = 0
         data = load_data(data_cfg, splits=(args.split,), tokenizer=kept)
         tokens, vocab, tokenizer = data.splits[args.split], data.vocab_size, data.tokenizer
+    check_tokenizer(tokenizer, meta, run_data, args.checkpoint, args.tokenizer)
     if vocab > model.config.vocab_size:
         raise UserError(f"tokenizer {data_cfg.tokenizer} has {vocab} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")

@@ -12,7 +12,7 @@ from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least,
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.errors import UserError
-from iattention.interop.load import data_config_for, kept_tokenizer, load_any
+from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
 
 
 def _nonneg_float(text: str) -> float:
@@ -36,10 +36,11 @@ def _probability(text: str) -> float:
 
 
 def cmd_generate(args) -> None:
-    model, data, _ = load_any(args.model)
+    model, data, meta = load_any(args.model)
     tok = kept_tokenizer(args.model, data, args.tokenizer) or tokenizer_of(
         data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                         tokenizer_file=args.tokenizer_file))
+    check_tokenizer(tok, meta, data, args.model, args.tokenizer)
     if tok.vocab_size > model.config.vocab_size:
         raise UserError(f"tokenizer {tok.name} has {tok.vocab_size} tokens, more than the model's "
                         f"{model.config.vocab_size}; use the model's own tokenizer (--tokenizer)")

@@ -12,9 +12,10 @@ from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
+from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.convert import DTYPES, TARGETS, convert, save_converted
-from iattention.interop.load import data_config_for, kept_tokenizer, load_any
+from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
 from iattention.symmetry.blocks import BLOCKS
 
 
@@ -22,7 +23,7 @@ def cmd_convert(args) -> None:
     if Path(args.out).exists():  # before the minutes of loading and converting, not after them
         raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
     check_out_folder(args.out)
-    src, data, _ = load_any(args.src)
+    src, data, meta = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
 
@@ -33,6 +34,8 @@ def cmd_convert(args) -> None:
         except UserError as e:  # the weights convert anyway; say what the folder lacks and how to add it
             print(f"iattn: warning: {args.out} gets no tokenizer ({e}); pass --data-dir / --tokenizer-file "
                   "and convert again to include it", file=sys.stderr)
+    if tokenizer is not None:
+        check_tokenizer(tokenizer, meta, data, args.src)
     if tokenizer is not None and tokenizer.vocab_size > src.config.vocab_size:  # e.g. a random HF GPT-2 of 211 tokens
         print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
@@ -46,7 +49,9 @@ def cmd_convert(args) -> None:
         card = dict(source=str(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
                     command=shlex.join(["iattn", *sys.argv[1:]]) if sys.argv[1:2] == ["convert"] else
                     f"iattn convert --from {shlex.quote(str(args.src))} --to hf --out {shlex.quote(str(args.out))}")
-    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card)
+    tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
+    save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
+                   tokenizer_id=tokenizer_id)
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{args.dtype}] at {args.out}")
     if rep.conditioning:

@@ -7,6 +7,7 @@ from iattention.config.load import (
     default_heads,
     load_config,
     model_preset,
+    override,
     parse_override,
     preset_names,
     read_yaml_mapping,
@@ -18,5 +19,5 @@ from iattention.config.run import LoopConfig, OptimConfig, RunConfig
 __all__ = [
     "CANONICAL_HALVES", "EXECUTION_KEYS", "INITS", "GPTConfig", "LoopConfig", "OptimConfig", "RunConfig",
     "config_from_dict", "config_identity", "config_mismatch", "default_heads", "extends", "load_config",
-    "model_preset", "parse_override", "preset_names", "read_yaml_mapping", "resolve_vocab",
+    "model_preset", "override", "parse_override", "preset_names", "read_yaml_mapping", "resolve_vocab",
 ]

@@ -147,6 +147,14 @@ def parse_override(text: str, note=None) -> dict:
     return {parts[0]: {parts[1]: parsed}}
 
 
+def override(key: str, value) -> str:
+    """A KEY=VALUE override that `parse_override` reads back as exactly `value`: the value YAML-quoted, so a
+    path holding ' #' (a comment), ': ', a leading '!', '[' or '{', a trailing space, a newline or non-ASCII
+    crosses a process boundary (a sweep's training children) as given, never re-read as other YAML."""
+    quoted = yaml.safe_dump(value, default_style='"', allow_unicode=True, width=float("inf"))
+    return f"{key}={quoted.strip()}"
+
+
 def read_yaml_mapping(path: str | Path, what: str, shape: str) -> dict:
     """A YAML file that must hold a mapping; a missing file, bad YAML or another shape is a one-line error."""
     path = Path(path)

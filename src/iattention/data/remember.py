@@ -14,19 +14,32 @@ from pathlib import Path
 
 from iattention.errors import UserError
 from iattention.utils.atomic import write_text
+from iattention.utils.files import expand_user, home_folder
 
 KEY = "data_dir"
 
 
-def config_file() -> Path:
+def config_file() -> Path | None:
+    """Where the remembered folder is kept; None for a user with neither $XDG_CONFIG_HOME nor a home folder."""
     base = os.environ.get("XDG_CONFIG_HOME") or ""
-    root = Path(base).expanduser() if base and Path(base).is_absolute() else Path.home() / ".config"
-    return root / "iattention" / "config.json"
+    if base and Path(base).is_absolute():
+        return Path(base) / "iattention" / "config.json"
+    home = home_folder()
+    return home / ".config" / "iattention" / "config.json" if home else None
+
+
+def _writable_config_file() -> Path:
+    path = config_file()
+    if path is None:
+        raise UserError("this user has no home folder (HOME is unset and the uid has no passwd entry), so there is "
+                        "nowhere to remember a data folder; set XDG_CONFIG_HOME (or HOME) to a writable folder, or "
+                        "pass --data-dir / set IATTN_DATA_DIR instead")
+    return path
 
 
 def _read() -> dict:
     path = config_file()
-    if not path.is_file():
+    if path is None or not path.is_file():
         return {}
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
@@ -49,10 +62,10 @@ def remembered_data_dir() -> str | None:
 
 def remember_data_dir(folder: str | Path) -> Path:
     """Remember `folder` (made absolute) as the user's data folder; returns the config file written."""
-    folder = Path(folder).expanduser()
+    folder = expand_user(folder)
     if not folder.is_dir():
         raise UserError(f"data folder {folder} does not exist; give the folder that holds wikitext-2-v1/")
-    path = config_file()
+    path = _writable_config_file()
     obj = _read()
     obj[KEY] = str(folder.resolve())
     write_text(path, json.dumps(obj, indent=2) + "\n")
@@ -65,5 +78,5 @@ def forget_data_dir() -> bool:
     if KEY not in obj:
         return False
     del obj[KEY]
-    write_text(config_file(), json.dumps(obj, indent=2) + "\n")
+    write_text(_writable_config_file(), json.dumps(obj, indent=2) + "\n")
     return True

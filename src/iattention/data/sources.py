@@ -9,7 +9,7 @@ from pathlib import Path
 from iattention.data.config import DATASETS, SPLITS, WIKITEXT_RELEASES, DataConfig
 from iattention.data.remember import remembered_data_dir
 from iattention.errors import UserError
-from iattention.utils.files import read_bytes
+from iattention.utils.files import expand_user, read_bytes
 
 
 def data_dir(cfg: DataConfig) -> Path | None:
@@ -17,7 +17,7 @@ def data_dir(cfg: DataConfig) -> Path | None:
     remembered (`iattn data remember DIR`, see data/remember.py); None: download."""
 
     d = cfg.data_dir or os.environ.get("IATTN_DATA_DIR", "") or remembered_data_dir()
-    return Path(d).expanduser() if d else None
+    return expand_user(d) if d else None
 
 
 def resolved_data_dir(cfg: DataConfig) -> str:
@@ -31,7 +31,7 @@ def data_dir_told(flag: str | None) -> str | None:
     """A data folder the user gave now (--data-dir, else $IATTN_DATA_DIR), absolute; None if neither.
     Commands on an existing run use it instead of the folder the run recorded."""
     d = flag or os.environ.get("IATTN_DATA_DIR")
-    return str(Path(d).expanduser().resolve()) if d else None
+    return str(expand_user(d).resolve()) if d else None
 
 
 def _local_wikitext(cfg: DataConfig, split: str) -> Path | None:
@@ -66,7 +66,7 @@ def _read_text_file(path: Path, what: str) -> str:
 
 def read_text_file(path: str | Path, what: str = "text") -> str:
     """A UTF-8 text file's content; an empty, binary, non-UTF-8 or missing file is one line."""
-    return _read_text_file(Path(path).expanduser(), what)
+    return _read_text_file(expand_user(path), what)
 
 
 def _hf_wikitext(cfg: DataConfig, split: str) -> str:
@@ -96,7 +96,7 @@ def read_split(cfg: DataConfig, split: str) -> str:
         path = getattr(cfg, split)
         if not path:
             raise UserError(f"dataset=text needs data.{split}=PATH to a UTF-8 text file")
-        return _read_text_file(Path(path).expanduser(), split)
+        return _read_text_file(expand_user(path), split)
     local = _local_wikitext(cfg, split)
     if local is not None:
         return _read_text_file(local, split)

@@ -17,6 +17,7 @@ from iattention.data.config import DataConfig
 from iattention.data.sources import data_dir
 from iattention.errors import UserError
 from iattention.utils.atomic import write_text
+from iattention.utils.files import expand_user
 
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_VOCAB = 50257
@@ -34,7 +35,13 @@ class Tokenizer:
             return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         if self.name == "gpt2":
             return np.asarray(self._impl.encode_ordinary(text), dtype=np.int64)
-        return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+        try:
+            return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+        except BaseException as e:  # the tokenizers library's Rust panic is a BaseException (PanicException)
+            if type(e).__name__ != "PanicException":
+                raise
+            raise UserError(f"tokenizer {self.name} failed on this text (the tokenizers library panicked: "
+                            f"{str(e).splitlines()[0][:80]}); use the model's own tokenizer") from None
 
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids]
@@ -96,7 +103,7 @@ def _gpt2(cfg: DataConfig) -> Tokenizer:
             raise UserError(f"GPT-2 tokenizer not available offline ({type(e).__name__}); set --tokenizer-file "
                             "or IATTN_TOKENIZER_FILE to a local r50k_base.tiktoken") from None
         return Tokenizer("gpt2", GPT2_VOCAB, "gpt2:tiktoken", enc)
-    path = Path(local).expanduser()
+    path = expand_user(local)
     if not path.is_file():
         raise UserError(f"tokenizer file {path} does not exist; give the path of r50k_base.tiktoken")
     digest = _sha256_file(path)
@@ -136,9 +143,10 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
-    path = cache_root(cfg) / "tokenizers" / f"bpe{size}-{key}.json"
+    root = cache_root(cfg)
+    path = root / "tokenizers" / f"bpe{size}-{key}.json" if root else None  # None: no home, no cache kept
     tok = None
-    if path.is_file():
+    if path is not None and path.is_file():
         try:
             tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # cut short, empty, overwritten: rebuilt, as a damaged token cache is
@@ -155,7 +163,8 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
             print(f"iattn: training the bpe:{size} tokenizer on {len(train_text):,} characters (cached after)",
                   file=sys.stderr)
         tok.train_from_iterator(_training_pieces(train_text), trainer=trainer)
-        write_text(path, tok.to_str())
+        if path is not None:
+            write_text(path, tok.to_str())
     return Tokenizer(f"bpe:{size}", tok.get_vocab_size(), f"bpe:{size}:{key}", tok)
 
 
@@ -183,13 +192,62 @@ def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
     from tokenizers import Tokenizer as HFTokenizer  # lazy: only the tokenizer a run asks for is imported
 
     path = Path(path)
+    raw = path.read_bytes()
+    problem = _not_our_bpe(raw)
+    if problem:  # a foreign tokenizer runs whatever it names (a Split regex that backtracks: a Rust panic)
+        raise UserError(f"{path} is not a byte-level BPE tokenizer as iattention writes ({problem}); restore the "
+                        "run's own tokenizer.json, or delete it to rebuild the tokenizer from the run's data")
     try:
         tok = HFTokenizer.from_file(str(path))
     except Exception as e:
         raise UserError(f"{path} is not a readable tokenizer file ({type(e).__name__}); delete it to rebuild the "
                         "tokenizer from the run's data") from None
-    key = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(raw).hexdigest()[:16]
     return Tokenizer(spec, tok.get_vocab_size(), f"{spec}:file:{key}", tok)
+
+
+def _not_our_bpe(raw: bytes) -> str | None:
+    """What makes a tokenizer.json other than the byte-level BPE `_bpe` trains (and an export writes: the same,
+    plus `<|endoftext|>`), or None: a BPE model, no normalizer, ByteLevel pre-tokenizer and decoder, special
+    added tokens only. Anything else would run code paths (regexes, normalizers) the run never used."""
+    import json
+
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "not UTF-8 JSON"
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    kind = {k: (data.get(k) or {}).get("type") if isinstance(data.get(k) or {}, dict) else "?"
+            for k in ("model", "pre_tokenizer", "decoder", "normalizer")}
+    want = {"model": "BPE", "pre_tokenizer": "ByteLevel", "decoder": "ByteLevel", "normalizer": None}
+    for key, expected in want.items():
+        if kind[key] != expected:
+            return f"{key} {kind[key]}, expected {expected}"
+    added = data.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(t, dict) and t.get("special") is True for t in added):
+        return "added tokens that are not special"
+    return None
+
+
+def tokenizer_identity(tok: Tokenizer) -> str:
+    """What a tokenizer maps text to, as a short string that two tokenizers share only if they encode every
+    text alike: "byte", "gpt2" (the r50k ranks, checked by hash wherever they are read), or for bpe:N the
+    name and a hash of the normalizer, pre-tokenizer, vocabulary and merges, whatever file form holds them (a
+    run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree). Recorded
+    in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
+    if tok.name in ("byte", "gpt2"):
+        return tok.name
+    import json
+
+    data = json.loads(tok._impl.to_str())
+    model = data.get("model") or {}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    added = {t.get("content") for t in data.get("added_tokens") or [] if t.get("special")}
+    vocab = sorted((t, i) for t, i in (model.get("vocab") or {}).items() if t not in added)
+    what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), model.get("type"), vocab, merges],
+                      sort_keys=True, ensure_ascii=False)
+    return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
 
 
 def save_tokenizer_file(tok: Tokenizer, path: str | Path) -> bool:

@@ -9,9 +9,11 @@ committed results folder; `report` merges the folders afterwards. Each run folde
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -156,10 +158,15 @@ def _run_child_here(cmd: list[str], quiet: bool, name: str = "") -> tuple[int, s
 
 def run_command(cmd: list[str]) -> tuple[int, str]:
     """What a submitit job runs: the training command, its exit code and stderr (a cluster job's output
-    also lands in its log under <out>/submitit/). Module-level, so submitit can pickle it by name."""
-    proc = subprocess.run(cmd, stdout=None, stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(proc.stderr)
-    return proc.returncode, proc.stderr
+    also lands in its log under <out>/submitit/). Module-level, so submitit can pickle it by name. On the
+    local executor a SIGTERM (the sweep cancelling the job, through submitit's controller) is passed on to
+    the training, which stops as `iattn train` does; submitit's own handler would ignore it."""
+    proc = subprocess.Popen(cmd, stdout=None, stderr=subprocess.PIPE, text=True)
+    if os.environ.get("SUBMITIT_EXECUTOR") == "local" and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    _, stderr = proc.communicate()
+    sys.stderr.write(stderr)
+    return proc.returncode, stderr
 
 
 class SubmititLauncher:
@@ -174,7 +181,11 @@ class SubmititLauncher:
         except ImportError:
             raise UserError("--launcher submitit needs the submitit package: pip install \"iattention[cluster]\" "
                             "(or pip install submitit)") from None
-        self.executor = submitit.AutoExecutor(folder=str(out / "submitit"))
+        logs = out / "submitit"
+        if logs.exists() and not logs.is_dir() or logs.is_symlink() and not logs.exists():
+            raise UserError(f"{logs} is not a folder; --launcher submitit keeps its job logs there: rename or move it, "
+                            "or choose another --out")
+        self.executor = submitit.AutoExecutor(folder=str(logs))
         params = dict(timeout_min=int(slurm_time_min), gpus_per_node=int(gpus_per_run), nodes=1, tasks_per_node=1)
         if cpus_per_run:
             params["cpus_per_task"] = int(cpus_per_run)
@@ -189,7 +200,13 @@ class SubmititLauncher:
         with self._lock:
             _check_stopping()
             self.executor.update_parameters(name=f"iattn-{name}")
-            job = self.executor.submit(run_command, cmd)
+            # submitit's local controller (and the job under it) inherit this mask: a terminal's Ctrl-C reaches
+            # the sweep alone, which cancels them with SIGTERM (the controller answers SIGINT with a traceback)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                job = self.executor.submit(run_command, cmd)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             self.jobs.append(job)
         try:
             code, stderr = job.result()
@@ -202,7 +219,12 @@ class SubmititLauncher:
 
     def cancel(self) -> None:
         for job in self.jobs:
-            if not job.done():
+            if job.done():
+                continue
+            if self.cluster == "local":  # the job id is the controller's pid; it passes SIGTERM on to the job
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(job.job_id), signal.SIGTERM)
+            else:
                 job.cancel(check=False)
 
 

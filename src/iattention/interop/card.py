@@ -9,7 +9,7 @@ _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoc
 
 def model_card(*, source: str, config: dict, params_ours: int, params_exported: int, data: dict | None,
                tokenizer: str | None, eos_id: int | None, summary: dict | None, command: str,
-               max_abs_logit_diff: float) -> str:
+               max_abs_logit_diff: float, eos_silent: bool = True) -> str:
     """Markdown text of the card; `config` is the source's model config, `summary` its run's summary.json."""
     attention = config.get("attention", "standard")
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
@@ -31,8 +31,9 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
         lines.append(f"| data | {data.get('dataset', '?')}{part} |")
     if tokenizer:
         note = {"gpt2": "GPT-2 BPE (r50k); `<|endoftext|>` = 50256 as bos/eos"}.get(
-            tokenizer, f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: its "
-                       "embedding row is zero, so its logit is 0 everywhere")
+            tokenizer, f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: " + (
+                "its logit is far below every real one, so it takes no probability and texts score as in the run"
+                if eos_silent else "its embedding row is zero, so its logit is 0 everywhere"))
         lines.append(f"| tokenizer | {note} |")
     else:
         lines.append("| tokenizer | none exported (convert again with --data-dir to include it) |")

@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
-from iattention.interop.load import DATA_SPEC_FILE
+from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID
 from iattention.model.gpt import GPT
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
@@ -94,12 +95,14 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
-                   data: dict | None = None, tokenizer=None, card: dict | None = None) -> None:
+                   data: dict | None = None, tokenizer=None, card: dict | None = None,
+                   tokenizer_id: str | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
     token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
-    beyond the model itself (source config, summary, command; interop/card.py)."""
+    beyond the model itself (source config, summary, command; interop/card.py); `tokenizer_id`: the
+    source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json."""
     out = Path(out)
     if out.exists():
         raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
@@ -113,23 +116,33 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         raise UserError(f"cannot write into {parent}; choose a writable --out") from None
     try:
         if to == "hf":
-            eos = None
+            eos, silent = None, True
             if tokenizer is not None:
                 eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=model.config.n_positions)
-                add_eos_row(model, eos)
+                silent = add_eos_row(model, eos)
+                if not silent:
+                    print(f"iattn: warning: {out}: this model has no final LayerNorm bias to silence the added "
+                          f"end-of-text token {eos} with, so it has logit 0 and takes a little probability from "
+                          "every real token (clients measure a higher perplexity than iattn eval)",
+                          file=sys.stderr)
             model.save_pretrained(str(tmp), safe_serialization=True)
             if card is not None:
                 text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,
+                                  eos_silent=silent,
                                   params_ours=report.params_before, max_abs_logit_diff=report.max_abs_logit_diff,
                                   params_exported=sum(p.numel() for p in model.parameters()))
                 (tmp / "README.md").write_text(text)
         else:
             meta = {"config": {"model": model.config.to_dict(), **({"data": data} if data else {})},
-                    "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff}}
+                    "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff},
+                    **({"tokenizer": tokenizer_id} if tokenizer_id else {})}
             ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
             (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
         if data:
-            (tmp / DATA_SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
+            spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
+            (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+        for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
+            apply_umask(written, folder=written.is_dir())
         os.replace(tmp, out)
     except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
         shutil.rmtree(tmp, ignore_errors=True)

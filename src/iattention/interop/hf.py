@@ -43,8 +43,7 @@ def _load_hf(model_or_path):
     if not (path / "config.json").exists():
         raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
                         "save_pretrained")
-    read_hf_config(path)
-    _check_hf_weights(path)
+    _check_sizes(path, read_hf_config(path), _check_hf_weights(path))
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         model, info = tf.GPT2LMHeadModel.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
@@ -54,7 +53,8 @@ def _load_hf(model_or_path):
                         "re-save it with save_pretrained(safe_serialization=True)") from None
     # transformers fills a missing or wrongly shaped tensor with a fresh random init and only warns: a
     # silently different model. Refuse it, naming the tensor.
-    missing = [k for k in info.get("missing_keys", []) if k != "lm_head.weight"]  # tied to wte
+    tied = model.config.tie_word_embeddings
+    missing = [k for k in info.get("missing_keys", []) if not (tied and k == "lm_head.weight")]  # tied to wte
     problems = [(what, list(keys)) for what, keys in (("missing", missing),
                                                       ("unexpected", info.get("unexpected_keys", [])),
                                                       ("wrongly shaped", [k[0] if isinstance(k, tuple) else k for k
@@ -64,6 +64,11 @@ def _load_hf(model_or_path):
         what, keys = problems[0]
         raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, keys[:3]))} for GPT-2 "
                         "with its config.json; re-save the model with save_pretrained")
+    if not tied and not torch.equal(model.lm_head.weight, model.transformer.wte.weight):
+        # our GPT ties its output head to the embedding: loading both would keep one of them for both roles
+        raise UserError(f"{path} has an untied output head (config.json: tie_word_embeddings false, and "
+                        "lm_head.weight differs from transformer.wte.weight); iattention models GPT-2 with tied "
+                        "embeddings only: evaluate this model with transformers, or tie its head and re-save it")
     return model
 
 
@@ -89,11 +94,13 @@ def _weight_files(path: Path) -> list[str]:
     return files
 
 
-def _check_hf_weights(path: Path) -> None:
+def _check_hf_weights(path: Path) -> dict[str, list[int]]:
     """transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a
     float32 file would load as another model. All weights must share one floating dtype (as our own
-    checkpoints must match the model's), the attention-mask buffers of old files aside."""
+    checkpoints must match the model's), the attention-mask buffers of old files aside. Returns each
+    tensor's shape, as its header declares it."""
     seen: dict[str, tuple[str, str]] = {}
+    shapes: dict[str, list[int]] = {}
     for name in _weight_files(path):
         if not (path / name).is_file():
             continue  # transformers reports the missing file
@@ -109,6 +116,7 @@ def _check_hf_weights(path: Path) -> None:
                         raise UserError(f"{path / name} holds {k} as {kind}, not floating point; GPT-2 weights are "
                                         "float tensors: re-save the model with save_pretrained")
                     seen.setdefault(dtype, (name, k))
+                    shapes[k] = list(f.get_slice(k).get_shape())
         except SafetensorError as e:
             raise UserError(f"cannot read {path / name} as safetensors ({str(e).splitlines()[0][:100]}); re-save "
                             "it with save_pretrained(safe_serialization=True)") from None
@@ -116,6 +124,24 @@ def _check_hf_weights(path: Path) -> None:
         (a, (_, ka)), (b, (fb, kb)) = list(seen.items())[:2]
         raise UserError(f"{path / fb} mixes dtypes ({ka} is {_FLOAT[a]}, {kb} is {_FLOAT[b]}); transformers would "
                         "cast them silently: convert the model to one dtype explicitly and re-save it")
+    return shapes
+
+
+def _check_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> None:
+    """config.json's sizes against the tensors' shapes, before transformers reads them (its own message about a
+    mismatch is long, cut short here, and names the wrong fix): the disagreement, named."""
+    def shape(name):
+        return shapes.get(f"transformer.{name}", shapes.get(name))
+
+    checks = [("vocab_size", "wte.weight", 0), ("n_embd", "wte.weight", 1), ("n_positions", "wpe.weight", 0),
+              ("n_embd", "wpe.weight", 1)]
+    for key, tensor, dim in checks:
+        have = shape(tensor)
+        if have is not None and (len(have) != 2 or have[dim] != cfg[key]):
+            got = f"shape {have}" if len(have) != 2 else f"{have[dim]} {('rows', 'columns')[dim]}"
+            raise UserError(f"{path / 'config.json'} says {key}={cfg[key]}, but its weights' transformer.{tensor} has "
+                            f"{got}; the config and the weights disagree: set {key} to what the weights hold, or "
+                            "re-save the model with save_pretrained")
 
 
 # What GPT2Config needs from config.json (key: accepted types), checked before transformers reads it.
@@ -233,19 +259,67 @@ def to_hf(model: GPT):
     return hf.eval()
 
 
+# The added end-of-text token's logit, relative to the lowest real one: its probability, exp(-EOS_BELOW) of
+# the least likely real token's, is 0 in float32 and float64, so every text scores exactly as in the run.
+EOS_BELOW = 1000.0
+
+
 @torch.no_grad()
-def add_eos_row(hf, eos_id: int) -> None:
+def add_eos_row(hf, eos_id: int) -> bool:
     """Give an exported model its end-of-text token (see interop/hf_tokenizer.py): bos/eos = `eos_id` in the
     model and generation configs, and, when `eos_id` is past the model's vocabulary (bpe:N, byte: an added
-    token), a zero embedding row for it (input: only the position embedding; output: logit 0 everywhere).
-    The logits of every other token are unchanged."""
+    token), a row for it whose logit is far below every real one at every position, so that it takes no
+    probability: the export scores every text as the run does (a zero row, logit 0, took exp(-logsumexp)).
+
+    The head is tied to the embedding, so the row must be one vector w with w . ln_f(x) constant: LayerNorm's
+    output is gamma * xhat + beta with sum(xhat) = 0, so w = k / gamma gives k * sum(beta / gamma) at every
+    position, whatever x. Returns False (the row is then zero, the old logit 0) where no such w exists: a
+    zero gamma, or beta / gamma summing to about 0 (a model without biases)."""
     n = hf.config.vocab_size
     if eos_id > n:
         raise UserError(f"the tokenizer has {eos_id} tokens, more than the model's {n}; export with the "
                         "tokenizer the model was trained with (its run folder's tokenizer.json, or --data-dir)")
+    silent = True
     if eos_id == n:
         hf.resize_token_embeddings(n + 1, mean_resizing=False)
-        hf.get_input_embeddings().weight[n].zero_()
+        row = hf.get_input_embeddings().weight[n]
+        row.zero_()
+        w = _silent_row(hf, n)
+        if w is None:
+            silent = False
+        else:
+            row.copy_(w)
         hf.tie_weights()
     for cfg in (hf.config, hf.generation_config):
         cfg.bos_token_id = cfg.eos_token_id = eos_id
+    return silent
+
+
+def _silent_row(hf, n: int):
+    """The embedding row k / gamma whose logit is at least EOS_BELOW under every real logit on a probe
+    batch (checked in the model's own dtype), or None."""
+    ln = hf.transformer.ln_f
+    gamma = ln.weight.double()
+    beta = ln.bias.double() if ln.bias is not None else torch.zeros_like(gamma)
+    if not torch.all(gamma != 0):
+        return None
+    c = (beta / gamma).sum()
+    g = torch.Generator().manual_seed(0)
+    probe = torch.randint(0, n, (4, min(hf.config.n_positions, 64)), generator=g)
+    real = hf(probe).logits[..., :n].double()
+    target = real.min() - 2 * EOS_BELOW  # the constant logit k * c aimed at; at least EOS_BELOW below after
+    if c.abs() < 1e-6 * (beta.abs() / gamma.abs()).sum().clamp_min(1e-30):
+        return None
+    w = (target / c) / gamma
+    if not torch.isfinite(w).all():
+        return None
+    dtype = hf.get_input_embeddings().weight.dtype
+    emb = hf.get_input_embeddings().weight
+    old = emb[n].clone()
+    emb[n] = w.to(dtype)
+    hf.tie_weights()
+    probe[:, 0] = n  # as a document start (lm-eval's rolling loglikelihood): finite logits after it
+    logits = hf(probe).logits.double()
+    emb[n] = old
+    ok = torch.isfinite(logits).all() and (logits[..., n] <= logits[..., :n].min(-1).values - EOS_BELOW).all()
+    return w.to(dtype) if ok else None

@@ -8,9 +8,9 @@ exported folder works with `AutoTokenizer`, `AutoModelForCausalLM` and `pipeline
 - bpe:N: the byte-level BPE the run trained (Hugging Face `tokenizers`), as is, plus one added special
   token `<|endoftext|>` at id N (the first id past the run's vocabulary) as bos/eos, so clients that start a
   document with it (lm-eval's rolling loglikelihood) work. The run was trained without such a token: the
-  exported model gets an embedding row for it that is zero (see `interop.hf.add_eos_row`), so as input it
-  adds nothing but the position embedding, and as output its logit is exactly 0 at every position (the
-  model's trained logits are left as they are; the token takes probability exp(-logsumexp) of them).
+  exported model gets a row for it whose logit is a constant far below every real logit (see
+  `interop.hf.add_eos_row`), so it takes no probability: the model's trained logits, and every text's
+  score, are the run's own.
 - byte: a byte-level BPE with the 256 byte tokens at their byte values and no merges (ids = bytes), and
   `<|endoftext|>` at id 256, as for bpe:N.
 

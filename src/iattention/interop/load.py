@@ -11,13 +11,16 @@ from iattention.config import GPTConfig
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import tokenizer_from_file
+from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import from_hf
 from iattention.model.gpt import GPT
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
 DATA_SPEC_FILE = "iattention-data.json"
+# In an export's DATA_SPEC_FILE: the tokenizer_identity of the tokenizer it was exported with (a checkpoint
+# keeps it in its metadata, under "tokenizer").
+TOKENIZER_ID = "tokenizer_fingerprint"
 HF_DATA_SPEC = {"dataset": "wikitext-2-v1", "tokenizer": "gpt2"}  # GPT-2's own BPE
 
 
@@ -68,8 +71,12 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if is_hf_folder(path):
-
-        return from_hf(path).eval(), _data_spec_beside(path) or dict(HF_DATA_SPEC), {"source": str(path)}
+        spec = _data_spec_beside(path)
+        recorded = spec.pop(TOKENIZER_ID, None) if spec else None
+        if recorded is not None and not isinstance(recorded, str):
+            raise UserError(f"{path / DATA_SPEC_FILE} is corrupt (the model's data spec: key {TOKENIZER_ID!r}: "
+                            f"{type(recorded).__name__}, expected str); convert the model again")
+        return from_hf(path).eval(), spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}
     model, meta = load_model(path)
     folder = path if path.is_dir() else path.parent
     if path.is_dir():
@@ -119,14 +126,33 @@ def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = N
     return None
 
 
+def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, override: str | None = None) -> None:
+    """The tokenizer found for a model (its folder's tokenizer.json, or one rebuilt from its data) must be the
+    one it was trained with, as its checkpoint or export recorded it (`tokenizer_identity`): a tokenizer.json
+    copied in from another run, a train file changed under a bpe:N run, or an export's iattention-data.json
+    edited to another tokenizer name would score (or label) the right weights with the wrong tokenizer.
+    Models saved before the record are not checked; `--tokenizer` naming another spec is a choice."""
+    recorded = meta.get("tokenizer")
+    if not isinstance(recorded, str) or not recorded:
+        return
+    if override and override != (data or {}).get("tokenizer"):
+        return
+    now = tokenizer_identity(tok)
+    if now != recorded:
+        raise UserError(f"{source} was trained with tokenizer {recorded}, but the tokenizer found for it is {now} "
+                        "(a tokenizer.json or data spec beside it, or the train data of a bpe:N tokenizer, changed "
+                        "since); restore the model's own tokenizer.json and data spec, or pass --tokenizer to use "
+                        "another tokenizer on purpose")
+
+
 def load_run(path: str | Path, data_dir: str | None = None):
     """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
     rebuilt from its data spec; GPT-2's BPE for an HF folder). `data_dir` overrides where data files are
     read (default: $IATTN_DATA_DIR, else the folder the run recorded)."""
 
-    model, data, _ = load_any(path)
-    kept = kept_tokenizer(path, data)
-    if kept is not None:
-        return model, kept
-    return model, tokenizer_of(data_config_for(data, str(path), data_dir=data_dir_told(data_dir)))
+    model, data, meta = load_any(path)
+    tok = kept_tokenizer(path, data) or tokenizer_of(data_config_for(data, str(path),
+                                                                     data_dir=data_dir_told(data_dir)))
+    check_tokenizer(tok, meta, data, path)
+    return model, tok

@@ -15,7 +15,7 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends
-from iattention.data.tokenizers import Tokenizer, save_tokenizer_file
+from iattention.data.tokenizers import Tokenizer, save_tokenizer_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.train.distributed import DistContext
 from iattention.train.init_from import load_initial_weights
@@ -37,6 +37,7 @@ class Checkpointer:
         self.extending = False  # --resume to more epochs than the run there was made for
         self.config: dict = {}  # the run's resolved config, and the data fingerprints it checks and saves
         self.fingerprints: dict = {}
+        self.tokenizer = ""  # what the run's tokenizer maps text to (tokenizer_identity), saved in every checkpoint
         self._lock = None
         self._created = False
 
@@ -66,7 +67,7 @@ class Checkpointer:
     def check(self, config: dict, fingerprints: dict, tokenizer: Tokenizer) -> dict | None:
         """Is the folder this run's? The summary of a finished run when --resume has nothing to do, else None
         (train); `extending` tells whether the run there goes on to more epochs."""
-        self.config, self.fingerprints = config, fingerprints
+        self.config, self.fingerprints, self.tokenizer = config, fingerprints, tokenizer_identity(tokenizer)
         self.extending = self.folder.check_for(config, self.resume)
         if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer
             save_tokenizer_file(tokenizer, self.folder / TOKENIZER)
@@ -148,7 +149,8 @@ class Checkpointer:
 
     # ------------------------------------------------------------- saving
     def _meta(self, state: TrainState) -> dict:
-        return {"config": self.config, "state": dataclasses.asdict(state), "data_fingerprint": self.fingerprints}
+        return {"config": self.config, "state": dataclasses.asdict(state), "data_fingerprint": self.fingerprints,
+                "tokenizer": self.tokenizer}
 
     def save_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:
         """The resumable checkpoint (the caller saves the logs first: a checkpoint never points past them)."""

@@ -48,12 +48,36 @@ def check_out_folder(path: str | Path, data_dir: str | Path | None = None, flag:
             raise
         raise UserError(f"{flag} {message}") from None
     where = path.resolve()
-    precious = {Path("/"): "the file system root", Path.home().resolve(): "your home folder"}
+    precious = {Path("/"): "the file system root"}
+    if home_folder() is not None:
+        precious[home_folder().resolve()] = "your home folder"
     if data_dir:
         precious[Path(data_dir).resolve()] = "the data folder"
     if where in precious:
         raise UserError(f"{flag} {path} is {precious[where]}; give a folder of its own for the results "
                         f"(e.g. {flag} runs/NAME)")
+
+
+def home_folder() -> Path | None:
+    """The user's home folder, or None where there is none (HOME unset and no passwd entry for the uid, as
+    `docker run --user 4242` gives): what lives there (the token cache, the remembered data folder) is
+    optional, so callers go on without it."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
+def expand_user(path: str | Path) -> Path:
+    """`path` with a leading ~ expanded; a user without a home folder gets one line, not a RuntimeError."""
+    path = Path(path)
+    if not str(path).startswith("~"):
+        return path
+    try:
+        return path.expanduser()
+    except (RuntimeError, KeyError):
+        raise UserError(f"{path} starts with ~, but this user has no home folder (HOME is unset and the uid has "
+                        "no passwd entry); write the path in full, or set HOME") from None
 
 
 def read_bytes(path: str | Path, what: str, fix: str) -> bytes:

@@ -14,7 +14,7 @@ def _cfg(paths, cache, tokenizer="byte"):
 
 
 def _cache_files(cache):
-    return sorted(f for f in os.listdir(os.path.join(cache, "tokens")) if f.endswith(".bin"))
+    return sorted(f for f in os.listdir(os.path.join(cache, "tokens")) if f.endswith(".tok"))
 
 
 def test_token_cache_hits_and_invalidates(tmp_path):
@@ -22,7 +22,7 @@ def test_token_cache_hits_and_invalidates(tmp_path):
     cfg = _cfg(paths, tmp_path / "c")
     first = load_data(cfg)
     files = _cache_files(tmp_path / "c")
-    assert len(files) == 3 and all(f.endswith(".uint16.bin") for f in files)
+    assert len(files) == 3 and all(f.endswith(".uint16.tok") for f in files)
     again = load_data(cfg)
     assert _cache_files(tmp_path / "c") == files  # hit: nothing new written
     assert isinstance(again.splits["train"], np.memmap)
@@ -44,8 +44,8 @@ def test_a_truncated_token_cache_is_rebuilt_not_read_as_a_shorter_split(tmp_path
     from iattention.data.cache import cache_key
     from iattention.data.sources import read_split
 
-    name = f"{cache_key(read_split(cfg, 'test'), 'byte')}.uint16.bin"
-    assert os.path.getsize(os.path.join(tokens, name)) == 2 * len(whole)
+    name = f"{cache_key(read_split(cfg, 'test'), 'byte')}.uint16.tok"
+    assert os.path.getsize(os.path.join(tokens, name)) > 2 * len(whole)  # a header, then the ids
     with open(os.path.join(tokens, name), "r+b") as f:  # cut the test split's cache to half
         f.truncate(len(whole))
     again = load_data(cfg).splits["test"]
