@@ -37,7 +37,8 @@ def _layer_outputs(model):
 
 def _diff(a, b) -> float:
     with torch.no_grad():
-        return max((a(_x())[0] - b(_x())[0]).abs().max().item(), (_layer_outputs(a) - _layer_outputs(b)).abs().max().item())
+        logits = (a(_x())[0] - b(_x())[0]).abs().max().item()
+        return max(logits, (_layer_outputs(a) - _layer_outputs(b)).abs().max().item())
 
 
 def _moved(model, A_q, A_k, S_v, S_o):
@@ -67,7 +68,7 @@ def test_a_random_commuting_gauge_keeps_the_function(kw):
 
 def _controls(cfg):
     """Gauges that do not commute with RoPE, or do not respect the groups: each must change the function."""
-    G, H, r, rot = cfg.n_kv_head, cfg.n_head, cfg.d_head, cfg.rot
+    G, r, rot = cfg.n_kv_head, cfg.d_head, cfg.rot
     gen = torch.Generator().manual_seed(4)
     base = sg.random_commuting(G, r, rot, cfg.rope_layout, gen)
     first, second = pair_dims(rot, cfg.rope_layout)
