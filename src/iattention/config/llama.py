@@ -11,6 +11,7 @@ from iattention.errors import UserError
 
 ARCH = "llama"  # the `arch` key a saved Llama config carries (a GPTConfig has none)
 ROPE_TYPES = ("default", "llama3")
+FAMILY_NAMES = ("llama", "qwen2", "mistral")  # transformers' model_type of an export
 
 
 @dataclass
@@ -24,6 +25,8 @@ class LlamaConfig:
     rope_parameters beyond rope_type / rope_theta, for rope_type "llama3") give the frequencies.
     qkv_bias: biases on q, k, v (Qwen2); o_bias: on the output projection (Llama's attention_bias sets both).
     block_size: the longest sequence (transformers' max_position_embeddings, or Mistral's sliding window if shorter).
+    family: the transformers class an export writes (FAMILIES: "llama", "qwen2", "mistral"); sliding_window
+    (Mistral's, 0: none) and max_positions (max_position_embeddings, 0: block_size) are kept for that export.
     """
 
     n_layer: int = 2
@@ -45,6 +48,9 @@ class LlamaConfig:
     tie_embeddings: bool = False
     dropout: float = 0.0
     attention: str = "standard"
+    family: str = "llama"
+    sliding_window: int = 0
+    max_positions: int = 0
 
     def __post_init__(self) -> None:
         if not self.d_head and isinstance(self.n_embd, int) and isinstance(self.n_head, int) and self.n_head > 0:
@@ -74,6 +80,8 @@ class LlamaConfig:
         if self.attention not in GROUPED_REGISTRY:
             raise UserError(f"unknown attention {self.attention!r} for a Llama-family model; choose one of "
                             f"{', '.join(GROUPED_REGISTRY)}")
+        if self.family not in FAMILY_NAMES:
+            raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
