@@ -140,7 +140,8 @@ class LlamaCanonicalAttention(GroupedAttention):
         return self._frozen("W_O", build)
 
     def qkv(self, x):
-        W = merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0))  # ((H + 2G) r, d)
+        W = self._frozen("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)))
+        # W: ((H + 2G) r, d)
         b = None
         if self.b_Q is not None:
             b = torch.cat([self.b_Q.reshape(-1), self.b_K.reshape(-1), self.b_V.reshape(-1)])
@@ -148,7 +149,7 @@ class LlamaCanonicalAttention(GroupedAttention):
         return torch.nn.functional.linear(x, W, b).split([H * r, G * r, G * r], dim=-1)
 
     def project_out(self, y):
-        return torch.nn.functional.linear(y, merge_heads_out(self.out_weight()), self.b_O)
+        return torch.nn.functional.linear(y, self._frozen("o", lambda: merge_heads_out(self.out_weight())), self.b_O)
 
     def to_heads(self) -> GroupedHeadWeights:
         return GroupedHeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(),
