@@ -10,6 +10,8 @@ from __future__ import annotations
 from iattention.attention.canonical import CanonicalAttention
 from iattention.attention.identity_ko import IdentityKOAttention
 from iattention.attention.identity_q import IdentityQAttention
+from iattention.attention.llama_canonical import LlamaCanonicalAttention
+from iattention.attention.llama_standard import LlamaStandardAttention
 from iattention.attention.standard import StandardAttention
 
 ATTENTION_REGISTRY: dict[str, type] = {
@@ -17,6 +19,13 @@ ATTENTION_REGISTRY: dict[str, type] = {
     "canonical": CanonicalAttention,
     "identity_q": IdentityQAttention,
     "identity_ko": IdentityKOAttention,
+}
+
+# The Llama family (RoPE, grouped-query attention; model/llama.py): its own variants under the same names, since
+# their layers take a LlamaConfig and a RoPE table (attention/grouped.py), not a GPTConfig.
+GROUPED_REGISTRY: dict[str, type] = {
+    "standard": LlamaStandardAttention,
+    "canonical": LlamaCanonicalAttention,
 }
 
 
@@ -32,3 +41,8 @@ def full_class_variants() -> tuple[str, ...]:
 
 def build_attention(config):
     return ATTENTION_REGISTRY[config.attention](config)
+
+
+def build_grouped_attention(config):
+    """A Llama-family layer (config: a LlamaConfig)."""
+    return GROUPED_REGISTRY[config.attention](config)

@@ -17,6 +17,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from iattention.config.llama import ARCH as LLAMA_ARCH
+from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig, upgrade_config
 from iattention.errors import UserError
 from iattention.model.gpt import available_memory
@@ -28,8 +30,15 @@ FORMAT = "iattention-checkpoint-1"
 TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
 
 
+EMBEDDINGS = ("transformer.wte.weight", "model.embed_tokens.weight")  # what a tied lm_head.weight is (GPT, Llama)
+
+
 def model_tensors(model) -> dict[str, torch.Tensor]:
-    return {f"model/{k}": v.detach().contiguous() for k, v in model.state_dict().items() if k not in TIED}
+    """The model's tensors, a tied head once (an untied one, as a Llama-family model may have, in full)."""
+    state = model.state_dict()
+    shared = {k for k in TIED if k in state and any(state[e].data_ptr() == state[k].data_ptr()
+                                                    for e in EMBEDDINGS if e in state)}
+    return {f"model/{k}": v.detach().contiguous() for k, v in state.items() if k not in shared}
 
 
 def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -121,7 +130,10 @@ def _check_meta(path: Path, meta: dict) -> None:
             raise _bad_meta(path, f"config.{section}", f"{_kind(value)}, expected an object")
     model = config.get("model")
     if model is not None:
-        types = {f.name: type(f.default) for f in dataclasses.fields(GPTConfig)}
+        cls = LlamaConfig if model.get("arch") == LLAMA_ARCH else GPTConfig
+        types = {f.name: dict if f.default is dataclasses.MISSING else type(f.default) for f in dataclasses.fields(cls)}
+        if cls is LlamaConfig:
+            types["arch"] = str
         for key, value in model.items():
             want = types.get(key)
             if want is None:
@@ -130,7 +142,7 @@ def _check_meta(path: Path, meta: dict) -> None:
             if not isinstance(value, ok) or isinstance(value, bool) and want is not bool:
                 raise _bad_meta(path, f"config.model.{key}", f"{_kind(value)}, expected {want.__name__}")
         try:
-            GPTConfig.from_dict(model)
+            cls.from_dict(model)
         except UserError as e:
             raise _bad_meta(path, "config.model", str(e)) from None
     if not isinstance(meta.get("tokenizer", ""), str):  # what its tokenizer maps text to (tokenizer_identity)
@@ -232,7 +244,10 @@ def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
     for k in TIED:
-        state[k] = state["transformer.wte.weight"] if "transformer.wte.weight" in state else None
+        if k in state:  # an untied head, saved in full
+            continue
+        twin = next((e for e in EMBEDDINGS if e in state), None)
+        state[k] = state[twin] if twin else None
     own = model.state_dict()
     for k, v in state.items():  # load_state_dict would cast silently: an fp16 or int64 file is another model
         if k in own and v is not None and v.dtype != own[k].dtype:

@@ -54,7 +54,20 @@ def cmd_convert(args) -> None:
                    tokenizer_id=tokenizer_id)
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{args.dtype}] at {args.out}")
-    if rep.conditioning:
+    if rep.conditioning and "pivoted output" in rep.conditioning:  # a Llama-family model
+        print(f"fixed blocks per layer (worst KV group), {args.block} blocks used; pivoted | aligned:")
+        cond = rep.conditioning
+        for layer in range(len(cond["pivoted output"])):
+            parts = []
+            if "pivoted rotary" in cond:
+                parts.append(f"rotary pivot ratio min {min(cond['pivoted rotary'][layer]):.3g} | "
+                             f"{min(cond['aligned rotary'][layer]):.3g}")
+            for what in ("pass", "output"):
+                if f"pivoted {what}" in cond:
+                    parts.append(f"{what} cond max {max(cond[f'pivoted {what}'][layer]):.3g} | "
+                                 f"{max(cond[f'aligned {what}'][layer]):.3g}")
+            print(f"  layer {layer:>2}: " + "; ".join(parts))
+    elif rep.conditioning:
         print(f"condition numbers of the fixed {args.block} blocks (per layer: max over heads; median):")
         for layer, (k, o) in enumerate(zip(rep.conditioning["key"], rep.conditioning["output"])):
             print(f"  layer {layer:>2}: key max {max(k):10.3g} median {np.median(k):8.3g} | output max "
@@ -72,8 +85,10 @@ def cmd_convert(args) -> None:
 
 def register(sub) -> None:
 
-    p = sub.add_parser("convert", help="exact conversion: HF GPT-2 / standard <-> canonical",
-                       description="Read an HF GPT-2 folder or an iattention checkpoint and write it as a "
+    p = sub.add_parser("convert",
+                       help="exact conversion: HF GPT-2 / Llama / Qwen2 / Mistral, standard <-> canonical",
+                       description="Read an HF GPT-2, Llama, Qwen2 or Mistral folder or an iattention checkpoint and "
+                                   "write it as a "
                                    "canonical (I-Attention) or standard iattention model, or as an HF folder. "
                                    "Prints block condition numbers, parameter counts and the logit difference "
                                    "on a fixed probe batch.")

@@ -20,9 +20,11 @@ from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
+from iattention.interop.hf_llama import to_hf_llama
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID
 from iattention.model.gpt import GPT
+from iattention.symmetry import grouped
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, remove_stale, temp_prefix
@@ -67,6 +69,8 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if grouped.is_grouped(src):
+        return convert_grouped(src, to, block, dtype)
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]
@@ -91,6 +95,46 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
     if scale == 0:  # every logit zero (e.g. an all-zero model): no relative difference to report
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
                         "nothing model), so the conversion cannot be checked; convert a model with weights")
+    return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
+
+
+@torch.no_grad()
+def grouped_conditioning(model) -> dict[str, list]:
+    """Per layer and KV group, for pivoted and aligned blocks: the smallest rotary pivot ratio |c_p| / ||c||
+    ('rotary'), the pass block's and the output block's condition numbers ('pass', 'output'); keys
+    '<block> <what>', each (L, G) as lists."""
+    c = model.config
+    out: dict[str, list] = {}
+    for attn in grouped.expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
+        hw = attn.to_heads().to(torch.float64)
+        for block in ("pivoted", "aligned"):
+            blocks = grouped.select_blocks(hw, c.rot, c.rope_layout, block)
+            for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
+                out.setdefault(f"{block} {what}", []).append(v.tolist())
+    return out
+
+
+@torch.no_grad()
+def convert_grouped(src, to: str, block: str, dtype: str):
+    """convert() for a Llama-family model: canonical, standard or its transformers class."""
+    src64 = copy.deepcopy(src).double().eval()
+    x = probe_batch(src64)
+    ref = src64(x)[0]
+    cond = None
+    if to == "canonical":
+        out = grouped.canonicalize(src64, block=block).to(DTYPES[dtype])
+        cond = grouped_conditioning(src64)
+    elif to == "standard":
+        out = grouped.expand(src64).to(DTYPES[dtype])
+    else:
+        out = to_hf_llama(src64).to(DTYPES[dtype])
+    logits = out(x)[0] if to != "hf" else out(x).logits
+    diff = (logits.double() - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    if scale == 0:
+        raise UserError("the source model's logits are all zero on the probe batch, so the conversion cannot be "
+                        "checked; convert a model with weights")
+    after = sum(p.numel() for p in out.parameters())
     return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
 
 

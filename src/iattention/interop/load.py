@@ -8,13 +8,16 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
+from iattention.config.llama import ARCH, LlamaConfig
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import from_hf
+from iattention.interop.hf_llama import load_hf_llama
 from iattention.model.gpt import GPT
+from iattention.model.llama import Llama
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
 DATA_SPEC_FILE = "iattention-data.json"
@@ -37,9 +40,12 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
-    model = GPT(GPTConfig.from_dict(model_cfg))
+    if model_cfg.get("arch") == ARCH:
+        model = Llama(LlamaConfig.from_dict(model_cfg))
+    else:
+        model = GPT(GPTConfig.from_dict(model_cfg))
     tensors = ckpt.load_tensors(path)
-    wte = tensors.get("model/transformer.wte.weight")
+    wte = tensors.get("model/transformer.wte.weight", tensors.get("model/model.embed_tokens.weight"))
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
     ckpt.load_model_state(model, tensors, path)
@@ -71,6 +77,9 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if is_hf_folder(path):
+        model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
+        if model_type != "gpt2":  # a Llama-family folder (or a one-line refusal): no tokenizer we know
+            return load_hf_llama(path), _data_spec_beside(path), {"source": str(path)}
         spec = _data_spec_beside(path)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):

@@ -13,6 +13,7 @@ import torch
 
 from iattention.attention.base import frozen_weights
 from iattention.attention.cache import KVCache
+from iattention.errors import UserError
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -47,17 +48,24 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_
 @torch.no_grad()
 def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
-             on_token: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
-    """idx (B, T) prompt ids -> (B, T + max_new_tokens). on_token(ids (B, 1)) is called per new token."""
+             on_token: Callable[[torch.Tensor], None] | None = None, cache_kind: str = "full") -> torch.Tensor:
+    """idx (B, T) prompt ids -> (B, T + max_new_tokens). on_token(ids (B, 1)) is called per new token.
+    cache_kind: "full" (keys and values) or "k-only" (a model with `make_cache`: model/llama.py)."""
+    if cache_kind != "full" and not hasattr(model, "make_cache"):
+        raise UserError(f"cache {cache_kind!r} is implemented for Llama-family models only; use the full cache")
+
+    def new_cache():
+        return model.make_cache(cache_kind) if hasattr(model, "make_cache") else KVCache(model.config.n_layer)
+
     was_training = model.training
     model.eval()
     with frozen_weights(model):  # weights cannot change while decoding: build derived ones once
         block = model.config.block_size
-        cache = KVCache(model.config.n_layer) if use_cache else None
+        cache = new_cache() if use_cache else None
         feed = idx[:, -block:]
         for _ in range(max_new_tokens):
             if cache is not None and cache.length + feed.shape[1] > block:  # window full: start over
-                cache, feed = KVCache(model.config.n_layer), idx[:, -block:]
+                cache, feed = new_cache(), idx[:, -block:]
             logits, _ = model(feed, cache=cache) if cache is not None else model(idx[:, -block:])
             tok = next_token(logits[:, -1, :], temperature, top_k, top_p, generator)
             idx = torch.cat([idx, tok], dim=1)

@@ -166,7 +166,8 @@ class Trainer:
             kind=kind, step=s.step, epoch=s.epoch + (kind == "epoch"), lr=self._lr(max(0, s.step - 1)),
             train_loss=train_loss, train_ppl=None if train_loss is None else exp_loss(train_loss), val_loss=val_loss,
             val_ppl=val_ppl, val_word_ppl=self.validator.per_unit("valid", val_loss)["word_ppl"],
-            eval_dtype=self.runtime.eval_dtype, tokens_per_s=tokens_per_s, wall_time=s.wall_time + time.time() - self._t0))
+            eval_dtype=self.runtime.eval_dtype, tokens_per_s=tokens_per_s,
+            wall_time=s.wall_time + time.time() - self._t0))
 
     def _end_epoch(self, tokens_per_s: float) -> None:
         """Validation, the best checkpoint, early stopping (in the state), and a resumable checkpoint."""
@@ -197,7 +198,8 @@ class Trainer:
             best_val_loss=s.best_val_loss, best_val_ppl=exp_loss(s.best_val_loss), best_epoch=s.best_epoch,
             test_loss=test_loss, test_ppl=test_ppl, **self.validator.units(s.best_val_loss, test_loss),
             epochs_run=s.epoch, steps=s.step, stopped_early=s.stopped_early, skipped_batches=s.skipped,
-            eval_dtype=self.runtime.eval_dtype, tokens_seen=s.tokens_seen, train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9),
+            eval_dtype=self.runtime.eval_dtype, tokens_seen=s.tokens_seen,
+            train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9),
             wall_time_s=s.wall_time, started_from=self.init_source, **self.runtime.describe(),
             torch=torch.__version__, machine=platform.machine())
         self.metrics.save()

@@ -1,0 +1,162 @@
+"""Unit tests of iattention.interop.hf_llama and the Llama-family path of interop.convert / interop.load: exact
+conversion of random-init tiny transformers Llama / Qwen2 / Mistral models (nothing downloaded)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from iattention.errors import UserError
+from iattention.interop.convert import convert, save_converted
+from iattention.interop.hf_llama import from_hf_llama, load_hf_llama, to_hf_llama
+from iattention.interop.load import load_any
+
+tf = pytest.importorskip("transformers")
+tf.utils.logging.set_verbosity_error()
+
+BASE = dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=32)
+# (id, transformers class, config overrides)
+CASES = [
+    ("llama-mha", "Llama", dict(num_key_value_heads=4)),
+    ("llama-gqa-untied", "Llama", dict(num_key_value_heads=2, tie_word_embeddings=False)),
+    ("llama-mqa-tied", "Llama", dict(num_key_value_heads=1, tie_word_embeddings=True)),
+    ("llama-d_head-12-bias", "Llama", dict(num_key_value_heads=2, head_dim=12, attention_bias=True)),
+    ("llama-partial-factor-ignored", "Llama", dict(num_key_value_heads=2, partial_rotary_factor=0.5)),
+    ("llama-rope-llama3", "Llama", dict(num_key_value_heads=2, rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=8))),
+    ("qwen2-gqa-tied", "Qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
+    ("mistral-gqa", "Mistral", dict(num_key_value_heads=2, sliding_window=None)),
+]
+IDS = [c[0] for c in CASES]
+
+
+def hf_model(kind: str, seed: int = 0, **kw):
+    """A float64 random-init transformers model with its norm gains and biases random too (init leaves them 1 and
+    0, which would hide a dropped bias or gain)."""
+    torch.manual_seed(seed)
+    cfg = getattr(tf, f"{kind}Config")(**{**BASE, **kw})
+    model = getattr(tf, f"{kind}ForCausalLM")(cfg).double().eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype)) if p.dim() == 1 else \
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / p.shape[-1] ** 0.5)
+    return model
+
+
+def _x():
+    return torch.randint(0, 67, (2, 24), generator=torch.Generator().manual_seed(1))
+
+
+def _family(kind: str) -> str:
+    return kind.lower()
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_our_model_computes_transformers_logits(case):
+    _, kind, kw = case
+    hf = hf_model(kind, **kw)
+    ours = from_hf_llama(hf, _family(kind))
+    with torch.no_grad():
+        assert (ours(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
+    assert ours.config.rot == ours.config.d_head  # Llama rotates the whole head whatever partial_rotary_factor says
+    assert ours.num_params() == sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("to", ["canonical", "standard"])
+def test_hf_to_ours_to_hf_is_exact(case, to):
+    """HF -> canonical (or standard) -> HF: the same logits in float64 and within 1e-4 relative in float32; canonical
+    holds exactly L G (rot + (r - rot)^2 + r^2) fewer parameters."""
+    _, kind, kw = case
+    hf = hf_model(kind, **kw)
+    src = from_hf_llama(hf, _family(kind))
+    mid, rep = convert(src, to, dtype="float64")
+    back = to_hf_llama(mid)
+    assert type(back) is type(hf)
+    with torch.no_grad():
+        ref = hf(_x()).logits
+        assert (back(_x()).logits - ref).abs().max().item() <= 1e-9
+    c = src.config
+    removed = c.n_layer * c.n_kv_head * (c.rot + (c.d_head - c.rot) ** 2 + c.d_head**2) if to == "canonical" else 0
+    assert rep.params_before - rep.params_after == removed
+    assert rep.max_abs_logit_diff <= 1e-9
+    _, rep32 = convert(src, to, dtype="float32")
+    assert rep32.max_rel_logit_diff <= 1e-4
+
+
+def test_the_conversion_changes_what_it_should():
+    """The canonical weights differ from the source (the round trip is not a copy), and a wrong export fails:
+    swapping two KV heads of the key map changes the logits (so the 1e-9 check can fail)."""
+    hf = hf_model("Llama", num_key_value_heads=2)
+    src = from_hf_llama(hf, "llama")
+    canon, _ = convert(src, "canonical", dtype="float64")
+    back = to_hf_llama(canon)
+    moved = max((a - b).abs().max().item() for a, b in zip(src.state_dict().values(), canon.state_dict().values())
+                if a.shape == b.shape)
+    assert moved > 0.1
+    with torch.no_grad():
+        back.model.layers[0].self_attn.k_proj.weight.copy_(back.model.layers[0].self_attn.k_proj.weight.roll(8, 0))
+        assert (back(_x()).logits - hf(_x()).logits).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("kind,kw", [("Qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
+                                     ("Llama", dict(num_key_value_heads=2, tie_word_embeddings=False))])
+def test_saved_folders_reload_bitwise(tmp_path, kind, kw):
+    hf = hf_model(kind, **kw)
+    hf.save_pretrained(tmp_path / "hf")
+    src, data, _ = load_any(tmp_path / "hf")
+    assert data is None
+    ours = src.state_dict()
+    assert set(ours) == set(hf.state_dict())  # the same names, one to one
+    for name, a in hf.state_dict().items():
+        assert torch.equal(a, ours[name]), name
+    canon, rep = convert(src, "canonical", dtype="float64")
+    save_converted(canon, tmp_path / "canon", "canonical", rep, source="test")
+    again, _, _ = load_any(tmp_path / "canon")
+    assert again.config == canon.config
+    for (name, a), b in zip(canon.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), name
+    out, rep = convert(again, "hf", dtype="float64")
+    save_converted(out, tmp_path / "back", "hf", rep, source="test")
+    back = load_hf_llama(tmp_path / "back")
+    with torch.no_grad():
+        assert (back(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
+
+
+def _folder(tmp_path, config: dict):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize("model_type,why", [("qwen3", "QK-norm"), ("gemma3_text", "QK-norm"),
+                                            ("phi3", "fused qkv_proj"), ("gpt_neox", "converts gpt2, llama")])
+def test_out_of_scope_models_are_refused_in_one_line(tmp_path, model_type, why):
+    with pytest.raises(UserError, match=why) as e:
+        load_any(_folder(tmp_path, {"model_type": model_type}))
+    assert "\n" not in str(e.value)
+
+
+def test_a_missing_tensor_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    hf = hf_model("Llama", num_key_value_heads=2, tie_word_embeddings=False)
+    hf.save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["model.layers.1.self_attn.k_proj.weight"]
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match="missing tensor.*k_proj"):
+        load_any(tmp_path)
+
+
+def test_a_model_transformers_cannot_hold_is_not_exported():
+    hf = hf_model("Llama", num_key_value_heads=2)
+    src = from_hf_llama(hf, "llama")
+    partial = type(src)(src.config.replace(rot=4))
+    with pytest.raises(UserError, match="rot=4 of d_head=8"):
+        to_hf_llama(partial)
