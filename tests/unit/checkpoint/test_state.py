@@ -535,3 +535,38 @@ def test_load_optimizer_state_names_the_file_that_lacks_optimizer_tensors(tmp_pa
     assert str(err.value) == (f"checkpoint {path} lacks 1 of its {len(listed)} optimizer tensors (e.g. {listed[0]}): "
                               "resuming would restart the optimizer's moments; resume from a complete checkpoint or "
                               "retrain")
+
+
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_an_optimizer_resumed_from_a_checkpoint_takes_the_step_it_would_have_taken(tmp_path, name):
+    """Two steps, save, load into a fresh model and optimizer, one more step: the weights equal those of
+    the run that never stopped, bit for bit (AdamW's step count sets its bias correction, the moments its
+    direction: either lost, the third step differs)."""
+    from iattention.config import OptimConfig
+    from iattention.train.optim import apply_step, build_optimizer, set_lr
+
+    cfg = OptimConfig(name=name, lr=1e-2)
+    batch = torch.randint(0, 97, (3, 2, 9), generator=torch.Generator().manual_seed(1))
+
+    def step(model, opt, i):
+        set_lr(opt, cfg.lr)
+        logits, _ = model(batch[i, :, :-1])
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[i, :, 1:].reshape(-1)).backward()
+        apply_step(model, opt, cfg.grad_clip)
+
+    torch.manual_seed(0)
+    model = make_model(dtype=torch.float32).train()
+    opt = build_optimizer(model, cfg, "cpu")
+    step(model, opt, 0)
+    step(model, opt, 1)
+    path = tmp_path / "last.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {}, "state": {"step": 2}}, optimizer=opt)
+    resumed = make_model(dtype=torch.float32, scale=0.01).train()  # other weights: all must come from the file
+    tensors = ckpt.load_tensors(path)
+    ckpt.load_model_state(resumed, tensors, path)
+    opt2 = build_optimizer(resumed, cfg, "cpu")
+    ckpt.load_optimizer_state(opt2, tensors, ckpt.read_meta(path), path)
+    step(model, opt, 2)
+    step(resumed, opt2, 2)
+    for (k, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), k

@@ -7,7 +7,7 @@ import pytest
 
 from helpers import write_corpus
 from iattention.data import DataConfig, epoch_order, eval_windows, load_data, load_tokenizer
-from iattention.data.dataset import count_words, scored_text
+from iattention.data.dataset import count_words, n_train_windows, scored_text, train_batch
 from iattention.errors import UserError
 from iattention.train.evaluate import per_unit
 
@@ -86,3 +86,29 @@ def test_scored_text_of_a_whole_text_is_it_less_its_first_token(tmp_path):
     text = scored_text(tok, tok.encode(source))
     assert (text.tokens, text.words, text.bytes) == (len(enc.ids) - 1, len(re.split(r"\s+", rest)),
                                                       len(rest.encode()))
+
+
+@pytest.mark.parametrize("block", [1, 4, 7])
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize("extra", [0, 1])
+def test_training_windows_are_every_whole_window_of_block_plus_one_tokens(block, k, extra):
+    """A training window is block + 1 tokens (inputs and the targets one further), windows step by block:
+    the count is the largest n whose last window ends inside the split. At k * block tokens the last
+    block is one token short of a window; at k * block + 1 it is whole."""
+    tokens = np.arange(k * block + extra)
+    n = n_train_windows(tokens, block)
+    assert n * block + 1 <= len(tokens) < (n + 1) * block + 1
+    if n == 0:
+        return
+    x, y = train_batch(tokens, np.arange(n), block)
+    assert x.shape == y.shape == (n, block)
+    for i in range(n):  # window i: inputs tokens[i*block : (i+1)*block], targets one token further
+        assert x[i].tolist() == list(range(i * block, (i + 1) * block))
+        assert y[i].tolist() == list(range(i * block + 1, (i + 1) * block + 1))
+
+
+def test_a_split_of_one_window_or_less_has_none_or_one():
+    assert n_train_windows(np.arange(0), 4) == 0
+    assert n_train_windows(np.arange(1), 4) == 0
+    assert n_train_windows(np.arange(4), 4) == 0  # 4 inputs need a fifth token as the last target
+    assert n_train_windows(np.arange(5), 4) == 1

@@ -2,14 +2,16 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from helpers import make_model
 from iattention import GPT, GPTConfig
 from iattention.data import DataConfig, load_tokenizer
 from iattention.data.dataset import scored_text
 from iattention.train.distributed import DistContext
-from iattention.train.evaluate import per_unit, split_nll
+from iattention.train.evaluate import per_unit, split_nll, strided_nll
 
 
 def _byte_tokenizer():
@@ -34,3 +36,33 @@ def test_a_uniform_model_gives_eight_bits_per_byte_and_a_hand_computed_word_perp
     assert m["byte_ppl"] == pytest.approx(256.0, rel=1e-5)
     assert m["word_ppl"] == pytest.approx(256.0 ** (35 / words), rel=1e-5)
     assert per_unit(nll, scored_text(tok, ids), scored=n - 1) is None  # not every token scored: no figures
+
+
+def _by_hand(model, tokens, block, stride):
+    """Sliding-window NLL one token at a time: token j (j >= 1) is scored once, by the first window (windows
+    start at 0, stride, 2 * stride, ... and hold block tokens) that reaches past it, with that window's
+    tokens before it as context; a token that is its window's first has no context there and is unscored."""
+    total, count = 0.0, 0
+    for j in range(1, len(tokens)):
+        begin = 0
+        while begin + block <= j:
+            begin += stride
+        if begin == j:
+            continue
+        ctx = torch.tensor(tokens[begin:j], dtype=torch.long)[None]
+        logits, _ = model(ctx)
+        total -= torch.log_softmax(logits[0, -1].double(), -1)[int(tokens[j])].item()
+        count += 1
+    return total, count
+
+
+@pytest.mark.parametrize("n, block, stride", [(23, 8, 3), (23, 8, 8), (17, 6, 4), (9, 16, 5), (25, 8, 1)])
+def test_strided_nll_is_the_sum_over_tokens_each_scored_once(n, block, stride):
+    model = make_model(dtype=torch.float64, block_size=16)
+    tokens = np.random.default_rng(n + stride).integers(0, 97, n)
+    want, want_count = _by_hand(model, tokens, block, stride)
+    got, count = strided_nll(model, tokens, block, stride, batch_size=2)
+    assert count == want_count
+    if stride < block:
+        assert count == n - 1  # every token after the first, once
+    assert got == pytest.approx(want, rel=1e-5)  # float32 cross-entropy inside strided_nll
