@@ -85,12 +85,14 @@ def test_interrupted_sweep_loses_and_duplicates_nothing(tmp_path):
            "--out", str(tmp_path / "sw"), *ov]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     first = tmp_path / "sw" / "standard-h2-s0" / "summary.json"
-    deadline = time.time() + 120
-    while not first.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # the second run is in progress
+    second = tmp_path / "sw" / "canonical-h2-s0"  # the grid is seed-major: the second run to train
+    deadline = time.time() + 300
+    while not (second / "last.safetensors").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # polling the file: the second run has checkpointed its first epoch of two
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert first.exists() and (second / "last.safetensors").exists()
+    assert not (second / "summary.json").exists()  # killed half-done: the case the rerun must resume
     mtime = first.stat().st_mtime_ns
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
