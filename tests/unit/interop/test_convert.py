@@ -1,0 +1,97 @@
+"""Converting a model (`interop/convert.py`): the converted model computes the source's function, its report
+says what really changed (parameters, logit difference), the source is left as it was, and a converted
+folder is written whole or not at all and loads back as the same model."""
+
+import pytest
+import torch
+
+from helpers import make_model
+from iattention.errors import UserError
+from iattention.interop.convert import block_conditioning, convert, probe_batch, save_converted
+from iattention.interop.load import load_model
+from iattention.symmetry import param_count
+
+
+def _logits(model, x):
+    with torch.no_grad():
+        return model(x)[0].double()
+
+
+@pytest.mark.parametrize("block", ["pivoted", "aligned"])
+def test_canonical_and_back_compute_the_source_s_function_and_report_it(block):
+    src = make_model()
+    before = {k: v.clone() for k, v in src.state_dict().items()}
+    x = probe_batch(src)
+    canon, rep = convert(src, "canonical", block=block, dtype="float64")
+    assert canon.config.attention == "canonical"
+    diff = (_logits(canon, x) - _logits(src, x)).abs().max().item()
+    assert diff < 1e-9 * _logits(src, x).abs().max().item()
+    assert rep.max_abs_logit_diff == pytest.approx(diff, abs=1e-12)
+    assert rep.params_before == src.num_params() and rep.params_after == canon.num_params()
+    assert rep.params_after == param_count(canon.config) < rep.params_before
+    L, H = src.config.n_layer, src.config.n_head
+    assert {k: (len(v), len(v[0])) for k, v in rep.conditioning.items()} == {"key": (L, H), "output": (L, H)}
+    assert all(c >= 1 for v in rep.conditioning.values() for row in v for c in row)  # condition numbers
+    back, rep2 = convert(canon, "standard", dtype="float64")
+    assert back.config.attention == "standard" and rep2.params_after == src.num_params()
+    assert (_logits(back, x) - _logits(src, x)).abs().max().item() < 1e-9 * _logits(src, x).abs().max().item()
+    assert all(torch.equal(v, before[k]) for k, v in src.state_dict().items())  # the source is untouched
+
+
+def test_the_report_s_difference_is_the_cast_s_own():
+    src = make_model()
+    out, rep = convert(src, "canonical", dtype="float32")
+    assert next(out.parameters()).dtype == torch.float32
+    x = probe_batch(src)
+    got = (_logits(out, x) - _logits(src, x)).abs().max().item()
+    assert rep.max_abs_logit_diff == pytest.approx(got, rel=1e-6) and got > 0  # float32 rounding, reported
+    assert rep.max_rel_logit_diff == pytest.approx(got / _logits(src, x).abs().max().item(), rel=1e-6)
+
+
+def test_block_conditioning_of_a_well_and_an_ill_conditioned_key_block():
+    model = make_model(n_layer=1)
+    well = block_conditioning(model, "aligned")["key"]
+    attn = model.attention_layers[0]
+    d, hd = model.config.n_embd, model.config.n_embd // model.config.n_head
+    with torch.no_grad():  # head 0's W_K: its first hd rows made nearly rank one
+        w = attn.c_attn.weight[d: d + hd]
+        w[1:, :] = w[0:1, :] + 1e-7 * torch.randn_like(w[1:, :])
+    ill = block_conditioning(model, "aligned")["key"]
+    assert ill[0, 0] > 1e4 * well[0, 0]
+    assert ill[0, 1:].tolist() == pytest.approx(well[0, 1:].tolist())  # the other heads' blocks are as they were
+
+
+@pytest.mark.parametrize("to, dtype, must", [("canon", "float32", ["'canon'", "canonical", "standard", "hf"]),
+                                             ("canonical", "fp16", ["'fp16'", "float32", "bfloat16"])])
+def test_an_unknown_target_or_dtype_names_the_choices(to, dtype, must):
+    with pytest.raises(UserError) as err:
+        convert(make_model(), to, dtype=dtype)
+    for m in must:
+        assert m in str(err.value)
+
+
+def test_a_model_whose_logits_are_all_zero_cannot_be_checked_and_says_so():
+    model = make_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    with pytest.raises(UserError, match="all zero"):
+        convert(model, "standard")
+
+
+def test_a_converted_folder_loads_back_as_the_converted_model_and_is_never_overwritten(tmp_path):
+    src = make_model()
+    canon, rep = convert(src, "canonical", dtype="float64")
+    out = tmp_path / "conv"
+    save_converted(canon, out, "canonical", rep, source="src.safetensors", data={"tokenizer": "byte"})
+    loaded, meta = load_model(out)
+    x = probe_batch(src)
+    assert torch.equal(_logits(loaded, x), _logits(canon, x))
+    assert meta["conversion"]["to"] == "canonical" and meta["source"] == "src.safetensors"
+    assert meta["config"]["data"] == {"tokenizer": "byte"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv"]  # no temp folder left beside it
+    listing = sorted(p.name for p in out.iterdir())
+    with pytest.raises(UserError) as err:
+        save_converted(canon, out, "canonical", rep, source="again")
+    assert str(out) in str(err.value) and "--out" in str(err.value)
+    assert sorted(p.name for p in out.iterdir()) == listing and load_model(out)[1]["source"] == "src.safetensors"

@@ -1,0 +1,83 @@
+"""The training loop (`train/trainer.py`) on a run small enough for the fast layer: what it writes agrees with
+itself (summary, metrics.jsonl, steps.jsonl, checkpoints), its learning rates are the schedule's, its test
+perplexity is that of the best-validation weights, and a finished run is not trained again."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from helpers import tiny_overrides, write_corpus
+from iattention.checkpoint import state as ckpt
+from iattention.config import load_config
+from iattention.data.dataset import n_train_windows
+from iattention.model.gpt import GPT
+from iattention.train.distributed import DistContext
+from iattention.train.evaluate import split_nll
+from iattention.train.schedule import lr_at
+from iattention.train.trainer import load_run_config, train
+
+EPOCHS, BATCH, BLOCK = 3, 4, 8
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trainer")
+    paths = write_corpus(root, n_train=700, n_eval=200)
+    rng = random.Random(0)  # validation on random letters: the more it learns the corpus, the worse it scores
+    with open(paths["valid"], "w") as f:
+        f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz .") for _ in range(200)))
+    ov = tiny_overrides(paths, root / "cache", **{
+        "model.n_embd": 16, "model.n_head": 2, "model.block_size": BLOCK, "train.epochs": EPOCHS,
+        "train.batch_size": BATCH, "train.threads": 1, "train.eval_batch_size": 16, "optim.warmup_steps": 3})
+    cfg = load_config("tiny", None, ov)
+    before = cfg.to_dict()
+    out = root / "run"
+    summary = train(cfg, out, quiet=True)
+    assert cfg.to_dict() == before  # the caller's config is left as it was
+    return dict(cfg=cfg, out=out, summary=summary, paths=paths,
+                metrics=[json.loads(x) for x in open(out / "metrics.jsonl")],
+                steps=[json.loads(x) for x in open(out / "steps.jsonl")])
+
+
+def test_the_run_takes_every_whole_batch_of_every_epoch_and_logs_each_step(run):
+    s, cfg = run["summary"], run["cfg"]
+    n_tokens = len(open(run["paths"]["train"], "rb").read())  # the byte tokenizer: one token a byte
+    per_epoch = n_train_windows(np.arange(n_tokens), BLOCK) // BATCH
+    assert s["epochs_run"] == EPOCHS and s["steps"] == per_epoch * EPOCHS
+    assert [r["step"] for r in run["steps"]] == list(range(1, s["steps"] + 1))
+    assert s["tokens_seen"] == s["steps"] * BATCH * BLOCK
+    kinds = [(r["kind"], r["epoch"], r["step"]) for r in run["metrics"]]
+    assert kinds == [("start", 0, 0)] + [("epoch", e, e * per_epoch) for e in range(1, EPOCHS + 1)]
+    assert cfg.model.vocab_size == 0 and s["config"]["model"]["vocab_size"] == 256  # resolved in the record
+
+
+def test_each_step_s_learning_rate_is_the_schedule_s(run):
+    o, total = run["cfg"].optim, run["summary"]["steps"]
+    want = [lr_at(r["step"] - 1, total, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule) for r in run["steps"]]
+    assert [r["lr"] for r in run["steps"]] == pytest.approx(want, rel=1e-12)
+
+
+def test_the_summary_s_best_is_the_lowest_validation_and_its_test_perplexity_that_of_the_best_weights(run):
+    s, epochs = run["summary"], [r for r in run["metrics"] if r["kind"] == "epoch"]
+    best = min(epochs, key=lambda r: r["val_ppl"])
+    assert best["epoch"] < EPOCHS  # the best weights are not the last ones
+    assert (s["best_epoch"], s["best_val_ppl"]) == (best["epoch"], pytest.approx(best["val_ppl"], rel=1e-12))
+    meta = ckpt.read_meta(run["out"] / "best.safetensors")
+    model = GPT(load_run_config(run["out"]).model)
+    ckpt.load_model_state(model, ckpt.load_tensors(run["out"] / "best.safetensors"), "best")
+    test = np.frombuffer(open(run["paths"]["test"], "rb").read(), dtype=np.uint8).astype(np.int64)
+    nll, count = split_nll(model, test, BLOCK, 16, DistContext())
+    assert s["test_ppl"] == pytest.approx(float(np.exp(nll / count)), rel=1e-6)
+    assert meta["state"]["epoch"] == best["epoch"]
+
+
+def test_a_finished_run_resumed_returns_its_summary_and_trains_nothing(run):
+    def written():  # the lock file is the process's, rewritten by whoever holds the folder
+        return {p.name: p.stat().st_mtime_ns for p in run["out"].iterdir() if p.is_file() and p.name != ".lock"}
+
+    files = written()
+    again = train(run["cfg"], run["out"], resume=True, quiet=True)
+    assert again["steps"] == run["summary"]["steps"] and again["test_ppl"] == run["summary"]["test_ppl"]
+    assert written() == files
