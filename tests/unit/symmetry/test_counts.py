@@ -1,12 +1,17 @@
-"""Unit tests of iattention.symmetry.counts (moved from tests/test_attention.py, tests/test_symmetry.py)."""
+"""Parameter counts (`symmetry/counts.py`): each variant's count, redundancy and bias redundancy against the
+models built, and the iso-parameter MLP width."""
 
 import pytest
 
 from iattention import GPT, GPTConfig
 from iattention.attention.registry import variant_names
 from iattention.symmetry import (
+    bias_redundancy,
+    fully_reduced_count,
+    iso_param_mlp_hidden,
     param_count,
     redundancy,
+    standard_param_count,
 )
 
 VARIANTS = variant_names()
@@ -57,3 +62,46 @@ def test_iso_param_mlp_width_spends_the_saved_parameters_on_the_mlp(attention, h
     assert model.num_params() == param_count(wide)  # closed form and the model agree at any width
     per_unit = std.n_layer * (2 * std.n_embd + 1)  # one hidden unit: a row of c_fc, its bias, a column of c_proj
     assert abs(param_count(wide) - param_count(std)) <= per_unit / 2
+
+
+def _learned(model):
+    return sum(p.numel() for p in model.parameters())  # tied embeddings: wte counted once
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("mlp_hidden", [0, 40])
+def test_standard_count_is_the_built_models(bias, mlp_hidden):
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=37, vocab_pad_multiple=1, block_size=11,
+                    bias=bias, mlp_hidden=mlp_hidden)
+    assert standard_param_count(cfg) == _learned(GPT(cfg))
+    assert param_count(cfg) == standard_param_count(cfg) and redundancy(cfg) == 0
+
+
+@pytest.mark.parametrize("attention", variant_names())
+def test_variant_counts_are_the_built_models(attention):
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=37, vocab_pad_multiple=1, block_size=11,
+                    attention=attention)
+    built = _learned(GPT(cfg))
+    assert param_count(cfg) == built
+    assert redundancy(cfg) == standard_param_count(cfg) - built
+    minimal = cfg.replace(minimal_bias=True) if attention == "canonical" else cfg
+    if attention == "canonical":
+        # b_K dropped and b_V folded: d per layer each, when the model has biases
+        assert bias_redundancy(cfg) == 2 * 2 * 16
+        assert fully_reduced_count(cfg) == param_count(cfg) - 64
+        assert param_count(minimal) == _learned(GPT(minimal))
+    assert fully_reduced_count(cfg) == param_count(cfg) - bias_redundancy(cfg)
+    assert bias_redundancy(cfg.replace(bias=False)) == 0
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_iso_param_width_by_hand(heads):
+    cfg = GPTConfig(n_layer=3, n_head=heads, n_embd=16, vocab_size=37, vocab_pad_multiple=1, block_size=11,
+                    attention="canonical")
+    std = standard_param_count(cfg.replace(attention="standard"))
+    width = iso_param_mlp_hidden(cfg)
+    # the nearest width: no other width brings the canonical count closer to standard's
+    gaps = {w: abs(param_count(cfg.replace(mlp_hidden=w)) - std) for w in range(width - 3, width + 4)}
+    assert min(gaps, key=gaps.get) == width and width > 64
+    assert iso_param_mlp_hidden(cfg.replace(attention="standard")) == 64
+    assert iso_param_mlp_hidden(cfg.replace(mlp_hidden=100)) == width  # from GPT-2's 4 d, whatever is set

@@ -1,12 +1,15 @@
-"""Unit tests of iattention.symmetry.spectra (moved from tests/test_inspect.py)."""
+"""Head spectra (`symmetry/spectra.py`): the singular values of each head's d x d QK and OV products, and
+the effective rank."""
 
 import copy
 
+import pytest
 import torch
 
 from helpers import make_model
+from iattention.attention.heads import HeadWeights
 from iattention.symmetry import canonicalize, random_gauge
-from iattention.symmetry.spectra import head_spectra
+from iattention.symmetry.spectra import effective_rank, head_spectra
 
 
 def test_head_spectra_are_gauge_invariant_and_the_svd_of_the_products():
@@ -24,3 +27,25 @@ def test_head_spectra_are_gauge_invariant_and_the_svd_of_the_products():
         t = head_spectra(other.transformer.h[0].attn.to_heads())
         assert torch.allclose(t["qk"], s["qk"], rtol=1e-8) and torch.allclose(t["ov"], s["ov"], rtol=1e-8)
     assert not torch.allclose(s["qk"], head_spectra(model.transformer.h[1].attn.to_heads())["qk"])
+
+
+def test_spectra_are_the_singular_values_of_the_d_by_d_products():
+    g = torch.Generator().manual_seed(0)
+    H, d, r = 2, 6, 3
+    hw = HeadWeights(*(torch.randn(H, d, r, generator=g, dtype=torch.float64) for _ in range(3)),
+                     W_O=torch.randn(H, r, d, generator=g, dtype=torch.float64))
+    sp = head_spectra(hw)
+    for h in range(H):
+        qk = torch.linalg.svdvals((hw.W_Q[h] @ hw.W_K[h].T).double())[:r]
+        ov = torch.linalg.svdvals((hw.W_V[h] @ hw.W_O[h]).double())[:r]
+        assert torch.allclose(sp["qk"][h], qk, rtol=1e-10) and torch.allclose(sp["ov"][h], ov, rtol=1e-10)
+    assert sp["qk"].dtype == torch.float64 and sp["qk"].shape == (H, r)
+
+
+def test_effective_rank_by_hand():
+    assert effective_rank(torch.tensor([1.0, 0.0, 0.0])).item() == pytest.approx(1.0)
+    assert effective_rank(torch.tensor([2.0, 2.0, 2.0, 2.0])).item() == pytest.approx(4.0)
+    assert effective_rank(torch.tensor([3.0, 1.0])).item() == pytest.approx(16 / 10)
+    assert effective_rank(torch.tensor([0.3, 0.1], dtype=torch.float64)).item() == pytest.approx(1.6)  # scale-free
+    assert effective_rank(torch.zeros(3, dtype=torch.float64)).item() == 0.0  # no division by zero
+    assert effective_rank(torch.tensor([[1.0, 1.0], [1.0, 0.0]])).tolist() == pytest.approx([2.0, 1.0])

@@ -1,4 +1,5 @@
-"""Unit tests of iattention.symmetry.transforms (moved from tests/test_symmetry.py)."""
+"""Gauge moves on weights (`symmetry/transforms.py`): canonicalize, expand, fold_biases; exact in float64,
+and a singular block named by layer, head and block with the fix."""
 
 import copy
 
@@ -6,9 +7,18 @@ import pytest
 import torch
 
 from helpers import make_model, max_rel
+from iattention.attention.heads import HeadWeights
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import SingularBlockError
-from iattention.symmetry import canonicalize, condition_numbers, expand, random_gauge
+from iattention.symmetry import (
+    canonicalize,
+    condition_numbers,
+    expand,
+    fold_biases,
+    fully_reduced_count,
+    param_count,
+    random_gauge,
+)
 
 SHAPES = [dict(n_head=3, n_embd=48), dict(n_head=1, n_embd=32), dict(n_head=4, n_embd=40, bias=False)]
 
@@ -123,7 +133,6 @@ def test_identity_ko_expands_exactly_and_refuses_general_heads(heads):
 def test_minimal_canonicalize_folds_b_v_drops_b_k_and_keeps_the_function(heads):
     """b_K and b_V are redundant: the fully reduced canonical model computes the same logits with 2 d
     fewer parameters per layer, and its count is what `fully_reduced_count` says."""
-    from iattention.symmetry import fully_reduced_count, param_count
 
     model = make_model(n_head=heads)
     with torch.no_grad():
@@ -200,3 +209,71 @@ def test_a_block_at_exactly_the_singular_threshold_is_refused():
                             "this head has rank < r and has no canonical form")
     W[0, 0, 0] = SINGULAR_COND / 2
     _check_blocks(2, "key", W, rows, "pivoted")
+
+
+def test_fold_biases_by_hand():
+    g = torch.Generator().manual_seed(1)
+    H, d, r = 2, 4, 2
+    hw = HeadWeights(*(torch.randn(H, d, r, generator=g, dtype=torch.float64) for _ in range(3)),
+                     W_O=torch.randn(H, r, d, generator=g, dtype=torch.float64),
+                     b_Q=torch.randn(H, r, generator=g, dtype=torch.float64),
+                     b_K=torch.randn(H, r, generator=g, dtype=torch.float64),
+                     b_V=torch.randn(H, r, generator=g, dtype=torch.float64),
+                     b_O=torch.randn(d, generator=g, dtype=torch.float64))
+    out = fold_biases(hw)
+    want = hw.b_O + sum(hw.b_V[h] @ hw.W_O[h] for h in range(H))
+    assert torch.allclose(out.b_O, want) and torch.equal(out.b_Q, hw.b_Q)
+    assert not out.b_K.any() and not out.b_V.any()
+    assert all(torch.equal(getattr(out, n), getattr(hw, n)) for n in ("W_Q", "W_K", "W_V", "W_O"))
+    plain = HeadWeights(hw.W_Q, hw.W_K, hw.W_V, hw.W_O)
+    assert fold_biases(plain) is plain
+
+
+def test_canonical_blocks_are_exactly_the_identity_and_expand_restores_the_products():
+    model = make_model()
+    model.eval()
+    canon = canonicalize(model)
+    assert canon.config.attention == "canonical" and not canon.training
+    assert canon.transformer.wte.weight.dtype == torch.float64
+    H, r = 3, 16
+    for src, dst in zip(model.attention_layers, canon.attention_layers):
+        hw, cw = src.to_heads(), dst.to_heads()
+        for h in range(H):
+            rows = list(range(h * r, (h + 1) * r))
+            assert torch.equal(cw.W_K[h][rows], torch.eye(r, dtype=torch.float64))
+            assert torch.equal(cw.W_O[h][:, rows], torch.eye(r, dtype=torch.float64))
+            assert torch.allclose(cw.W_Q[h] @ cw.W_K[h].T, hw.W_Q[h] @ hw.W_K[h].T, atol=1e-10)
+            assert torch.allclose(cw.W_V[h] @ cw.W_O[h], hw.W_V[h] @ hw.W_O[h], atol=1e-10)
+            assert torch.allclose(cw.b_Q[h] @ cw.W_K[h].T, hw.b_Q[h] @ hw.W_K[h].T, atol=1e-10)
+            assert torch.allclose(cw.b_V[h] @ cw.W_O[h], hw.b_V[h] @ hw.W_O[h], atol=1e-10)
+    back = expand(canon)
+    assert back.config.attention == "standard" and not back.training
+    assert back.config.canonical_halves == "both" and not back.config.minimal_bias
+    minimal = canonicalize(model, minimal=True)
+    assert minimal.config.minimal_bias and minimal.config.init == "gpt2"
+    assert not canonicalize(make_model(bias=False), minimal=True).config.minimal_bias
+
+
+def test_a_singular_block_names_its_layer_head_and_block_and_the_way_out():
+    model = make_model()
+    with torch.no_grad():
+        W = model.attention_layers[0].c_proj.weight  # head 1's output block (rows 16..31 of W_O^T): zero
+        W[16:32, 16:32] = 0.0
+    with pytest.raises(SingularBlockError) as err:
+        canonicalize(model, halves="vo")
+    message = str(err.value)
+    assert all(m in message for m in ("layer 0 head 1", "output block", "[16, 17", "singular", "--block pivoted"))
+    rank1 = make_model()
+    with torch.no_grad():
+        W = rank1.attention_layers[0].c_attn.weight
+        W[48:64] = torch.outer(torch.ones(16, dtype=W.dtype), W[48])  # head 0's W_K has rank 1
+    with pytest.raises(SingularBlockError) as err:
+        canonicalize(rank1, block="pivoted")
+    assert "head 0" in str(err.value) and "no canonical form" in str(err.value)  # no block choice helps
+    assert "--block" not in str(err.value)
+    near = make_model()
+    with torch.no_grad():
+        near.attention_layers[0].c_attn.weight[48:64, 0:16] *= 1e-13  # tiny but invertible: a finite number
+        near.attention_layers[0].c_attn.weight[48, 0:16] = 1.0
+    with pytest.raises(SingularBlockError, match=r"head 0: the key block .* \(condition number \d"):
+        canonicalize(near)
