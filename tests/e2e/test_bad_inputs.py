@@ -1,4 +1,4 @@
-"""End-to-end tests: bad_inputs (moved from tests/test_bad_inputs.py)."""
+"""End-to-end tests: bad_inputs."""
 
 import os
 import shutil

@@ -1,4 +1,4 @@
-"""End-to-end tests: bench (moved from tests/test_bench.py)."""
+"""End-to-end tests: bench."""
 
 import json
 

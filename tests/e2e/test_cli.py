@@ -1,4 +1,4 @@
-"""End-to-end tests: cli (moved from tests/test_cli.py)."""
+"""End-to-end tests: cli."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""End-to-end tests: data (moved from tests/test_data.py)."""
+"""End-to-end tests: data."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""End-to-end tests: eval_metrics (moved from tests/test_eval_metrics.py)."""
+"""End-to-end tests: eval_metrics."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""End-to-end tests: experiments (moved from tests/test_experiments.py)."""
+"""End-to-end tests: experiments."""
 
 import pytest
 

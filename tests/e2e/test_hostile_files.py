@@ -1,4 +1,4 @@
-"""End-to-end tests: hostile_files (moved from tests/test_hostile_files.py)."""
+"""End-to-end tests: hostile_files."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""End-to-end tests: hostile_more (moved from tests/test_hostile_more.py)."""
+"""End-to-end tests: hostile_more."""
 
 import contextlib
 import json

@@ -1,4 +1,4 @@
-"""End-to-end tests: inspect (moved from tests/test_inspect.py)."""
+"""End-to-end tests: inspect."""
 
 import pytest
 

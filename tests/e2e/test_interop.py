@@ -1,4 +1,4 @@
-"""End-to-end tests: interop (moved from tests/test_interop.py)."""
+"""End-to-end tests: interop."""
 
 import os
 import subprocess

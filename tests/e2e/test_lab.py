@@ -1,4 +1,4 @@
-"""End-to-end tests: lab (moved from tests/test_lab.py)."""
+"""End-to-end tests: lab."""
 
 import json
 import subprocess

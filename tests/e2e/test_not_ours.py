@@ -1,4 +1,4 @@
-"""End-to-end tests: not_ours (moved from tests/test_not_ours.py)."""
+"""End-to-end tests: not_ours."""
 
 import os
 import signal

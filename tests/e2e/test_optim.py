@@ -1,4 +1,4 @@
-"""End-to-end tests: optim (moved from tests/test_optim.py)."""
+"""End-to-end tests: optim."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""End-to-end tests: reliability (moved from tests/test_reliability.py)."""
+"""End-to-end tests: reliability."""
 
 import json
 import math

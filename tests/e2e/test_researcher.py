@@ -1,4 +1,4 @@
-"""End-to-end tests: researcher (moved from tests/test_researcher.py)."""
+"""End-to-end tests: researcher."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""End-to-end tests: train (moved from tests/test_train.py)."""
+"""End-to-end tests: train."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""End-to-end tests: trusted_numbers (moved from tests/test_trusted_numbers.py)."""
+"""End-to-end tests: trusted_numbers."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Repo-wide checks (moved from tests/test_architecture.py, tests/test_experiments.py)."""
+"""Repo-wide checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.attention.base (moved from tests/test_attention.py)."""
+"""Unit tests of iattention.attention.base."""
 
 import pytest
 import torch
@@ -62,7 +62,6 @@ def test_odd_shapes_forward_backward():
             assert torch.allclose(model.eval()(x)[0], ref, rtol=1e-9, atol=1e-9)
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
 def test_default_head_blocks_split_only_n_head_by_a_by_b_tensors():
     """The base class's head_blocks takes a 3-D (n_head, a, b) parameter head by head and refuses any other
     learned matrix, a 2-D one whose first axis happens to be n_head too."""
@@ -82,7 +81,6 @@ def test_default_head_blocks_split_only_n_head_by_a_by_b_tensors():
             Toy(cfg, shape).head_blocks()
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def _toy_layer(**params):
     """A layer of the base class holding the given parameters (name -> shape; a dotted name goes into a
     submodule), registered in the order given."""

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.attention.cache (moved from tests/test_generate.py)."""
+"""Unit tests of iattention.attention.cache."""
 
 import pytest
 import torch
@@ -25,8 +25,8 @@ def test_cached_steps_equal_the_full_forward(attention, heads):
 
 @pytest.mark.parametrize("attention", variant_names())
 def test_two_new_tokens_at_a_time_are_masked_too(attention):
-    """The causal mask over new tokens applies from two of them on (a survivor of a mutation sample: the
-    mask was dropped for exactly two new tokens, and the chunks above were 1 and 3)."""
+    """The causal mask over new tokens applies from two of them on (a mask dropped for exactly two new
+    tokens passes chunks of 1 and 3)."""
     model = make_model(attention=attention, n_head=3)
     x = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
     cache = KVCache(model.config.n_layer)

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.attention.canonical (moved from tests/test_attention.py)."""
+"""Unit tests of iattention.attention.canonical."""
 
 import pytest
 import torch
@@ -175,7 +175,6 @@ def test_gpt2_init_scales_canonicals_output_projection_like_a_residual_one():
         assert abs(getattr(attn, name).std().item() / 0.02 - 1) < 0.05, name
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
 @pytest.mark.parametrize("heads", [1, 2])
 def test_projection_flops_is_what_the_layer_runs(halves, heads):

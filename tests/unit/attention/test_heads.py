@@ -5,7 +5,6 @@ import torch
 from iattention.attention.heads import eye_heads_in, eye_heads_out
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def test_identity_heads_take_the_dtype_and_device_of_like():
     """I_d as per-head maps, made where `like` lives (identity_ko's W_K, W_O and identity_q's W_Q come from
     here). The meta device stands in for an accelerator: no GPU is needed to see a CPU tensor come back."""

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.attention.identity_ko (moved from tests/test_attention.py)."""
+"""Unit tests of iattention.attention.identity_ko."""
 
 import pytest
 import torch

@@ -9,7 +9,6 @@ from iattention.errors import UserError
 MESSAGE = "identity_q attention can only hold heads whose W_Q is the identity and b_Q = 0"
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def test_load_heads_refuses_a_query_map_or_a_query_bias_it_cannot_hold():
     """identity_q has no query projection and no query bias: heads with W_Q != I (b_Q = 0), or with W_Q = I
     and b_Q != 0, are each refused whole; W_Q = I with b_Q = 0 loads."""

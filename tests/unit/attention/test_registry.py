@@ -1,4 +1,4 @@
-"""Unit tests of iattention.attention.registry (moved from tests/test_variant_contract.py)."""
+"""Unit tests of iattention.attention.registry."""
 
 from __future__ import annotations
 
@@ -261,7 +261,6 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
         f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the math form shows {reduced}"
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def check_projection_flops(cfg: GPTConfig) -> None:
     """projection_flops (bench/flops.py's attention term) is what a built layer's projections execute."""
     said = ATTENTION_REGISTRY[cfg.attention].projection_flops(cfg)
@@ -406,7 +405,6 @@ def test_prose_lists_name_every_registered_variant(monkeypatch):
     assert unnamed_variants() == {rel: [StandardCopy.variant] for rel in PROSE}
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 class KVPlusOneBlocks(IdentityQAttention):
     """Broken on purpose: identity_q's fused K,V matrix split as if it held three projections (the third's
     blocks past its end), and standard's FLOP count for a layer without a query GEMM."""

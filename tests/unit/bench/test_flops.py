@@ -1,4 +1,4 @@
-"""Unit tests of iattention.bench.flops (moved from tests/test_bench.py)."""
+"""Unit tests of iattention.bench.flops."""
 
 from iattention import GPT, GPTConfig
 from iattention.bench.flops import executed_flops_per_token, nanogpt_flops_per_token

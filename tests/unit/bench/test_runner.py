@@ -1,4 +1,4 @@
-"""Unit tests of iattention.bench.runner (moved from tests/test_bench.py)."""
+"""Unit tests of iattention.bench.runner."""
 
 import pytest
 

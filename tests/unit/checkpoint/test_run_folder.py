@@ -1,4 +1,4 @@
-"""Unit tests of iattention.checkpoint.run_folder (moved from tests/test_checkpoint.py)."""
+"""Unit tests of iattention.checkpoint.run_folder."""
 
 import json
 import os
@@ -61,7 +61,6 @@ def test_a_torn_last_log_line_is_refused_not_read_as_a_shorter_run(tmp_path):
         RunFolder(tmp_path).read_records()
 
 
-# ------------------------------------------------------------ survivors of `make mutation` turned into checks
 def test_a_corrupt_config_names_the_fix(tmp_path):
     (tmp_path / "config.yaml").write_text("model: 3\n")
     with pytest.raises(UserError, match=r"config\.yaml is corrupt .*; delete the folder or choose another --out$"):
@@ -98,7 +97,6 @@ def test_check_checkpoint_accepts_its_own_run_and_its_extension_and_refuses_anot
         folder.check_checkpoint(tmp_path / "best.safetensors", {"config": other})
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
 def _finished_run(tmp_path, **summary) -> RunFolder:
     folder = RunFolder(tmp_path)
     folder.write_summary({**SUMMARY, **summary})
@@ -148,7 +146,6 @@ def test_a_foreign_folder_lists_what_it_holds(tmp_path):
                                   f"{shown}; choose a new or empty folder for --out (nothing there was touched)")
 
 
-# ------------------------------------------------------------ the seed-0 sample's last survivors (whole messages)
 def test_an_old_arm_override_is_renamed_up_to_its_first_equals_sign(tmp_path):
     folder = RunFolder(tmp_path)
     folder.write_arm({"arm": "a", "overrides": ["model.canonical=q=k", "train.init_from=a=b", "flag"]})
@@ -182,7 +179,6 @@ def test_a_summary_that_disagrees_with_its_log_is_refused_by_name(tmp_path, key,
                               "iattn train --resume finishes it again)")
 
 
-# ------------------------------------------------------------ survivors of the whole-module mutation run (checkpoint/)
 def test_a_config_that_is_not_yaml_is_named_as_a_run_config(tmp_path):
     (tmp_path / "config.yaml").write_text("model: [1, 2\n")
     with pytest.raises(UserError) as err:
@@ -329,7 +325,6 @@ def test_a_log_field_of_the_wrong_type_is_named_with_its_value(tmp_path):
     assert str(err.value) == f"{path} is corrupt (line 1: key 'step': str 'x'); delete it and rerun the run"
 
 
-# ---- survivors of the whole-module mutation run of checkpoint/ (2026-11-25)
 def test_an_arm_override_without_an_equals_sign_is_kept_as_written(tmp_path):
     folder = RunFolder(tmp_path)
     folder.write_arm({"arm": "a", "overrides": ["model.canonical", " flag "]})

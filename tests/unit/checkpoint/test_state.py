@@ -1,4 +1,4 @@
-"""Unit tests of iattention.checkpoint.state (moved from tests/test_checkpoint.py)."""
+"""Unit tests of iattention.checkpoint.state."""
 
 import dataclasses
 import json
@@ -33,7 +33,6 @@ def test_checkpoint_metadata_that_is_not_ours_is_refused(tmp_path):
         ckpt.read_meta(path)
 
 
-# ------------------------------------------------------------ survivors of `make mutation` turned into checks
 def _header_only_file(path, meta: dict, n_floats: int) -> None:
     """A safetensors file whose header declares one F32 tensor of `n_floats` over a sparse file (holes)."""
 
@@ -144,7 +143,6 @@ def test_a_bad_rng_state_and_an_old_checkpoint_without_moments_are_named(tmp_pat
     ckpt.load_optimizer_state(opt, {}, dict(meta, state={"step": 2, "skipped": 2}), "r.safetensors")  # none applied
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
 _FIX = "; resume from another checkpoint (a run's last or best) or retrain"
 
 
@@ -196,7 +194,6 @@ def test_saving_the_optimizer_state_warns_nothing(tmp_path):
         ckpt.save_checkpoint(tmp_path / "o.safetensors", model, {"config": {}}, optimizer=opt)
 
 
-# ------------------------------------------------------------ survivors of the whole-module mutation run (checkpoint/)
 def _trained(steps: int = 1):
     """A model and its AdamW after `steps` steps."""
     model = make_model(dtype=torch.float32)
@@ -368,7 +365,6 @@ def test_load_optimizer_state_whole_messages(tmp_path):
                               f"expected a 1-D uint8 RNG state){fix}")
 
 
-# ---- survivors of the whole-module mutation run of checkpoint/ (2026-11-25)
 def test_an_optimizer_state_that_holds_a_plain_number_is_saved_as_a_tensor(tmp_path):
     class PlainSGD(torch.optim.Optimizer):
         """SGD counting its steps in a Python int, as torch < 1.12's Adam kept `step`."""

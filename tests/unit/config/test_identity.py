@@ -1,4 +1,4 @@
-"""Unit tests of iattention.config.identity (moved from tests/test_config.py)."""
+"""Unit tests of iattention.config.identity."""
 
 from iattention.config import config_mismatch, extends, load_config
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.config.model (moved from tests/test_config.py)."""
+"""Unit tests of iattention.config.model."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.data.cache (moved from tests/test_data.py)."""
+"""Unit tests of iattention.data.cache."""
 
 import os
 

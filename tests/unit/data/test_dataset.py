@@ -1,4 +1,4 @@
-"""Unit tests of iattention.data.dataset (moved from tests/test_data.py, tests/test_eval_metrics.py)."""
+"""Unit tests of iattention.data.dataset."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.data.tokenizers (moved from tests/test_data.py, tests/test_hostile_more.py)."""
+"""Unit tests of iattention.data.tokenizers."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.experiments.report (moved from tests/test_experiments.py)."""
+"""Unit tests of iattention.experiments.report."""
 
 import json
 

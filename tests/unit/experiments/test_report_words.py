@@ -1,4 +1,4 @@
-"""Unit tests of iattention.experiments.report_words (moved from tests/test_eval_metrics.py)."""
+"""Unit tests of iattention.experiments.report_words."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.experiments.scales (moved from tests/test_optim.py)."""
+"""Unit tests of iattention.experiments.scales."""
 
 import pytest
 import torch

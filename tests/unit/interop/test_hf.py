@@ -1,4 +1,4 @@
-"""Unit tests of iattention.interop.hf (moved from tests/test_interop.py)."""
+"""Unit tests of iattention.interop.hf."""
 
 import pytest
 import torch

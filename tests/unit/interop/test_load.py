@@ -1,4 +1,4 @@
-"""Unit tests of iattention.interop.load (moved from tests/test_interop.py)."""
+"""Unit tests of iattention.interop.load."""
 
 import pytest
 import torch

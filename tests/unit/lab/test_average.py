@@ -1,4 +1,4 @@
-"""Unit tests of iattention.lab.average (moved from tests/test_lab.py)."""
+"""Unit tests of iattention.lab.average."""
 
 from iattention.lab import run_average
 

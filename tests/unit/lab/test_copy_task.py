@@ -1,4 +1,4 @@
-"""Unit tests of iattention.lab.copy_task (moved from tests/test_lab.py)."""
+"""Unit tests of iattention.lab.copy_task."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.lab.subspace (moved from tests/test_lab.py)."""
+"""Unit tests of iattention.lab.subspace."""
 
 from iattention.lab import run_subspace
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.lab.trained_attention (moved from tests/test_inspect.py)."""
+"""Unit tests of iattention.lab.trained_attention."""
 
 
 def test_head_colours_differ_for_every_head():

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.lab.variance (moved from tests/test_lab.py)."""
+"""Unit tests of iattention.lab.variance."""
 
 from iattention.lab import VarianceSetting, run_multi_head, run_single_head
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.model.activations (moved from tests/test_inspect.py)."""
+"""Unit tests of iattention.model.activations."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.model.generate (moved from tests/test_generate.py)."""
+"""Unit tests of iattention.model.generate."""
 
 import math
 
@@ -68,8 +68,8 @@ def test_filter_logits_works_on_the_last_axis_of_any_shape():
 
 
 def test_each_row_of_a_batch_samples_from_its_own_distribution():
-    """next_token on (B, V) with B > 1: row b's draw depends on row b only (a survivor: the row maximum taken
-    without keepdim broadcasts across rows when B == V, and agrees with the right answer when B == 1)."""
+    """next_token on (B, V) with B > 1: row b's draw depends on row b only (a row maximum taken without
+    keepdim broadcasts across rows when B == V, and agrees with the right answer when B == 1)."""
     from iattention.model.generate import next_token
 
     logits = torch.tensor([[0.0, -10.0], [-30.0, -20.0]])  # row 0 all but certain of 0, row 1 of 1
@@ -78,7 +78,6 @@ def test_each_row_of_a_batch_samples_from_its_own_distribution():
         assert draw.tolist() == [[0], [1]]
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def test_top_k_of_the_whole_vocabulary_keeps_every_logit_of_a_block():
     """top_k is capped at the vocabulary (the last axis), not at another axis: on a (B, T, V) block with
     T < top_k <= V nothing is dropped."""

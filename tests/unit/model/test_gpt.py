@@ -1,4 +1,4 @@
-"""Unit tests of iattention.model.gpt (moved from tests/test_bench.py, tests/test_model.py)."""
+"""Unit tests of iattention.model.gpt."""
 
 import builtins
 import os
@@ -79,7 +79,6 @@ def test_canonical_halves_only_with_canonical_attention():
         GPTConfig(**SHAPE, n_head=2, init="orthogonal")
 
 
-# ------------------------------------------------------------ survivors of `make mutation` turned into checks
 @pytest.mark.parametrize("attention", ["standard", "identity_q"])
 def test_gpt2_init_scales_every_residual_projection(attention):
     """GPT-2 init: N(0, 0.02) for every matrix, N(0, 0.02 / sqrt(2 L)) for the projections into the residual
@@ -142,7 +141,6 @@ def test_a_model_too_large_for_memory_is_one_line_with_its_parts(monkeypatch):
         gpt.check_fits_in_memory(cfg, batch_size=1)
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 1)
 def test_available_memory_reads_memavailable(monkeypatch, tmp_path):
     fake = tmp_path / "meminfo"
     fake.write_text("MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:     42 kB\n")
@@ -182,7 +180,6 @@ def test_the_too_large_message_whole(monkeypatch):
         "GiB available on this machine; lower those sizes")
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
 def test_available_memory_on_a_gpu_is_its_free_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (123, 456))
     assert gpt.available_memory(torch.device("cuda", 0)) == 123
@@ -216,7 +213,6 @@ def test_matched_init_of_standard_is_the_gpt2_init_and_leaves_the_rng_alike():
     assert torch.equal(out["gpt2"][1], out["matched"][1])
 
 
-# ---- survivors of the whole-module mutation run (2026-11-25)
 def test_check_fits_in_memory_asks_the_device_it_trains_on_and_counts_no_cpu_scores_on_cuda(monkeypatch):
     """On a CUDA device the check asks that device's free memory and leaves out the attention scores the CPU
     kernels materialise (flash attention does not): a training that fits the GPU by its own estimate passes

@@ -173,7 +173,6 @@ def test_random_invertible_has_singular_values_across_its_spread():
     assert s.min() < 0.5 and s.max() > 2  # both ends reached, not one side of 1
 
 
-# ------------------------------------------------------------ survivors of a fresh mutation sample (seed 2)
 def test_random_invertible_draws_each_head_its_own_rotations():
     """Each head gets its own U and V: with one U shared by all heads, M_h M_h^T = U diag(s_h^2) U^T would
     commute between heads."""

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.train.checkpointer (moved from tests/test_train_parts.py)."""
+"""Unit tests of iattention.train.checkpointer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.train.evaluate (moved from tests/test_eval_metrics.py)."""
+"""Unit tests of iattention.train.evaluate."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.train.metrics (moved from tests/test_train_parts.py)."""
+"""Unit tests of iattention.train.metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.train.runtime (moved from tests/test_train_parts.py)."""
+"""Unit tests of iattention.train.runtime."""
 
 from __future__ import annotations
 

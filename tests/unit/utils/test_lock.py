@@ -1,4 +1,4 @@
-"""Unit tests of iattention.utils.lock (moved from tests/test_not_ours.py)."""
+"""Unit tests of iattention.utils.lock."""
 
 import os
 
