@@ -8,27 +8,16 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 
 from helpers import shared_data_dir, tiny_overrides, write_corpus
 from iattention.data import DataConfig, load_tokenizer
 from iattention.interop.load import load_model
 from iattention.train import load_config, train
 
-UNICODE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n"
-
-
-def _byte_tokenizer():
-    return load_tokenizer(DataConfig(tokenizer="byte"))
-
-
-def _bpe_tokenizer(tmp_path):
-    paths = write_corpus(tmp_path)
-    train_text = open(paths["train"]).read() + UNICODE * 20
-    return load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path / "c")), train_text)
-
 
 def _tokenizers(tmp_path):
-    toks = {"byte": _byte_tokenizer(), "bpe": _bpe_tokenizer(tmp_path)}
+    toks = {"byte": byte_tokenizer(), "bpe": bpe_tokenizer(tmp_path)}
     data = shared_data_dir()
     if data and os.path.isfile(os.path.join(data, "tokenizers", "r50k_base.tiktoken")):
         toks["gpt2"] = load_tokenizer(DataConfig(tokenizer="gpt2", data_dir=data))

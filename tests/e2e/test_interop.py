@@ -6,30 +6,12 @@ import sys
 
 import pytest
 import torch
+from fixtures import HF_SHAPES, hf_gpt2, hf_tokens
 
 from helpers import max_rel
 from iattention.interop import from_hf, load_model
 
 tf = pytest.importorskip("transformers")
-
-
-SHAPES = [dict(n_layer=2, n_embd=96, n_head=3), dict(n_layer=4, n_embd=64, n_head=1),
-          dict(n_layer=1, n_embd=40, n_head=4), dict(n_layer=1, n_embd=32, n_head=2, n_inner=100)]
-
-
-def _hf(dtype=torch.float64, **shape):
-    torch.manual_seed(0)
-    cfg = tf.GPT2Config(vocab_size=211, n_positions=24, bos_token_id=None, eos_token_id=None, **shape)
-    hf = tf.GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():  # non-zero biases and LayerNorm affine, so every parameter matters
-        for name, p in hf.named_parameters():
-            if p.dim() == 1:
-                p.normal_(0.0 if name.endswith("bias") else 1.0, 0.1)
-    return hf.to(dtype)
-
-
-def _x():
-    return torch.randint(0, 211, (3, 24), generator=torch.Generator().manual_seed(1))
 
 
 def _hf_perplexity(hf, tokens, block, stride):
@@ -57,9 +39,9 @@ def _hf_perplexity(hf, tokens, block, stride):
 
 @pytest.mark.slow
 def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
-    hf = _hf(dtype=torch.float32, **SHAPES[0])
+    hf = hf_gpt2(dtype=torch.float32, **HF_SHAPES[0])
     hf.save_pretrained(tmp_path / "src")
-    ref = hf(_x()).logits
+    ref = hf(hf_tokens()).logits
     cli = [sys.executable, "-m", "iattention", "convert"]
     r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--out", str(tmp_path / "canon")],
                        capture_output=True, text=True)
@@ -68,12 +50,12 @@ def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
     assert "fixed pivoted blocks" in r.stdout  # the default block is the well-conditioned one
     canon, _ = load_model(tmp_path / "canon")
     assert canon.config.attention == "canonical"
-    assert max_rel(canon(_x())[0], ref) <= 1e-4
+    assert max_rel(canon(hf_tokens())[0], ref) <= 1e-4
     r = subprocess.run([*cli, "--from", str(tmp_path / "canon"), "--to", "hf", "--out", str(tmp_path / "back")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     back = tf.GPT2LMHeadModel.from_pretrained(str(tmp_path / "back")).eval()
-    assert max_rel(back(_x()).logits, ref) <= 1e-4
+    assert max_rel(back(hf_tokens()).logits, ref) <= 1e-4
     assert {"config.json", "model.safetensors"} <= {p.name for p in (tmp_path / "back").iterdir()}
 
 

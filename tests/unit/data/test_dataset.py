@@ -4,9 +4,10 @@ import re
 
 import numpy as np
 import pytest
+from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 
 from helpers import write_corpus
-from iattention.data import DataConfig, epoch_order, eval_windows, load_data, load_tokenizer
+from iattention.data import DataConfig, epoch_order, eval_windows, load_data
 from iattention.data.dataset import count_words, n_train_windows, scored_text, train_batch
 from iattention.errors import UserError
 from iattention.train.evaluate import per_unit
@@ -48,19 +49,6 @@ def test_missing_split_offline_is_a_clear_error(tmp_path):
         load_data(cfg)
 
 
-UNICODE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n"
-
-
-def _byte_tokenizer():
-    return load_tokenizer(DataConfig(tokenizer="byte"))
-
-
-def _bpe_tokenizer(tmp_path):
-    paths = write_corpus(tmp_path)
-    train_text = open(paths["train"]).read() + UNICODE * 20
-    return load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path / "c")), train_text)
-
-
 def test_words_are_counted_as_lm_eval_counts_them():
     # lm-eval's wikitext task: len(re.split(r"\s+", doc)); leading/trailing whitespace adds an empty word
     assert count_words("ab cd") == 2
@@ -69,7 +57,7 @@ def test_words_are_counted_as_lm_eval_counts_them():
 
 
 def test_scored_text_is_the_tokens_after_the_first_by_hand():
-    tok = _byte_tokenizer()
+    tok = byte_tokenizer()
     ids = tok.encode("ab cd\n")
     text = scored_text(tok, ids)  # predicted: "b cd\n" -> 'b', 'cd', ''
     assert (text.tokens, text.words, text.bytes) == (5, 3, 5)
@@ -80,7 +68,7 @@ def test_scored_text_is_the_tokens_after_the_first_by_hand():
 def test_scored_text_of_a_whole_text_is_it_less_its_first_token(tmp_path):
     """Oracle independent of decode_bytes: the bpe tokenizer's own character offsets of the first token
     (which must hold whole characters for offsets to say where it ends: an ASCII start)."""
-    tok, source = _bpe_tokenizer(tmp_path), " The" + UNICODE
+    tok, source = bpe_tokenizer(tmp_path), " The" + UNICODE
     enc = tok._impl.encode(source)
     rest = source[enc.offsets[0][1]:]
     text = scored_text(tok, tok.encode(source))

@@ -5,17 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from fixtures import byte_tokenizer
 
 from helpers import make_model
 from iattention import GPT, GPTConfig
-from iattention.data import DataConfig, load_tokenizer
 from iattention.data.dataset import scored_text
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import per_unit, split_nll, strided_nll
-
-
-def _byte_tokenizer():
-    return load_tokenizer(DataConfig(tokenizer="byte"))
 
 
 def test_a_uniform_model_gives_eight_bits_per_byte_and_a_hand_computed_word_perplexity():
@@ -25,7 +21,7 @@ def test_a_uniform_model_gives_eight_bits_per_byte_and_a_hand_computed_word_perp
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
-    tok = _byte_tokenizer()
+    tok = byte_tokenizer()
     source = "the cat sat on the mat .\n a dog ran\n"  # 36 bytes; 35 predicted: "he cat ... ran\n"
     ids = tok.encode(source)
     nll, n = split_nll(model, ids, 8, 4, DistContext())  # 5 windows, the last one partial (float32 NLL)
