@@ -299,12 +299,14 @@ def test_foreign_lists_only_other_peoples_files(tmp_path):
     assert RunFolder(tmp_path).foreign() == []
 
 
-def test_lock_holds_the_folder_itself(tmp_path):
+def test_a_run_folder_s_lock_is_the_folder_s_own(tmp_path):
+    """RunFolder.lock() takes the run lock (tests/unit/utils/test_lock.py) on the folder itself, creating it."""
+    from iattention.utils.lock import holder
+
     lock = RunFolder(tmp_path / "run").lock()
     try:
         assert (tmp_path / "run" / LOCK_NAME).is_file() and lock.created_folder
-        with pytest.raises(UserError, match="in use"):
-            RunFolder(tmp_path / "run").lock()
+        assert holder(tmp_path / "run") == str(os.getpid())
     finally:
         lock.release()
 
