@@ -67,7 +67,7 @@ def top(module: str) -> str:
     return parts[1] if len(parts) > 1 else "iattention"
 
 
-# ------------------------------------------------------------------ a variant is one file + one line
+# ----------------------------------------------- a variant is one file + its registry lines (+ its name in the docs)
 def _toy_class():
     """A variant defined here and nowhere else: queries and keys share one projection (a symmetric score
     matrix per head), V and O are learned. Not the full class of standard attention."""

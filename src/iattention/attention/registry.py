@@ -1,8 +1,10 @@
 """Attention registry: variant name -> module class.
 
-Adding a variant is one new file and one line here. The registry imports the variants; the
-variants never import the registry, so there is no import cycle. Everything generic asks the class
-(see `CausalSelfAttention`): names, `full_class`, `removed_params`, `projection_flops`.
+Adding a variant is one new file, two lines here (its import and its entry) and its name in the four
+documents that list the variants (docs/architecture.md, "Adding an attention variant"). The registry
+imports the variants; the variants never import the registry, so there is no import cycle. Everything
+generic asks the class (see `CausalSelfAttention`): names, `full_class`, `removed_params`,
+`projection_flops`, `redundant_biases`, `head_blocks`.
 """
 
 from __future__ import annotations
