@@ -1,0 +1,46 @@
+"""The model card of an exported Hugging Face folder (`interop/card.py`): what the model is, its source and
+numbers, and its tokenizer, each as the export really is."""
+
+from iattention.interop.card import model_card
+
+BASE = dict(source="runs/x", config={"attention": "canonical", "n_layer": 2, "n_head": 3, "n_embd": 48,
+                                      "block_size": 16},
+            params_ours=12345, params_exported=23456, command="iattn convert --from runs/x --to hf --out y",
+            max_abs_logit_diff=3.2e-6)
+
+
+def _card(**kw):
+    return model_card(**{**BASE, "data": None, "tokenizer": None, "eos_id": None, "summary": None, **kw})
+
+
+def _row(card, label):
+    return next(line for line in card.splitlines() if line.startswith(f"| {label}"))
+
+
+def test_the_card_says_what_was_trained_and_how_it_was_exported():
+    card = _card()
+    assert "**canonical**" in card and "expanded exactly to standard" in card
+    assert "12,345" in _row(card, "learned parameters, ours (canonical)")
+    assert "23,456" in _row(card, "parameters as exported")
+    assert "3.20e-06" in _row(card, "max abs logit difference")
+    assert "runs/x" in _row(card, "source") and BASE["command"] in card
+    assert "expanded" not in _card(config={**BASE["config"], "attention": "standard"})
+
+
+def test_the_tokenizer_row_says_what_a_client_gets():
+    assert "--data-dir" in _row(_card(), "tokenizer")  # none exported: how to include it
+    assert "50256" in _row(_card(tokenizer="gpt2"), "tokenizer")
+    byte = _card(tokenizer="byte", eos_id=256)
+    assert "256" in _row(byte, "tokenizer") and "takes no probability" in _row(byte, "tokenizer")
+    assert "end-of-text row" in _row(byte, "parameters as exported")
+    loud = _card(tokenizer="byte", eos_id=256, eos_silent=False)
+    assert "logit is 0" in _row(loud, "tokenizer")
+
+
+def test_the_run_s_numbers_and_data_appear_as_the_summary_has_them():
+    card = _card(summary={"best_val_ppl": 12.34567, "best_epoch": 3, "test_ppl": None, "tokens_seen": 1234567},
+                 data={"dataset": "wikitext-2-v1", "train_tokens": 6000})
+    assert "12.346" in _row(card, "best validation perplexity") and "| 3 |" in _row(card, "epoch of best")
+    assert "1,234,567" in _row(card, "training tokens seen")
+    assert "test perplexity" not in card  # no value: no row
+    assert "wikitext-2-v1" in _row(card, "data") and "6,000" in _row(card, "data")
