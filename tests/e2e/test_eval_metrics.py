@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 
+from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 from helpers import shared_data_dir, tiny_overrides, write_corpus
 from iattention.data import DataConfig, load_tokenizer
 from iattention.interop.load import load_model

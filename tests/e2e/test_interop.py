@@ -6,8 +6,8 @@ import sys
 
 import pytest
 import torch
-from fixtures import HF_SHAPES, hf_gpt2, hf_tokens
 
+from fixtures import HF_SHAPES, hf_gpt2, hf_tokens
 from helpers import max_rel
 from iattention.interop import from_hf, load_model
 

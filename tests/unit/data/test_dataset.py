@@ -4,8 +4,8 @@ import re
 
 import numpy as np
 import pytest
-from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 
+from fixtures import UNICODE, bpe_tokenizer, byte_tokenizer
 from helpers import write_corpus
 from iattention.data import DataConfig, epoch_order, eval_windows, load_data
 from iattention.data.dataset import count_words, n_train_windows, scored_text, train_batch

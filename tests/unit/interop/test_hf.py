@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from fixtures import HF_SHAPES, hf_gpt2, hf_tokens
 
+from fixtures import HF_SHAPES, hf_gpt2, hf_tokens
 from helpers import max_rel
 from iattention.errors import SingularBlockError
 from iattention.interop import from_hf, to_hf

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from fixtures import byte_tokenizer
 
+from fixtures import byte_tokenizer
 from helpers import make_model
 from iattention import GPT, GPTConfig
 from iattention.data.dataset import scored_text
