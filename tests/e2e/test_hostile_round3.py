@@ -446,6 +446,12 @@ def test_a_sweep_on_submitit_s_local_executor_stops_without_a_traceback(tmp_path
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err[-3000:]
     assert proc.returncode == (143 if how.startswith("SIGTERM") else 130), err[-3000:]
-    time.sleep(1)
+    deadline = time.monotonic() + 30  # the group's last process gone (a leftover training runs for 1000 epochs)
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
     with pytest.raises(ProcessLookupError):  # no controller or training left behind
         os.killpg(proc.pid, 0)

@@ -428,3 +428,25 @@ def test_the_contract_catches_blocks_past_the_end_and_a_wrong_flop_count(monkeyp
     with pytest.raises(AssertionError) as err:
         check_projection_flops(cfg)
     assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: projection_flops says 288, a forward pass runs 216"
+
+
+@pytest.mark.parametrize("name", ["standard", "canonical"])
+@pytest.mark.parametrize("shape", [dict(n_head=4, n_kv_head=2), dict(n_head=4, n_kv_head=1, d_head=8, rot=4),
+                                   dict(n_head=6, n_kv_head=6)])
+def test_a_llama_family_variant_s_projection_flops_are_what_its_layer_runs(name, shape):
+    """The Llama family's registry (GROUPED_REGISTRY) states projection_flops as GPT's does: Q and O over all
+    query heads, K and V over the key/value heads, whatever the head width."""
+    from iattention.attention.registry import GROUPED_REGISTRY
+    from iattention.config.llama import LlamaConfig
+
+    cfg = LlamaConfig(n_embd=48, **shape)
+    layer = GROUPED_REGISTRY[name](cfg).double()
+    said = GROUPED_REGISTRY[name].projection_flops(cfg)
+    x = torch.randn(1, 5, cfg.n_embd, dtype=torch.float64)
+    y = torch.randn(1, 5, cfg.n_head * cfg.d_head, dtype=torch.float64)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer.qkv(x)
+        layer.project_out(y)
+    assert said == counter.get_total_flops() / 5, f"{name} {shape}: projection_flops says {said}"
