@@ -120,3 +120,12 @@ def make_llama(dtype=torch.float64, seed=0, **kw):
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=dtype) / p.shape[-1] ** 0.5)
     return model
+
+
+def tells(err, *facts: str) -> str:
+    """A refusal tells the user each of `facts` (the file, the key or line, the value, the fix): what the
+    message must say, not its wording. `err`: a pytest.raises result or the message; returns the message."""
+    message = str(getattr(err, "value", err))
+    for fact in facts:
+        assert fact in message, f"{fact!r} is not in the message: {message}"
+    return message
