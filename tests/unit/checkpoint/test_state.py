@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers import make_model
+from helpers import make_model, tells
 from iattention.checkpoint import state as ckpt
 from iattention.errors import UserError
 from iattention.train.state import TrainState
@@ -143,6 +143,7 @@ def test_a_bad_rng_state_and_an_old_checkpoint_without_moments_are_named(tmp_pat
     ckpt.load_optimizer_state(opt, {}, dict(meta, state={"step": 2, "skipped": 2}), "r.safetensors")  # none applied
 
 
+FILE_C = "checkpoint c.safetensors"
 _FIX = "; resume from another checkpoint (a run's last or best) or retrain"
 
 
@@ -156,10 +157,10 @@ _FIX = "; resume from another checkpoint (a run's last or best) or retrain"
     ({"optimizer": {"param_groups": [{"params": 5}]}},
      "optimizer.param_groups: expected a list of objects with integer 'params'"),
 ])
-def test_each_bad_metadata_is_one_whole_line(meta, problem):
+def test_bad_metadata_names_the_file_the_key_and_the_fix(meta, problem):
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
-    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+    tells(err, FILE_C, problem, _FIX[2:])
 
 
 def test_read_state_lists_the_keys_and_takes_an_int_for_a_float():
@@ -167,8 +168,7 @@ def test_read_state_lists_the_keys_and_takes_an_int_for_a_float():
     keys = ", ".join(f.name for f in dataclasses.fields(TrainState))
     with pytest.raises(UserError) as err:
         ckpt.read_state("r.safetensors", {"state": {"wat": 1}}, TrainState)
-    assert str(err.value) == f"checkpoint r.safetensors has bad metadata (state.wat: not a key of the training " \
-                             f"state ({keys})){_FIX}"
+    tells(err, "r.safetensors", "state.wat", keys)
 
 
 def test_declared_size_sums_every_tensor(tmp_path, monkeypatch):
@@ -209,12 +209,11 @@ def test_read_meta_of_a_foreign_safetensors_file_and_of_another_format(tmp_path)
     save_file({"w": torch.zeros(2)}, str(path))
     with pytest.raises(UserError) as err:
         ckpt.read_meta(path)
-    assert str(err.value) == f"{path} is a safetensors file but not an iattention checkpoint; convert it with " \
-                             "`iattn convert`"
+    tells(err, str(path), "not an iattention checkpoint", "iattn convert")
     save_file({"w": torch.zeros(2)}, str(path), metadata={"iattention": json.dumps({"format": "other"})})
     with pytest.raises(UserError) as err:
         ckpt.read_meta(path)
-    assert str(err.value) == f"checkpoint {path} has format 'other', expected {ckpt.FORMAT}"
+    tells(err, str(path), "'other'", ckpt.FORMAT)
 
 
 @pytest.mark.parametrize("meta,problem", [
@@ -222,20 +221,20 @@ def test_read_meta_of_a_foreign_safetensors_file_and_of_another_format(tmp_path)
     # a long value is cut to 60 characters: "str '" and 55 of its 100
     ({"config": {"model": {"block_size": "x" * 100}}}, "config.model.block_size: str '" + "x" * 55 + ", expected int"),
 ], ids=["section", "long-value"])
-def test_more_bad_metadata_is_one_whole_line(meta, problem):
+def test_more_bad_metadata_names_the_file_the_key_and_the_fix(meta, problem):
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
-    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+    tells(err, FILE_C, problem, _FIX[2:])
 
 
 def test_read_state_without_a_state_and_with_a_float_for_an_int():
     for meta, problem in (({}, "state: missing"), ({"state": {"step": 1.5}}, "state.step: float 1.5, expected int")):
         with pytest.raises(UserError) as err:
             ckpt.read_state("r.safetensors", meta, TrainState)
-        assert str(err.value) == f"checkpoint r.safetensors has bad metadata ({problem}){_FIX}"
+        tells(err, "r.safetensors", problem, _FIX[2:])
 
 
-def test_the_sparse_file_message_whole(tmp_path):
+def test_a_sparse_file_names_what_it_declares_and_what_it_holds(tmp_path):
     sparse = tmp_path / "sparse.safetensors"
     _header_only_file(sparse, {"format": ckpt.FORMAT}, 16 * 2**20)
     if sparse.stat().st_blocks * 512 > 2**20:
@@ -243,8 +242,7 @@ def test_the_sparse_file_message_whole(tmp_path):
     held = sparse.stat().st_blocks * 512
     with pytest.raises(UserError) as err:
         ckpt.check_declared_size(sparse)
-    assert str(err.value) == (f"checkpoint {sparse} declares 0.0625 GiB of tensors but holds {held / 2**30:.3g} GiB "
-                              "of data (a sparse or crafted file); use an intact checkpoint")
+    tells(err, str(sparse), "0.0625 GiB", f"{held / 2**30:.3g} GiB", "intact checkpoint")
 
 
 def test_a_resume_restores_the_rng_saved_with_the_optimizer(tmp_path):
@@ -258,20 +256,16 @@ def test_a_resume_restores_the_rng_saved_with_the_optimizer(tmp_path):
     assert torch.equal(torch.rand(4), after_save)
 
 
-def test_optimizer_completeness_whole_messages(tmp_path):
+def test_an_incomplete_optimizer_state_names_what_is_missing_and_the_fix(tmp_path):
     listed = {"optimizer": {"tensors": ["optim/0/exp_avg", "optim/0/exp_avg_sq"]}}
     with pytest.raises(UserError) as err:
         ckpt._check_optimizer_complete({"optim/0/exp_avg": 1}, {0: {}}, listed, "p.safetensors")
-    assert str(err.value) == ("checkpoint p.safetensors lacks 1 of its 2 optimizer tensors (e.g. optim/0/exp_avg_sq): "
-                              "resuming would restart the optimizer's moments; resume from a complete checkpoint or "
-                              "retrain")
+    tells(err, "p.safetensors", "1 of its 2", "optim/0/exp_avg_sq", "optimizer's moments", "complete checkpoint")
     one_step = {"step": 1}
     for meta in ({"state": one_step}, {"state": dict(one_step, skipped=0)}, {"optimizer": None, "state": one_step}):
         with pytest.raises(UserError) as err:  # an older checkpoint (no list), one step applied, no moments
             ckpt._check_optimizer_complete({}, {}, meta, "p.safetensors")
-        assert str(err.value) == ("checkpoint p.safetensors has run 1 optimizer step(s) but holds no optimizer "
-                                  "tensors: resuming would restart the optimizer's moments; resume from a complete "
-                                  "checkpoint or retrain")
+        tells(err, "p.safetensors", "1 optimizer step", "no optimizer tensors", "complete checkpoint")
     ckpt._check_optimizer_complete({}, {}, {"state": {"step": 0}}, "p.safetensors")
 
 
@@ -286,7 +280,7 @@ def test_an_older_checkpoint_with_its_moments_resumes(tmp_path):
     assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
 
 
-def test_load_model_state_whole_messages(tmp_path):
+def test_weights_that_cannot_load_name_the_tensor_and_the_fix(tmp_path):
     model = make_model(dtype=torch.float32)
     tensors = ckpt.model_tensors(model)
     bad = dict(tensors, **{"model/transformer.wpe.weight": torch.full_like(tensors["model/transformer.wpe.weight"],
@@ -294,15 +288,11 @@ def test_load_model_state_whole_messages(tmp_path):
     n = bad["model/transformer.wpe.weight"].numel()
     with pytest.raises(UserError) as err:
         ckpt.load_model_state(model, bad, "c.safetensors")
-    assert str(err.value) == (f"checkpoint c.safetensors holds non-finite weights ({n} NaN value(s) in "
-                              "transformer.wpe.weight); the run diverged or the file was damaged; use another "
-                              "checkpoint or retrain")
+    tells(err, FILE_C, "non-finite", f"{n} NaN", "transformer.wpe.weight", "another checkpoint or retrain")
     wide = dict(tensors, **{"model/transformer.wpe.weight": tensors["model/transformer.wpe.weight"].double()})
     with pytest.raises(UserError) as err:
         ckpt.load_model_state(model, wide, "c.safetensors")
-    assert str(err.value) == ("checkpoint c.safetensors holds transformer.wpe.weight as float64, the model holds "
-                              "float32; convert the checkpoint explicitly (iattn convert --dtype) or use the file as "
-                              "it was saved")
+    tells(err, FILE_C, "transformer.wpe.weight", "float64", "float32", "iattn convert --dtype")
 
 
 def test_load_model_state_refuses_missing_weights_naming_them(tmp_path):
@@ -318,14 +308,13 @@ def test_load_model_state_refuses_missing_weights_naming_them(tmp_path):
     assert len(quoted) > 100
     with pytest.raises(UserError) as err:
         ckpt.load_model_state(model, partial, "c.safetensors")
-    assert str(err.value) == (f"checkpoint c.safetensors does not fit this model ({quoted[:100]}); use the config the "
-                              "checkpoint was trained with")
+    tells(err, FILE_C, "does not fit this model", quoted[:100], "the config the checkpoint was trained with")
     no_embedding = {k: v for k, v in tensors.items() if k != "model/transformer.wte.weight"}
     with pytest.raises(UserError, match=r"^checkpoint c\.safetensors does not fit this model \("):
         ckpt.load_model_state(model, no_embedding, "c.safetensors")
 
 
-def test_load_optimizer_state_whole_messages(tmp_path):
+def test_optimizer_state_that_cannot_load_names_the_tensor_and_the_fix(tmp_path):
     model, opt = _trained()
     groups = opt.state_dict()["param_groups"]
     n = sum(len(g["params"]) for g in groups)
@@ -333,13 +322,11 @@ def test_load_optimizer_state_whole_messages(tmp_path):
     fix = "; resume from another checkpoint (a run's last or best) or retrain"
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {}, {})
-    assert str(err.value) == ("checkpoint (unnamed) has bad metadata (optimizer: missing: the checkpoint holds no "
-                              f"optimizer state to resume){fix}")
+    tells(err, "(unnamed)", "optimizer", "no optimizer state", fix[2:])
     for name in ("optim/x/exp_avg", f"optim/{n}/exp_avg"):
         with pytest.raises(UserError) as err:
             ckpt.load_optimizer_state(opt, {name: torch.zeros(1)}, meta, "o.safetensors")
-        assert str(err.value) == (f"checkpoint o.safetensors has bad metadata (tensor {name}: expected "
-                                  f"optim/<parameter index < {n}>/<name>){fix}")
+        tells(err, "o.safetensors", name, f"parameter index < {n}", fix[2:])
     one = [dict(groups[0], params=[0])]
     try:  # torch's own words for the same mismatch, which our message quotes
         torch.optim.AdamW(model.parameters(), lr=1e-3).load_state_dict({"state": {}, "param_groups": one})
@@ -348,8 +335,7 @@ def test_load_optimizer_state_whole_messages(tmp_path):
     assert len(quoted) > 80
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {}, {"optimizer": {"param_groups": one}}, "o.safetensors")
-    assert str(err.value) == (f"checkpoint o.safetensors has bad metadata (optimizer: does not fit this model's "
-                              f"optimizer: {quoted[:80]}){fix}")
+    tells(err, "o.safetensors", "does not fit this model's optimizer", quoted[:80], fix[2:])
     rng = torch.zeros(3, dtype=torch.uint8)
     try:
         torch.set_rng_state(rng)
@@ -358,11 +344,10 @@ def test_load_optimizer_state_whole_messages(tmp_path):
     assert len(quoted) > 80
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {"rng/torch": rng}, meta, "o.safetensors")
-    assert str(err.value) == f"checkpoint o.safetensors has bad metadata (tensor rng/torch: {quoted[:80]}){fix}"
+    tells(err, "o.safetensors", "rng/torch", quoted[:80], fix[2:])
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(2, 2)}, meta, "o.safetensors")
-    assert str(err.value) == ("checkpoint o.safetensors has bad metadata (tensor rng/torch: float32 of shape [2, 2], "
-                              f"expected a 1-D uint8 RNG state){fix}")
+    tells(err, "o.safetensors", "rng/torch", "float32", "[2, 2]", "1-D uint8", fix[2:])
 
 
 def test_an_optimizer_state_that_holds_a_plain_number_is_saved_as_a_tensor(tmp_path):
@@ -406,8 +391,7 @@ def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_leaves_noth
             ckpt.save_checkpoint(path, model, {"config": {}})
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    assert str(err.value) == (f"cannot write {path}: file too large (the file system's or `ulimit -f`'s file-size "
-                              "limit); write to a file system that takes larger files, or raise the limit")
+    tells(err, str(path), "file too large", "ulimit -f")
     assert list(tmp_path.iterdir()) == []  # the temp file is removed, nothing is written
 
 
@@ -436,14 +420,13 @@ def test_the_ckpt_write_failpoint_tears_the_temp_file_in_half_and_kills(tmp_path
     assert left[0].stat().st_size == size // 2 and not path.exists()
 
 
-def test_metadata_that_is_not_a_json_object_is_one_whole_line(tmp_path):
+def test_metadata_that_is_not_a_json_object_names_the_file_and_the_fix(tmp_path):
     path = tmp_path / "x.safetensors"
     for raw in ("not json", "[1]"):
         save_file({"w": torch.zeros(2)}, str(path), metadata={"iattention": raw})
         with pytest.raises(UserError) as err:
             ckpt.read_meta(path)
-        assert str(err.value) == (f"checkpoint {path} has corrupt metadata (not a JSON object); resume from another "
-                                  "checkpoint or retrain")
+        tells(err, str(path), "not a JSON object", "another checkpoint or retrain")
 
 
 @pytest.mark.parametrize("meta,problem", [
@@ -452,18 +435,17 @@ def test_metadata_that_is_not_a_json_object_is_one_whole_line(tmp_path):
     ({"optimizer": {"param_groups": 5}}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
     ({"optimizer": {"param_groups": []}}, "optimizer.param_groups: expected a list of objects with integer 'params'"),
 ], ids=["state-type", "optimizer-list", "groups-int", "groups-empty"])
-def test_bad_state_and_optimizer_metadata_is_one_whole_line(meta, problem):
+def test_bad_state_and_optimizer_metadata_names_the_key(meta, problem):
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), meta)
-    assert str(err.value) == f"checkpoint c.safetensors has bad metadata ({problem}){_FIX}"
+    tells(err, FILE_C, problem, _FIX[2:])
 
 
-def test_a_model_config_the_model_refuses_is_one_whole_line_naming_the_file():
+def test_a_model_config_the_model_refuses_names_the_file_and_the_fix():
     model = dict(n_layer=2, n_head=5, n_embd=48, vocab_size=97, block_size=16)
     with pytest.raises(UserError) as err:
         ckpt._check_meta(Path("c.safetensors"), {"config": {"model": model}})
-    assert str(err.value) == ("checkpoint c.safetensors has bad metadata (config.model: n_embd=48 is not divisible by "
-                              f"n_head=5; pick a head count that divides 48){_FIX}")
+    tells(err, FILE_C, "config.model", "n_embd=48", "n_head=5", "divides 48", _FIX[2:])
 
 
 def test_declared_size_counts_8_bytes_for_a_dtype_it_does_not_know(tmp_path, monkeypatch):
@@ -474,8 +456,7 @@ def test_declared_size_counts_8_bytes_for_a_dtype_it_does_not_know(tmp_path, mon
     monkeypatch.setattr(ckpt, "available_memory", lambda: 16 * 8 - 1)
     with pytest.raises(UserError) as err:
         ckpt.check_declared_size(path)
-    assert str(err.value) == (f"checkpoint {path} declares 1.19e-07 GiB of tensors, more than the 1.18e-07 GiB this "
-                              "machine has free; load it on a larger machine")
+    tells(err, str(path), "1.19e-07 GiB", "1.18e-07 GiB", "larger machine")
 
 
 def _sparse_u8(path, n: int) -> int:
@@ -502,8 +483,7 @@ def test_the_sparse_file_limit_is_twice_the_bytes_held_plus_a_mib(tmp_path, monk
     assert _sparse_u8(path, limit + 1) == held
     with pytest.raises(UserError) as err:
         ckpt.check_declared_size(path)
-    assert str(err.value) == (f"checkpoint {path} declares {(limit + 1) / 2**30:.3g} GiB of tensors but holds "
-                              f"{held / 2**30:.3g} GiB of data (a sparse or crafted file); use an intact checkpoint")
+    tells(err, str(path), f"{(limit + 1) / 2**30:.3g} GiB", f"{held / 2**30:.3g} GiB", "intact checkpoint")
 
 
 def test_a_file_system_that_reports_no_blocks_is_measured_by_the_file_size(tmp_path, monkeypatch):
@@ -528,9 +508,7 @@ def test_load_optimizer_state_names_the_file_that_lacks_optimizer_tensors(tmp_pa
     listed = meta["optimizer"]["tensors"]
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {k: v for k, v in tensors.items() if k != listed[0]}, meta, path)
-    assert str(err.value) == (f"checkpoint {path} lacks 1 of its {len(listed)} optimizer tensors (e.g. {listed[0]}): "
-                              "resuming would restart the optimizer's moments; resume from a complete checkpoint or "
-                              "retrain")
+    tells(err, str(path), f"1 of its {len(listed)}", listed[0], "optimizer's moments", "complete checkpoint")
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon"])
