@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import make_model
+from helpers import make_model, tells
 from iattention import GPT, GPTConfig
 from iattention.attention.registry import variant_names
 from iattention.symmetry import expand
@@ -116,5 +116,4 @@ def test_default_head_blocks_skip_biases_of_any_shape_and_every_vector():
 def test_default_head_blocks_name_every_other_matrix_in_its_refusal():
     with pytest.raises(NotImplementedError) as err:
         _toy_layer(W=(4, 16, 4), A=(16, 16), B=(2, 16, 4)).head_blocks()
-    assert str(err.value) == ("Toy learns matrices that are not (n_head, a, b) tensors (A (16, 16), B (2, 16, 4)): "
-                              "override head_blocks to give each head's block")
+    tells(err, "Toy", "(n_head, a, b)", "A (16, 16), B (2, 16, 4)", "override head_blocks")

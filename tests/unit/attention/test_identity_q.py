@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from helpers import make_model
+from helpers import make_model, tells
 from iattention.errors import UserError
-
-MESSAGE = "identity_q attention can only hold heads whose W_Q is the identity and b_Q = 0"
 
 
 def test_load_heads_refuses_a_query_map_or_a_query_bias_it_cannot_hold():
@@ -27,5 +25,5 @@ def test_load_heads_refuses_a_query_map_or_a_query_bias_it_cannot_hold():
         setattr(bad, field, value)
         with pytest.raises(UserError) as err:
             layer.load_heads(bad)
-        assert str(err.value) == MESSAGE, field
+        tells(err, "identity_q", "W_Q is the identity", "b_Q = 0")  # what it can hold
         assert all(torch.equal(p, before[n]) for n, p in layer.state_dict().items()), field
