@@ -19,6 +19,9 @@ $(BIN)/iattn: pyproject.toml
 	# Install the pinned torch first when none is present (see TORCH_PIP above).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP)
 	$(BIN)/pip install -q -e ".[hf,dev]"
+	# triton (the wide-head kernel and its interpreter tests) where a wheel exists (Linux x86-64); best effort,
+	# with --no-deps so it never pulls another torch: its tests skip without it
+	-$(BIN)/python -c "import triton" 2>/dev/null || $(BIN)/pip install -q --no-deps "triton>=3.4"
 	touch $(BIN)/iattn
 
 # Remember the data folder for the user (like HF_HOME), so every README command finds it afterwards
