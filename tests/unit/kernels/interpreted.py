@@ -93,9 +93,17 @@ def model(attention: str, n_head: int, n_embd: int, T: int, amp: bool = False):
     """A GPT's loss and gradients with model.attn_kernel=triton (through the dispatch, interpreted) against
     the same weights with attn_kernel=sdpa."""
     from iattention import GPT, GPTConfig
+    from iattention.kernels import wide_attention as wa
 
+    calls = {"sdpa": 0, "triton": 0}
+    real = wa.WideAttention.apply
     out = {}
     for kernel in ("sdpa", "triton"):
+        def counted(*args, kernel=kernel):  # a spy: counts the kernel's calls, then runs it
+            calls[kernel] += 1
+            return real(*args)
+
+        wa.WideAttention.apply = counted
         cfg = GPTConfig(n_layer=2, n_head=n_head, n_embd=n_embd, vocab_size=50, block_size=T, attention=attention,
                         attn_kernel=kernel)
         torch.manual_seed(0)
@@ -105,8 +113,9 @@ def model(attention: str, n_head: int, n_embd: int, T: int, amp: bool = False):
             loss = m(x, x)[1]
         loss.backward()
         out[kernel] = (loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+    wa.WideAttention.apply = real
     (l0, g0), (l1, g1) = out["sdpa"], out["triton"]
-    return dict(loss_sdpa=l0.item(), loss_triton=l1.item(),
+    return dict(kernel_calls=calls, loss_sdpa=l0.item(), loss_triton=l1.item(),
                 grad_max_abs=max((g0[n] - g1[n]).abs().max().item() for n in g0),
                 grad_scale=max(g.abs().max().item() for g in g0.values()), same_names=sorted(g0) == sorted(g1))
 
