@@ -12,7 +12,7 @@ DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
 # from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint clean mutation mutation-sample
+.PHONY: setup demo test test-fast test-gpu lint clean mutation mutation-sample
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,12 @@ test: setup
 # The unit layer without the tests marked slow: the quick loop while editing (CI runs `make test`).
 test-fast: setup
 	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/unit -m "not slow"
+
+# CUDA-only checks (tests/gpu/: they skip without a CUDA device): the wide-head kernel on the device, a tiny
+# training on CUDA, eval agreeing with the CPU, cached generation. On a GPU machine, with a CUDA torch:
+#   make test-gpu TORCH_PIP="torch==2.13.0"
+test-gpu: setup
+	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/gpu -m gpu -rs
 
 # Mutation testing of the core ([tool.mutmut] in pyproject.toml; scores in tests/mutation/SCORES.md).
 # Slow (thousands of mutants), so not part of `make test` or CI. One module at a time:
