@@ -10,6 +10,7 @@ from torch import nn
 
 from iattention.attention.cache import KVCache
 from iattention.attention.heads import HeadWeights
+from iattention.kernels import kernel_for, triton_causal_attention
 
 
 def row_blocks(n_proj: int, d: int, r: int, n_head: int) -> list[tuple]:
@@ -72,6 +73,7 @@ class CausalSelfAttention(nn.Module):
         self.n_embd = config.n_embd
         self.d_head = config.d_head
         self.dropout = config.dropout
+        self.attn_kernel = getattr(config, "attn_kernel", "auto")  # kernels/__init__.py
         self.resid_dropout = nn.Dropout(config.dropout)
 
     @classmethod
@@ -144,11 +146,14 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
             k, v = cache.update(layer, k, v)  # each (B, H, past + T, r)
-        mask = None
-        if past and T > 1:  # new position i sees every cached position and new ones up to itself
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=past == 0
-        )  # (B, H, T, r)
+        dropout = self.dropout if self.training else 0.0
+        if cache is None and kernel_for(self.attn_kernel, x.device.type, self.d_head, dropout) == "triton":
+            y = triton_causal_attention(q, k, v)  # (B, H, T, r): wide heads (kernels/wide_attention.py)
+        else:
+            mask = None
+            if past and T > 1:  # new position i sees every cached position and new ones up to itself
+                mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                               is_causal=past == 0)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H, r) -> (B, T, d): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)
