@@ -100,7 +100,7 @@ class Trainer:
         self.train_model = self.runtime.wrap(self.model)
         self.metrics.open(t, _config_dict(self.cfg))
         self.validator = Validator(self.data.splits, self.data.scored, self.cfg.model.block_size,
-                                   t.eval_batch_size, self.runtime)
+                                   t.eval_batch_size, self.runtime, show=not self.quiet)
         return None
 
     def _lr(self, step: int) -> float:
@@ -157,7 +157,8 @@ class Trainer:
     def _record(self, kind: str, tokens_per_s: float) -> dict:
         """Validation now, as one metrics record; a validation loss too large for a perplexity stops the run."""
         s = self.state
-        val_loss, val_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "valid")
+        what = {"start": "start", "epoch": f"end of epoch {s.epoch + 1}"}.get(kind, f"step {s.step}")
+        val_loss, val_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "valid", what)
         if math.isfinite(val_loss) and math.isinf(val_ppl):  # 709+ nats per token: far worse than uniform, so diverged
             raise NonFiniteLoss(f"validation loss {val_loss:.4g} at step {s.step} (epoch {s.epoch + 1}) overflows "
                                 f"perplexity: the run diverged; {self.ckpt.last_good()}; lower optim.lr")
@@ -190,7 +191,8 @@ class Trainer:
         """Test perplexity of the best-validation weights, and the summary that marks the run finished."""
         s = self.state
         self.ckpt.load_best(self.model)
-        test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test")
+        test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test",
+                                                  "best weights")
         s.wall_time += time.time() - self._t0
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,

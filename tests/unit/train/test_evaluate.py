@@ -1,5 +1,6 @@
 """Unit tests of iattention.train.evaluate (moved from tests/test_eval_metrics.py)."""
 
+import io
 import math
 
 import pytest
@@ -9,7 +10,7 @@ from iattention import GPT, GPTConfig
 from iattention.data import DataConfig, load_tokenizer
 from iattention.data.dataset import scored_text
 from iattention.train.distributed import DistContext
-from iattention.train.evaluate import per_unit, split_nll
+from iattention.train.evaluate import per_unit, split_nll, strided_nll
 
 
 def _byte_tokenizer():
@@ -34,3 +35,46 @@ def test_a_uniform_model_gives_eight_bits_per_byte_and_a_hand_computed_word_perp
     assert m["byte_ppl"] == pytest.approx(256.0, rel=1e-5)
     assert m["word_ppl"] == pytest.approx(256.0 ** (35 / words), rel=1e-5)
     assert per_unit(nll, scored_text(tok, ids), scored=n - 1) is None  # not every token scored: no figures
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (tqdm draws its bar only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _zero_model(block: int = 8):
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=256, block_size=block)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_an_evaluation_shows_windows_scored_of_windows_a_bar_on_a_terminal_one_line_elsewhere(
+        strided, monkeypatch, capsys):
+    """36 bytes in windows of 8: 5 non-overlapping windows, or 8 strided ones (stride 4, the last starting at
+    28). Not on a terminal (capsys): exactly one line naming the pass and its windows; on one: tqdm's bar
+    (windows of the total, rate and ETA; leave=False clears it when done); no
+    description: silent."""
+    ids = _byte_tokenizer().encode("the cat sat on the mat .\n a dog ran\n")
+    model, n = _zero_model(), 8 if strided else 5
+
+    def run(progress):
+        if strided:
+            return strided_nll(model, ids, 8, 4, 2, progress=progress)
+        return split_nll(model, ids, 8, 2, DistContext(), progress=progress)
+
+    run(None)
+    assert capsys.readouterr().err == ""
+    run("eval test")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"eval test: {n}/{n} windows in "), err
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    run("eval test")
+    shown = term.getvalue()
+    assert shown.startswith("\reval test:") and f"/{n} [" in shown and "win/s]" in shown, shown  # count, ETA
+    assert "windows in" not in shown  # the bar, not the line
