@@ -353,3 +353,53 @@ def test_wandb_gets_every_step_and_evaluation_and_is_not_imported_when_off(tmp_p
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     with pytest.raises(UserError, match="needs the wandb package: pip install wandb"):
         train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "absent", quiet=True)
+
+
+@pytest.mark.slow
+def test_a_step_or_token_budget_ends_the_run_and_its_schedule_and_resume_extends_by_either(tmp_path, capsys):
+    """train.max_steps=N: N steps (the last epoch partial), every step's lr the schedule's over N (so it
+    ends at the budget, not at the epochs' total), an epoch record at step N; --resume with a larger
+    train.max_steps or a train.max_tokens budget extends it; a budget at or before the run's step is one line
+    and changes nothing; both budgets at once are one line."""
+    from iattention.cli import main
+    from iattention.train.schedule import lr_at
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache")
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov, "train.max_steps=30"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = load_config("tiny", None, [*ov, "train.max_steps=30"])
+    o = cfg.optim
+    steps = _steps(run)
+    assert [s["step"] for s in steps] == list(range(1, 31)) and summary["steps"] == 30
+    assert [s["lr"] for s in steps] == [lr_at(i, 30, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule)
+                                        for i in range(30)]
+    metrics = [json.loads(x) for x in open(run / "metrics.jsonl")]
+    epochs = [(m["epoch"], m["step"]) for m in metrics if m["kind"] == "epoch"]
+    spe = epochs[0][1]
+    assert spe < 30 < 2 * spe and epochs == [(1, spe), (2, 30)] and summary["epochs_run"] == 2
+    assert summary["tokens_seen"] == 30 * 8 * 32
+    capsys.readouterr()
+
+    assert main(["train", "--out", str(run), "--resume", "--quiet", "train.max_steps=40"]) == 0
+    assert f"extending {run} from step 30 to 40 steps (train.max_steps=40" in capsys.readouterr().err
+    assert [s["step"] for s in _steps(run)] == list(range(1, 41))
+    assert _steps(run)[-1]["lr"] == lr_at(39, 40, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule)
+    tokens = 8 * 32 * 45 + 100  # 45 whole steps
+    assert main(["train", "--out", str(run), "--resume", "--quiet", f"train.max_tokens={tokens}"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 45
+    saved = yaml.safe_load((run / "config.yaml").read_text())["train"]  # the budget given is the one that holds
+    assert (saved["max_steps"], saved["max_tokens"]) == (0, tokens)
+    assert "from step 40 to 45 steps (train.max_tokens=" in capsys.readouterr().err
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0  # the saved budget: finished
+    assert "extending" not in capsys.readouterr().err
+
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert main(["train", "--out", str(run), "--resume", "--quiet", "train.max_steps=45"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("iattn: error:") == 1 and "cannot shorten" in err and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == \
+        {k: v for k, v in before.items() if k != ".lock"}
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "two"), *ov, "train.max_steps=3",
+                 "train.max_tokens=1000"]) == 2
+    assert "are two budgets; give one" in capsys.readouterr().err

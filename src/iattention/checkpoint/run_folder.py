@@ -121,7 +121,8 @@ class RunFolder:
             return True
         if diff:
             raise UserError(f"output folder {self.path} holds a run with another config (its {CONFIG}: {diff}); "
-                            "use the same config to resume (or the same with more train.epochs to extend it), or "
+                            "use the same config to resume (or the same with a larger train.epochs, train.max_steps or "
+                            "train.max_tokens to extend it), or "
                             "choose another --out")
         return False
 
@@ -172,11 +173,14 @@ class RunFolder:
             raise UserError(f"run {self.path}: {SUMMARY} holds test_ppl {test!r}, not a perplexity (>= 1); {fix}")
         return summary, records
 
-    def finished(self, epochs: int) -> dict | None:
-        """The summary when it is one of `epochs` epochs (or an early stop); a shorter one is what an
-        extension leaves when it dies after rewriting config.yaml: not finished."""
+    def finished(self, epochs: int, steps: int | None = None) -> dict | None:
+        """The summary when it is one of `epochs` epochs, or of `steps` steps when a step or token budget
+        sets the run's length (or an early stop); a shorter one is what an extension leaves when it dies
+        after rewriting config.yaml: not finished."""
         summary = self.read_summary()
-        if summary and (summary["epochs_run"] >= epochs or summary.get("stopped_early")):
+        done = summary["epochs_run"] >= epochs if steps is None else summary.get("steps", 0) >= steps if summary \
+            else False
+        if summary and (done or summary.get("stopped_early")):
             return summary
         return None
 

@@ -32,7 +32,7 @@ from iattention.train.evaluate import exp_loss
 from iattention.train.metrics import Metrics, Throughput
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.runtime import Runtime
-from iattention.train.schedule import lr_at
+from iattention.train.schedule import budget_steps, lr_at
 from iattention.train.validate import Validator
 from iattention.utils.faults import fault_point
 
@@ -75,7 +75,7 @@ class Trainer:
             self._record("start", 0.0)
             self.metrics.save()
         self.model.train()
-        while s.epoch < self.cfg.train.epochs and not s.stopped_early:
+        while s.step < self.total_steps and not s.stopped_early:
             self._end_epoch(self._epoch())
         self.metrics.close_bar()
         return self._finish()
@@ -85,11 +85,14 @@ class Trainer:
         its summary) the model, its optimizer and state (fresh or resumed), and the runtime around them."""
         self.ckpt.claim(self.cfg.data.data_dir)
         self.cfg, self.data = load_run_data(self.cfg, self.runtime.world)  # the model's vocabulary resolved
-        self.total_steps = self.data.steps_per_epoch * self.cfg.train.epochs
-        finished = self.ckpt.check(_config_dict(self.cfg), self.data.fingerprints, self.data.tokenizer)
+        t = self.cfg.train
+        self.total_steps = budget_steps(t, self.data.steps_per_epoch, self.cfg.model.block_size)
+        self.total_epochs = -(-self.total_steps // self.data.steps_per_epoch)  # the last one partial under a budget
+        finished = self.ckpt.check(_config_dict(self.cfg), self.data.fingerprints, self.data.tokenizer,
+                                   self.total_steps, t.budget())
         if finished is not None:
             return finished
-        t, device = self.cfg.train, self.runtime.device
+        device = self.runtime.device
         torch.manual_seed(t.seed)
         check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.runtime.world)), device)
         self.model = GPT(self.cfg.model).to(device)
@@ -113,7 +116,7 @@ class Trainer:
         t, s, spe = self.cfg.train, self.state, self.data.steps_per_epoch
         tokens_per_step, speed = t.batch_size * self.cfg.model.block_size, Throughput()
         order = epoch_order(self.data.n_windows, t.seed, s.epoch)
-        while s.batch < spe:
+        while s.batch < spe and s.step < self.total_steps:
             t_step = time.time()
             loss, grad_norm = self._train_step(order[s.batch * t.batch_size: (s.batch + 1) * t.batch_size])
             self.runtime.synchronize()
@@ -121,10 +124,11 @@ class Trainer:
             s.count_step(loss, tokens_per_step, dt)
             speed.add(tokens_per_step, dt)
             self.metrics.step(s.step, loss, self._lr(s.step - 1), grad_norm, speed.per_s)
-            if t.eval_every_steps and s.step % t.eval_every_steps == 0 and s.batch < spe:
+            more = s.batch < spe and s.step < self.total_steps  # not the last step of the epoch or the run
+            if t.eval_every_steps and s.step % t.eval_every_steps == 0 and more:
                 self._record("step", speed.per_s)
                 self.metrics.save()
-            if t.ckpt_every_steps and s.step % t.ckpt_every_steps == 0 and s.batch < spe:
+            if t.ckpt_every_steps and s.step % t.ckpt_every_steps == 0 and more:
                 self._save_last()
         return speed.per_s
 
@@ -177,7 +181,7 @@ class Trainer:
         if s.end_epoch(rec["val_loss"], t.patience):  # the best so far
             self.ckpt.save_best(self.model, s)
         if not self.quiet:
-            self.metrics.write(f"epoch {s.epoch}/{t.epochs}  train ppl {rec['train_ppl']:.2f}  "
+            self.metrics.write(f"epoch {s.epoch}/{self.total_epochs}  train ppl {rec['train_ppl']:.2f}  "
                                f"val ppl {rec['val_ppl']:.2f}  {rec['tokens_per_s']:.0f} tok/s")
         s.wall_time += time.time() - self._t0
         self._t0 = time.time()

@@ -220,8 +220,9 @@ def test_check_for_a_new_folder_a_taken_one_and_an_extension(tmp_path):
     with pytest.raises(UserError) as err:
         folder.check_for(other, resume=True)
     assert str(err.value) == (f"output folder {tmp_path} holds a run with another config (its config.yaml: "
-                              f"{config_mismatch(cfg, other)}); use the same config to resume (or the same with more "
-                              "train.epochs to extend it), or choose another --out")
+                              f"{config_mismatch(cfg, other)}); use the same config to resume (or the same "
+                              "with a larger train.epochs, train.max_steps or train.max_tokens to extend it), or "
+                              "choose another --out")
 
 
 def test_a_summary_that_is_not_json_is_named_with_its_fix(tmp_path):
