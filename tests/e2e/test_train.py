@@ -403,3 +403,52 @@ def test_a_step_or_token_budget_ends_the_run_and_its_schedule_and_resume_extends
     assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "two"), *ov, "train.max_steps=3",
                  "train.max_tokens=1000"]) == 2
     assert "are two budgets; give one" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_steps_reach_disk_as_they_go_and_a_killed_run_keeps_them_once_each_after_resume(tmp_path):
+    """steps.jsonl is appended step by step: SIGKILLed right after its 11th step (IATTN_FAULT, no sleeps), a
+    run holds steps 1-10 (the same numbers an uninterrupted run logs) though its last checkpoint is at step 8;
+    --resume from that checkpoint leaves every step exactly once, as the uninterrupted run has them."""
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache",
+                        **{"train.epochs": 2, "train.ckpt_every_steps": 4, "train.threads": 1})
+    train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
+    ref = _steps(tmp_path / "ref")
+    out = tmp_path / "run"
+    proc = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov),
+                          env={**os.environ, "IATTN_FAULT": "step:11"}, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _steps(out) == ref[:10]
+    from iattention.checkpoint.state import read_meta
+
+    assert read_meta(out / "last.safetensors")["state"]["step"] == 8
+    res = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov),
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert _steps(out) == ref
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_epoch_keeps_the_steps_and_says_how_to_keep_mid_epoch_progress(tmp_path):
+    """A run followed as `tail -f` would (steps.jsonl read while it trains) and stopped with SIGINT once its
+    log holds 3 steps: exit 130, its steps kept, and the message names the step, the checkpoint --resume
+    goes on from and train.ckpt_every_steps."""
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 50, "train.threads": 1})
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov),
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline:
+        if (out / "steps.jsonl").exists() and len((out / "steps.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.01)
+    seen = _steps(out)
+    assert len(seen) >= 3 and proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    kept = _steps(out)
+    assert kept[:len(seen)] == seen and [s["step"] for s in kept] == list(range(1, len(kept) + 1))
+    assert f"iattn: interrupted at step {len(kept)} (epoch 1, batch {len(kept)}/" in err, err
+    assert "no checkpoint was written yet; --resume starts the run over; to keep mid-epoch progress, train with "\
+        "train.ckpt_every_steps=N" in err and "Traceback" not in err, err

@@ -14,13 +14,14 @@ import dataclasses
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.run_folder import LAST, RunFolder
 from iattention.config import RunConfig
 from iattention.data.dataset import epoch_order, train_batch
 from iattention.data.sources import resolved_data_dir
@@ -58,12 +59,37 @@ class Trainer:
     def run(self) -> dict:
         try:
             return self._run()
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
         except BaseException:
             self.ckpt.discard_unstarted()  # refused before it started: leave no folder holding only a lock
             raise
         finally:
+            self.metrics.close_log()
             self.ckpt.release()
             self.runtime.close()
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: say where --resume takes the run up again, and how to keep mid-epoch progress next time
+        (steps.jsonl keeps every step made; the resumed run rewrites it from its checkpoint on)."""
+        s = getattr(self, "state", None)
+        self.ckpt.discard_unstarted()
+        if s is None or not self.runtime.is_main or s.step == 0:
+            return
+        if self.metrics.bar is not None:
+            self.metrics.close_bar()
+        t, spe = self.cfg.train, self.data.steps_per_epoch
+        where = (f"iattn: interrupted at step {s.step} (epoch {s.epoch + 1}, batch {s.batch}/{spe}); "
+                 f"{self.ckpt.last_good()}")
+        keep = "to keep mid-epoch progress, train with train.ckpt_every_steps=N (a resumable checkpoint every N steps)"
+        if not (self.ckpt.folder / LAST).exists():
+            hint = f"--resume starts the run over; {keep}"
+        elif s.batch == 0 or t.ckpt_every_steps:
+            hint = "--resume goes on from there"
+        else:
+            hint = f"--resume goes on from there, making this epoch's steps since again; {keep}"
+        print(f"{where}; {hint}", file=sys.stderr)  # then the CLI's "iattn: interrupted", exit 130
 
     def _run(self) -> dict:
         finished = self._prepare()
