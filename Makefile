@@ -12,13 +12,16 @@ DATA_DIR ?= $(if $(IATTN_DATA_DIR),$(IATTN_DATA_DIR),../shared/data)
 # from the PyTorch index: make test TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint clean mutation mutation-sample
+.PHONY: setup demo test test-fast test-gpu lint clean mutation mutation-sample
 
 $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# Install the pinned torch first when none is present (see TORCH_PIP above).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP)
 	$(BIN)/pip install -q -e ".[hf,dev]"
+	# triton (the wide-head kernel and its interpreter tests) where a wheel exists (Linux x86-64); best effort,
+	# with --no-deps so it never pulls another torch: its tests skip without it
+	-$(BIN)/python -c "import triton" 2>/dev/null || $(BIN)/pip install -q --no-deps "triton>=3.4"
 	touch $(BIN)/iattn
 
 # Remember the data folder for the user (like HF_HOME), so every README command finds it afterwards
@@ -37,6 +40,12 @@ test: setup
 # The unit layer without the tests marked slow: the quick loop while editing (CI runs `make test`).
 test-fast: setup
 	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/unit -m "not slow"
+
+# CUDA-only checks (tests/gpu/: they skip without a CUDA device): the wide-head kernel on the device, a tiny
+# training on CUDA, eval agreeing with the CPU, cached generation. On a GPU machine, with a CUDA torch:
+#   make test-gpu TORCH_PIP="torch==2.13.0"
+test-gpu: setup
+	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest tests/gpu -m gpu -rs
 
 # Mutation testing of the core ([tool.mutmut] in pyproject.toml; scores in tests/mutation/SCORES.md).
 # Slow (thousands of mutants), so not part of `make test` or CI. One module at a time:

@@ -25,6 +25,7 @@ def test_bench_tiny_writes_json(tmp_path, capsys):
         ("hf-gpt2", "standard", 2)}
     for r in rows:
         assert r["train_tokens_per_s"] > 0 and r["forward_tokens_per_s"] > 0
+        assert r["attn_kernel"] == "sdpa"  # which kernel each row ran: on CPU, auto is always SDPA
         assert "train_tokens_per_s_vs_standard" in r and "train_tokens_per_s_vs_hf" in r
     assert "| iattention | canonical | 1 |" in md.read_text()
     assert len(data["loadavg_before"]) == 3 and len(data["loadavg_after"]) == 3  # the machine's load, recorded

@@ -320,8 +320,9 @@ def test_a_user_without_a_home_folder_is_told_what_to_set_or_goes_on_without_it(
     one_line_error(capsys, main(["eval", str(tmp_path / "run"), "--text", "~/notes.txt"]), "~", "HOME")
 
 
-def test_data_remember_refuses_a_path_that_no_message_can_name(tmp_path, capsys):
+def test_data_remember_refuses_a_path_that_no_message_can_name(tmp_path, capsys, monkeypatch):
     """A folder with a newline in its name was remembered (and later printed over two lines); --out refuses it."""
+    monkeypatch.delenv("IATTN_DATA_DIR", raising=False)  # `data where` would show it first (make test sets it)
     folder = tmp_path / "da\nta"
     folder.mkdir()
     with pytest.raises(SystemExit) as refused:

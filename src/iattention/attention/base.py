@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from iattention.attention.cache import KVCache
+from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import HeadWeights
+from iattention.kernels import kernel_for, triton_causal_attention
 
 
 def row_blocks(n_proj: int, d: int, r: int, n_head: int) -> list[tuple]:
@@ -72,6 +73,7 @@ class CausalSelfAttention(nn.Module):
         self.n_embd = config.n_embd
         self.d_head = config.d_head
         self.dropout = config.dropout
+        self.attn_kernel = getattr(config, "attn_kernel", "auto")  # kernels/__init__.py
         self.resid_dropout = nn.Dropout(config.dropout)
 
     @classmethod
@@ -133,22 +135,77 @@ class CausalSelfAttention(nn.Module):
         """Set the layer's weights from math form (inverse of to_heads)."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def frozen_inverse(self, name: str, build) -> torch.Tensor:
+        """build() once per frozen_weights block (generation), else every call."""
+        if not self.weights_frozen:
+            return build()
+        memo = self.__dict__.setdefault("_memo", {})
+        if name not in memo:
+            memo[name] = build()
+        return memo[name]
+
+    @staticmethod
+    def k_only_offset(W_KV: torch.Tensor, b_K: torch.Tensor | None, b_V: torch.Tensor | None):
+        """(H, r) offset[h] = b_V[h] - b_K W_KV[h] (b_K of all key heads side by side), or None without biases."""
+        if b_K is None and b_V is None:
+            return None
+        off = torch.zeros(W_KV.shape[0], W_KV.shape[2], dtype=W_KV.dtype, device=W_KV.device)
+        if b_V is not None:
+            off = off + b_V.to(W_KV)
+        if b_K is not None:
+            off = off - torch.einsum("c,hcr->hr", b_K.reshape(-1).to(W_KV), W_KV)
+        return off
+
+    def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(W_KV (H, d, r), offset (H, r) or None): v_h = k W_KV[h] + offset[h] for the keys k of all heads side
+        by side. Exact because the key map W_K (d x H r = d x d) is square: x = (k - b_K) W_K^{-1}."""
+        hw = self.to_heads()
+        H, d, r = hw.W_K.shape
+        W_K = hw.W_K.transpose(0, 1).reshape(d, H * r).double()  # (d, d): heads side by side
+        W_KV = torch.linalg.solve(W_K, hw.W_V.double())  # (H, d, r)
+        offset = self.k_only_offset(W_KV, hw.b_K, hw.b_V)
+        dtype = hw.W_K.dtype
+        return W_KV.to(dtype), None if offset is None else offset.to(dtype)
+
+    def _forward_k_only(self, q, k, cache: KOnlyCache, layer: int) -> torch.Tensor:
+        """Attention against the cached keys only: each head's output is (p_h K) W_KV[h] + offset[h], the
+        attention weights times every head's keys, then a d x r map (k_only_value_map)."""
+        B, T, d = q.shape
+        H, r = self.n_head, self.d_head
+        q = q.reshape(B, T, H, r).transpose(1, 2)  # (B, H, T, r)
+        past = cache.length_of(layer)
+        k_all = cache.update(layer, k.reshape(B, T, H, r).transpose(1, 2))  # (B, H, past + T, r)
+        mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (T, past + T)
+        p = (q @ k_all.transpose(-1, -2) / r**0.5).masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past+T)
+        keys = k_all.transpose(1, 2).reshape(B, 1, past + T, d)  # (B, 1, past + T, d): every head's key
+        W_KV, offset = self.frozen_inverse("k_only", self.k_only_value_map)
+        y = torch.einsum("bhtc,hcr->bhtr", p @ keys, W_KV)  # (B, H, T, d) -> (B, H, T, r)
+        if offset is not None:
+            y = y + offset[:, None, :]
+        return self.resid_dropout(self.project_out(y.transpose(1, 2).reshape(B, T, d)))  # (B, T, d)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | KOnlyCache | None = None, layer: int = 0) -> torch.Tensor:
         """x (B, T, d). With a cache, x holds only the new positions; keys and values of the earlier
-        ones come from the cache (slot `layer`), and the new ones are appended to it."""
+        ones come from the cache (slot `layer`), and the new ones are appended to it. A KOnlyCache keeps the
+        keys alone; the values are rebuilt from them (_forward_k_only)."""
         B, T, C = x.shape  # (B, T, d): C = d = H * r
         q, k, v = self.qkv(x)  # each (B, T, d)
+        if isinstance(cache, KOnlyCache):
+            return self._forward_k_only(q, k, cache, layer)
         shape = (B, T, self.n_head, self.d_head)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))  # each (B, H, T, r)
         past = 0
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
             k, v = cache.update(layer, k, v)  # each (B, H, past + T, r)
-        mask = None
-        if past and T > 1:  # new position i sees every cached position and new ones up to itself
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=past == 0
-        )  # (B, H, T, r)
+        dropout = self.dropout if self.training else 0.0
+        if cache is None and kernel_for(self.attn_kernel, x.device.type, self.d_head, dropout) == "triton":
+            y = triton_causal_attention(q, k, v)  # (B, H, T, r): wide heads (kernels/wide_attention.py)
+        else:
+            mask = None
+            if past and T > 1:  # new position i sees every cached position and new ones up to itself
+                mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                               is_causal=past == 0)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H, r) -> (B, T, d): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)

@@ -39,9 +39,11 @@ class KOnlyCache:
     MHA Llama-2, SmolLM2-1.7B): each layer keeps the pre-RoPE keys k~ = x W_K + b_K, (B, G, T_past, r); the
     values are a fixed linear function of them (v = (k~ - b_K) W_K^{-1} W_V + b_V), so storing them too is
     redundant, and the keys are rotated when read. Half the memory of a KVCache, exactly the same outputs.
-    `rope(n)` gives the (cos, sin) tables of positions 0..n-1 (the model's rotary embedding)."""
+    `rope(n)` gives the (cos, sin) tables of positions 0..n-1 (the model's rotary embedding); None for GPT-2,
+    whose multi-head key map is always square (n_head x d_head = d): its keys, (B, H, T_past, r), are kept as
+    they are (at one canonical head, the layer input itself, permuted)."""
 
-    def __init__(self, n_layer: int, rope):
+    def __init__(self, n_layer: int, rope=None):
         self.keys: list[torch.Tensor | None] = [None] * n_layer
         self.rope = rope
 

@@ -191,6 +191,16 @@ class CanonicalAttention(CausalSelfAttention):
         W = self._memoized("o", lambda: merge_heads_out(self.out_weight()), *self._weight_sources())
         return F.linear(y, W, self.b_O)
 
+    def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """At one head the key map is a permutation (k = x P + b_K, P = k_perm's columns), so the cached keys are
+        the layer input itself, permuted: x = (k - b_K) P^T, and W_KV = P^T W_V is W_V's rows in k_perm's order,
+        an index copy (no solve). Otherwise the general solve (CausalSelfAttention)."""
+        if not (self.canonical_qk and self.n_head == 1):
+            return super().k_only_value_map()
+        hw = self.to_heads()
+        W_KV = hw.W_V[:, self.k_perm[0], :]  # (1, d, r): row j is W_V's row k_perm[0, j]
+        return W_KV, self.k_only_offset(W_KV, hw.b_K, hw.b_V)
+
     def to_heads(self) -> HeadWeights:
         zeros = None if self.b_Q is None else torch.zeros_like(self.b_Q)
         return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(), b_Q=self.b_Q,

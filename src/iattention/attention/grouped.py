@@ -77,15 +77,6 @@ class GroupedAttention(CausalSelfAttention):
     def head_blocks(self) -> dict[str, list[tuple]]:
         raise NotImplementedError(f"{type(self).__name__}: Muon is not wired for grouped attention")
 
-    def frozen_inverse(self, name: str, build) -> torch.Tensor:
-        """build() once per frozen_weights block (generation), else every call."""
-        if not self.weights_frozen:
-            return build()
-        memo = self.__dict__.setdefault("_memo", {})
-        if name not in memo:
-            memo[name] = build()
-        return memo[name]
-
     def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(W_KV (H, G r, r), offset (H, r) or None) with v_h = k~ W_KV[h] + offset[h] for the pre-RoPE keys
         k~ of all G heads side by side: exact when the key map W_K (d x G r) is square and invertible."""
@@ -99,8 +90,7 @@ class GroupedAttention(CausalSelfAttention):
         W_KV = torch.linalg.solve(W_K, W_V)  # (H, G r, r): x = k~ W_K^{-1} (without b_K)
         offset = None
         if hw.b_K is not None:  # v = (k~ - b_K) W_K^{-1} W_V + b_V
-            b_V = hw.b_V.double()[torch.arange(self.n_head) // (self.n_head // G)]
-            offset = b_V - torch.einsum("c,hcr->hr", hw.b_K.reshape(-1).double(), W_KV)
+            offset = self.k_only_offset(W_KV, hw.b_K, hw.b_V[torch.arange(self.n_head) // (self.n_head // G)])
         dtype = hw.W_K.dtype
         return W_KV.to(dtype), None if offset is None else offset.to(dtype)
 

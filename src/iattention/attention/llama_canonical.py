@@ -43,10 +43,11 @@ def _free(full: torch.Tensor, perm: torch.Tensor, b: int) -> torch.Tensor:
 def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int) -> dict[str, torch.Tensor]:
     """A valid block for every group (coordinates near the group's own; `symmetry/grouped.py` chooses better):
     {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r) columns of the r x (g d) map}."""
-    j = torch.arange(n_kv_head)[:, None]
-    return {"rot": (j * r + torch.arange(rot // 2)) % d,
-            "pass": (j * r + rot + torch.arange(r - rot)) % d,
-            "out": (j * group * r + torch.arange(r)) % d}
+    cpu = dict(device="cpu")  # index bookkeeping, read with tolist(): on the CPU even while building on "meta"
+    j = torch.arange(n_kv_head, **cpu)[:, None]
+    return {"rot": (j * r + torch.arange(rot // 2, **cpu)) % d,
+            "pass": (j * r + rot + torch.arange(r - rot, **cpu)) % d,
+            "out": (j * group * r + torch.arange(r, **cpu)) % d}
 
 
 class LlamaCanonicalAttention(GroupedAttention):

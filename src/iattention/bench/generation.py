@@ -1,4 +1,5 @@
-"""Generation speed: new tokens/s with the KV cache, without it, and Hugging Face `generate`.
+"""Generation speed: new tokens/s with the full KV cache, the K-only cache (keys alone, half the bytes), without
+a cache, and Hugging Face `generate`.
 
 Greedy decoding of batch 1 from a random prompt; prompt + new tokens stay within block_size so the
 cache is used throughout. The HF reference is the same model exported with `to_hf` (same weights,
@@ -26,6 +27,16 @@ def _time(fn) -> float:
 
 
 @torch.no_grad()
+def _cache_bytes(model, kind: str | None, prompt: torch.Tensor) -> int | None:
+    """Bytes per token a cache of this kind holds (batch 1, all layers), read off one filled with the prompt."""
+    if kind is None:
+        return None
+    cache = model.make_cache(kind)
+    model(prompt, cache=cache)
+    return cache.nbytes() // cache.length
+
+
+@torch.no_grad()
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
                      rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
     shape = model_preset(preset)
@@ -38,12 +49,14 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
         for attention in attentions:
             torch.manual_seed(0)
             model = GPT(shape.replace(n_head=h, attention=attention)).eval()
-            for cache in (True, False):
-                jobs.append((dict(model="iattention", attention=attention, n_head=h, kv_cache=cache),
-                             lambda m=model, c=cache: m.generate(prompt, new_tokens, temperature=0, use_cache=c)))
+            for kind in ("full", "k-only", None):  # None: no cache; k-only: keys alone (model/gpt.py make_cache)
+                jobs.append((dict(model="iattention", attention=attention, n_head=h, kv_cache=kind is not None,
+                                  cache=kind or "none", cache_bytes_per_token=_cache_bytes(model, kind, prompt)),
+                             lambda m=model, k=kind: m.generate(prompt, new_tokens, temperature=0,
+                                                                use_cache=k is not None, cache_kind=k or "full")))
             if reference and attention == "standard":
                 hf = to_hf(model).eval()
-                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, kv_cache=True),
+                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, kv_cache=True, cache="full"),
                              lambda hf=hf: hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                                        do_sample=False, use_cache=True, pad_token_id=0)))
     for _, fn in jobs:  # warm-up
@@ -58,6 +71,6 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
                          tokens_per_s=new_tokens / statistics.median(ts),
                          rounds_tokens_per_s=[new_tokens / t for t in ts])
         rows.append(row)
-        log(f"{row['model']:<11} {row['attention']:<12} h={row['n_head']:<3} cache={str(row['kv_cache']):<5} "
+        log(f"{row['model']:<11} {row['attention']:<12} h={row['n_head']:<3} cache={row['cache']:<6} "
             f"{row['tokens_per_s']:8.1f} new tok/s")
     return rows

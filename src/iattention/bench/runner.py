@@ -19,6 +19,7 @@ from iattention.bench.flops import device_peak_tflops, executed_flops_per_token,
 from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
 from iattention.errors import UserError
 from iattention.interop.hf import hf_config
+from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
 from iattention.utils.hardware import allow_tf32, device_name
@@ -137,9 +138,9 @@ def bench_spec(preset: str) -> dict:
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 
-def _row(label, attention, h, cfg, timing, n_params, peak) -> dict:
+def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa") -> dict:
     flops = executed_flops_per_token(cfg)
-    row = dict(model=label, attention=attention, n_head=h, params=n_params,
+    row = dict(model=label, attention=attention, n_head=h, params=n_params, attn_kernel=kernel,
                train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
                train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
                executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
@@ -150,22 +151,24 @@ def _row(label, attention, h, cfg, timing, n_params, peak) -> dict:
     return row
 
 
-def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool) -> list:
-    """(label, attention, heads, cfg, model, loss_fn, params) of every configuration to time."""
+def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool,
+             attn_kernel: str = "auto") -> list:
+    """(label, attention, heads, cfg, model, loss_fn, params, attention kernel) of every configuration to time."""
     entries = []
     for h in heads:
-        base = GPTConfig(n_head=h, **spec["model"])
+        base = GPTConfig(n_head=h, attn_kernel=attn_kernel, **spec["model"])
         for attention in attentions:
             cfg = base.replace(attention=attention)
+            kernel = prepare_kernel(attn_kernel, dev.type, cfg.d_head, cfg.dropout)  # what its training steps run
             torch.manual_seed(0)
             model, loss_fn = iattention_model(cfg, dev, compile=compile)
-            entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params()))
+            entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params(), kernel))
         if reference:
             cfg = base.replace(attention="standard")
             model, loss_fn = hf_reference(cfg, dev, compile=compile)
             if model is not None:
                 entries.append(("hf-gpt2", "standard", h, cfg, model, loss_fn,
-                                sum(p.numel() for p in model.parameters())))
+                                sum(p.numel() for p in model.parameters()), "sdpa"))
     return entries
 
 
@@ -192,7 +195,7 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
               windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print,
-              show_progress: bool | None = None) -> dict:
+              show_progress: bool | None = None, attn_kernel: str = "auto") -> dict:
     """Every configuration timed `rounds` times, interleaved. `log` gets the plan and the result lines;
     a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
     if show_progress is None:
@@ -207,7 +210,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     name = device_name(dev)
     peak = device_peak_tflops(name) if amp else None
     load_before = os.getloadavg()
-    entries = _entries(spec, attentions, heads, dev, compile, reference)
+    entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel)
     # Rounds interleave the configurations so that drift of the machine hits all of them alike;
     # each configuration's figure is the median over all its timed windows.
     # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
@@ -219,7 +222,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
                     file=sys.stderr, dynamic_ncols=True)
     for rnd in range(rounds):
         order = list(enumerate(entries))
-        for i, (label, attention, h, cfg, model, loss_fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+        for i, (label, attention, h, cfg, model, loss_fn, _, _) in (order if rnd % 2 == 0 else order[::-1]):
             progress.set_postfix_str(f"round {rnd + 1}/{rounds}: {attention if label == 'iattention' else label} "
                                      f"h={h}")
             timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
@@ -227,16 +230,17 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
             progress.update()
     progress.close()
     rows = []
-    for i, (label, attention, h, cfg, _, _, n_params) in enumerate(entries):
+    for i, (label, attention, h, cfg, _, _, n_params, kernel) in enumerate(entries):
         ts = timings[i]
         train = [r for t in ts for r in t.train_window_tokens_per_s]
         merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
                         max((t.peak_memory_mb or 0) for t in ts) or None)
-        rows.append(_row(label, attention, h, cfg, merged, n_params, peak))
-        log(f"{label:<13} {attention:<11} h={h:<3} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
+        rows.append(_row(label, attention, h, cfg, merged, n_params, peak, kernel))
+        log(f"{label:<13} {attention:<11} h={h:<3} {kernel:<6} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
             f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s")
     _add_ratios(rows, timings)
-    return dict(preset=preset, shape=spec, device=device, device_name=name, compile=compile, amp_bf16=amp,
+    return dict(preset=preset, shape=spec, attn_kernel_setting=attn_kernel,
+                device=device, device_name=name, compile=compile, amp_bf16=amp,
                 loadavg_before=load_before, loadavg_after=os.getloadavg(), noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,

@@ -68,14 +68,18 @@ def replace_section(path: Path, marker: str, section: str) -> None:
 
 
 def generation_table(rows: list[dict]) -> str:
-    lines = ["| model | attention | heads | KV cache | new tok/s | × no cache | × HF generate |",
-             "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+    lines = ["| model | attention | heads | cache | cache B/token | new tok/s | × no cache | × full cache | "
+             "× HF generate |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         same = [x for x in rows if x["n_head"] == r["n_head"]]
-        nocache = next((x for x in same if x["model"] == r["model"] and x["attention"] == r["attention"]
-                        and not x["kv_cache"]), None)
+        kind = r.get("cache", "full" if r["kv_cache"] else "none")  # results from before the K-only arm
+
+        def of(cache, r=r, same=same):
+            return next((x for x in same if x["model"] == r["model"] and x["attention"] == r["attention"]
+                         and x.get("cache", "full" if x["kv_cache"] else "none") == cache), None)
         hf = next((x for x in same if x["model"] == "hf-gpt2"), None)
-        ratios = [f"{r['tokens_per_s'] / o['tokens_per_s']:.2f}" if o else "–" for o in (nocache, hf)]
-        lines.append(f"| {r['model']} | {r['attention']} | {r['n_head']} | {'yes' if r['kv_cache'] else 'no'} | "
-                     f"{r['tokens_per_s']:,.1f} | {ratios[0]} | {ratios[1]} |")
+        ratios = [f"{r['tokens_per_s'] / o['tokens_per_s']:.2f}" if o else "–" for o in (of("none"), of("full"), hf)]
+        nbytes = r.get("cache_bytes_per_token")
+        lines.append(f"| {r['model']} | {r['attention']} | {r['n_head']} | {kind} | "
+                     f"{'–' if nbytes is None else f'{nbytes:,}'} | {r['tokens_per_s']:,.1f} | {' | '.join(ratios)} |")
     return "\n".join(lines)

@@ -6,18 +6,33 @@ The top layer: it may import any package, and no package imports it.
 answer a Ctrl-C, so an interrupt at any moment of start-up is `iattn: interrupted`, exit 130, never a
 KeyboardInterrupt traceback from inside an import."""
 
+import os
 import signal
 import sys
 import threading
 
 
+def _interrupted_while_starting(signum, frame) -> None:
+    """SIGINT while the command line is still being imported: nothing has been done yet, so leave at once.
+    A KeyboardInterrupt raised inside numpy's or scipy's import can leave them half-initialised, and the
+    next attribute lookup then recurses until RecursionError (seen under load at 0.25 and 0.5 s)."""
+    sys.stderr.write("iattn: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
+    process = argv is None and threading.current_thread() is threading.main_thread()
     try:
+        if process:
+            signal.signal(signal.SIGINT, _interrupted_while_starting)
         from iattention.cli.app import main as run
 
+        if process:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         return run(argv)
     except KeyboardInterrupt:
-        if argv is None and threading.current_thread() is threading.main_thread():
+        if process:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting now: a second Ctrl-C cannot print a traceback
         print("iattn: interrupted", file=sys.stderr)
         return 130

@@ -10,19 +10,67 @@ import sys
 import threading
 
 from iattention import __version__
-from iattention.attention.registry import variant_names
+from iattention.attention.registry import GROUPED_REGISTRY, variant_names
 from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.config import default_heads, model_preset, preset_names
+from iattention.config.llama_shapes import llama_shape, published_count, shape_names
 from iattention.errors import Stopped, UserError
-from iattention.symmetry.counts import fully_reduced_count, param_count
+from iattention.symmetry.counts import (
+    fully_reduced_count,
+    kv_cache_values_per_token,
+    llama_removed_split,
+    llama_standard_param_count,
+    param_count,
+)
 from iattention.utils.faults import fault_spec
 from iattention.utils.files import os_error_message
+
+CACHE_BYTES = 2  # bytes per cached number in `params --arch llama`: bf16, the published checkpoints' dtype
+
+
+def cmd_llama_params(args) -> None:
+    """`iattn params --arch llama`: a shape-only preset's totals, what canonical removes (query/key and
+    value/output), and the decoding cache per token."""
+    if args.heads:
+        raise UserError("--heads is for GPT presets; a Llama shape preset has its published head counts")
+    preset = args.preset or "llama-3-8b"
+    shape = llama_shape(preset)
+    std = llama_standard_param_count(shape)
+    full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
+    rows = []
+    for attention, cls in GROUPED_REGISTRY.items():
+        removed = cls.removed_params(shape)
+        split = llama_removed_split(shape) if removed else {"query_key": 0, "value_output": 0}
+        rows.append(dict(attention=attention, n_head=shape.n_head, n_kv_head=shape.n_kv_head, d_head=shape.d_head,
+                         rot=shape.rot, params=std - removed, removed=removed, **{f"removed_{k}": v
+                                                                                  for k, v in split.items()},
+                         published=published_count(preset), kv_cache_bytes_per_token=full * CACHE_BYTES,
+                         k_only_cache_bytes_per_token=None if k_only is None else k_only * CACHE_BYTES))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    pub = published_count(preset)
+    print(f"preset {preset} (shape only): {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
+          f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_ff}, vocab "
+          f"{shape.vocab_size}, {'tied' if shape.tie_embeddings else 'untied'} head"
+          f"{', q/k/v bias' if shape.qkv_bias else ''}; published total: {f'{pub:,}' if pub else 'not stated'}")
+    print(f"{'attention':<10} {'params':>15} {'removed':>11} {'query/key':>10} {'value/out':>11}")
+    for r in rows:
+        print(f"{r['attention']:<10} {r['params']:>15,} {r['removed']:>11,} {r['removed_query_key']:>10,} "
+              f"{r['removed_value_output']:>11,}")
+    why = ("" if k_only is not None else f" (none: n_kv_head x d_head = {shape.n_kv_head * shape.d_head} < n_embd = "
+           f"{shape.n_embd}, the keys do not determine the layer input)")
+    print(f"decoding cache per token (bf16, all layers): full {full * CACHE_BYTES:,} B; K-only "
+          f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
 
 
 def cmd_params(args) -> None:
 
+    if args.arch == "llama":
+        return cmd_llama_params(args)
+    args.preset = args.preset or "gpt2-small"
     shape = model_preset(args.preset)
     rows = []
     check_heads(args.heads or [], shape.n_embd, args.preset)
@@ -57,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
-    sp.add_argument("--preset", default="gpt2-small", help=f"model shape of a preset: {', '.join(preset_names())}")
+    sp.add_argument("--arch", choices=("gpt", "llama"), default="gpt",
+                    help="gpt: GPT-2 presets, per variant and head count; llama: a shape-only Llama-family preset "
+                         "(query/key and value/output split, cache bytes per token)")
+    sp.add_argument("--preset", default=None,
+                    help=f"model shape: with --arch gpt a preset ({', '.join(preset_names())}; default gpt2-small), "
+                         f"with --arch llama one of {', '.join(shape_names())} (default llama-3-8b)")
     sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")

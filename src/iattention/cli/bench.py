@@ -17,6 +17,7 @@ from iattention.cli.args import check_heads, int_at_least, ints, str_list
 from iattention.config import preset_names
 from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
+from iattention.kernels import ATTN_KERNELS
 from iattention.utils.atomic import write_json
 from iattention.utils.hardware import device_name
 
@@ -63,9 +64,10 @@ def cmd_bench(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
-                       reference=not args.no_reference, rounds=args.rounds)
+                       reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
-        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}-"
+        f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
+        f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}-"
         f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
     write_json(out, result)
     print()
@@ -94,6 +96,8 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved rounds over all configurations")
     p.add_argument("--threads", type=int_at_least(0, MAX_THREADS), default=0,
                    help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--attn-kernel", default="auto", choices=ATTN_KERNELS,
+                   help="attention kernel of our models (model.attn_kernel; each row records the one it ran)")
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
                    help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")

@@ -37,6 +37,10 @@ def _probability(text: str) -> float:
 
 def cmd_generate(args) -> None:
     model, data, meta = load_any(args.model)
+    if not args.no_cache:
+        model.make_cache(args.cache)  # a cache the model cannot have is refused before any work
+    elif args.cache != "full":
+        raise UserError(f"--cache {args.cache} and --no-cache contradict each other; give one of them")
     tok = kept_tokenizer(args.model, data, args.tokenizer) or tokenizer_of(
         data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                         tokenizer_file=args.tokenizer_file))
@@ -66,7 +70,7 @@ def cmd_generate(args) -> None:
 
         model.generate(torch.as_tensor(prompt)[None], args.max_new_tokens, temperature=args.temperature,
                        top_k=args.top_k, top_p=args.top_p, generator=gen, use_cache=not args.no_cache,
-                       on_token=stream)
+                       on_token=stream, cache_kind=args.cache)
         sys.stdout.write(tok.decode(ids)[len(shown):] + "\n")
 
 
@@ -85,6 +89,9 @@ def register(sub) -> None:
     g.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling: smallest set with probability p")
     g.add_argument("--seed", type=int_at_least(0), default=0, help="sampling seed")
     g.add_argument("--num-samples", type=int_at_least(1), default=1, help="independent samples from the same prompt")
+    g.add_argument("--cache", choices=("full", "k-only"), default="full",
+                   help="full: keys and values; k-only: keys alone, values rebuilt from them (half the memory, the "
+                        "same tokens; multi-head models only: GPT-2, MHA Llama)")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole window every step")
     g.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
     add_data_flags(g)

@@ -11,7 +11,8 @@ from iattention.config.run import BUDGET_KEYS, RunConfig
 
 # Keys that say where or how fast a run executes, not what it computes: a run may resume on
 # another machine (other paths, thread count) and still be the same run.
-EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard", "wandb")}
+EXECUTION_KEYS = {"data": ("data_dir", "tokenizer_file", "cache_dir"), "train": ("threads", "tensorboard", "wandb"),
+                  "model": ("attn_kernel",)}
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.errors import UserError
+from iattention.kernels import ATTN_KERNELS
 
 INITS = ("gpt2", "matched")
 CANONICAL_HALVES = ("both", "qk", "vo")
@@ -70,6 +71,9 @@ class GPTConfig:
         padded rows are never predicted (logits are cut to vocab_size) nor counted.
     mlp_hidden: width of each MLP's hidden layer (0: GPT-2's 4 * n_embd). `symmetry.iso_param_mlp_hidden`
         gives the width that spends the parameters a reduced attention saves on the MLP instead.
+    attn_kernel: which attention kernel runs (auto | sdpa | triton; `kernels/__init__.py`): auto takes the
+        Triton kernel for wide heads (> 256) on CUDA, SDPA everywhere else. Where a run executes, not what it
+        computes: not part of a run's identity (config/identity.py).
     """
 
     n_layer: int = 12
@@ -85,6 +89,7 @@ class GPTConfig:
     minimal_bias: bool = False
     vocab_pad_multiple: int = 64
     mlp_hidden: int = 0
+    attn_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate(allow_auto_vocab=True)
@@ -119,7 +124,12 @@ class GPTConfig:
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
             raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
+        if self.attn_kernel not in ATTN_KERNELS:
+            raise UserError(f"unknown model.attn_kernel {self.attn_kernel!r}; choose one of {', '.join(ATTN_KERNELS)}")
         d = self.dropout
+        if self.attn_kernel == "triton" and isinstance(d, (int, float)) and d:
+            raise UserError(f"model.attn_kernel=triton has no dropout (model.dropout={d!r}); set model.dropout=0 or "
+                            "model.attn_kernel=auto")
         if not isinstance(d, (int, float)) or isinstance(d, bool) or not 0.0 <= d < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
 

@@ -50,12 +50,16 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
              top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
              on_token: Callable[[torch.Tensor], None] | None = None, cache_kind: str = "full") -> torch.Tensor:
     """idx (B, T) prompt ids -> (B, T + max_new_tokens). on_token(ids (B, 1)) is called per new token.
-    cache_kind: "full" (keys and values) or "k-only" (a model with `make_cache`: model/llama.py)."""
+    cache_kind: "full" (keys and values) or "k-only" (keys alone, where they determine the layer input; the
+    model's `make_cache` refuses it otherwise)."""
     if cache_kind != "full" and not hasattr(model, "make_cache"):
-        raise UserError(f"cache {cache_kind!r} is implemented for Llama-family models only; use the full cache")
+        raise UserError(f"cache {cache_kind!r} needs a model with make_cache (GPT, Llama); use the full cache")
 
     def new_cache():
         return model.make_cache(cache_kind) if hasattr(model, "make_cache") else KVCache(model.config.n_layer)
+
+    if use_cache:
+        new_cache()  # a refused cache kind is refused before any work
 
     was_training = model.training
     model.eval()

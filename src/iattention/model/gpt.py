@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from iattention.attention.cache import KVCache
+from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.registry import build_attention
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
@@ -162,6 +162,15 @@ class GPT(nn.Module):
         if exclude_positions:
             n -= self.transformer.wpe.weight.numel()
         return n
+
+    def make_cache(self, kind: str = "full"):
+        """An empty cache for generate: "full" (keys and values) or "k-only" (keys only: GPT-2's key map, d x
+        n_head d_head, is always square, so the values are rebuilt from the keys; half the memory)."""
+        if kind == "full":
+            return KVCache(self.config.n_layer)
+        if kind != "k-only":
+            raise UserError(f"unknown cache {kind!r}; choose one of full, k-only")
+        return KOnlyCache(self.config.n_layer)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
         """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.

@@ -45,3 +45,32 @@ def iso_param_mlp_hidden(config: GPTConfig) -> int:
     saved = standard_param_count(base) - param_count(base)
     per_unit = config.n_layer * (2 * config.n_embd + int(config.bias))
     return 4 * config.n_embd + round(saved / per_unit)
+
+
+def llama_standard_param_count(config) -> int:
+    """A Llama-family model's (LlamaConfig) parameter count in closed form: embeddings, per layer q/k/v/o
+    (with Qwen2's q/k/v and the optional output bias), the SwiGLU MLP, two RMSNorm gains; the final norm; an
+    untied head."""
+    d, r, H, G = config.n_embd, config.d_head, config.n_head, config.n_kv_head
+    attention = d * r * (2 * H + 2 * G) + config.qkv_bias * r * (H + 2 * G) + config.o_bias * d
+    per_layer = attention + 3 * d * config.d_ff + 2 * d
+    head = 0 if config.tie_embeddings else config.vocab_size * d
+    return config.vocab_size * d + config.n_layer * per_layer + d + head
+
+
+def llama_removed_split(config) -> dict[str, int]:
+    """What canonical attention removes from a Llama-family model, whole model: per layer and KV group rot + (r -
+    rot)^2 on the query/key side (a complex scalar per rotary pair, GL of the pass dims) and r^2 on the
+    value/output side."""
+    r, rot, LG = config.d_head, config.rot, config.n_layer * config.n_kv_head
+    return {"query_key": LG * (rot + (r - rot) ** 2), "value_output": LG * r * r}
+
+
+def kv_cache_values_per_token(config, kind: str = "full") -> int | None:
+    """Numbers a decoding cache holds per token, all layers: keys and values (n_kv_head x d_head each) for
+    "full"; the keys alone for "k-only", which exists only where the key map is square (n_kv_head x d_head =
+    n_embd; None otherwise)."""
+    per_layer = config.n_kv_head * config.d_head
+    if kind == "k-only":
+        return config.n_layer * per_layer if per_layer == config.n_embd else None
+    return 2 * config.n_layer * per_layer

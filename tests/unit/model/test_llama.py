@@ -83,8 +83,9 @@ def test_k_only_cache_is_refused_for_grouped_queries(kw):
         model.make_cache("x-only")
 
 
-def test_gpt_refuses_the_k_only_cache():
+def test_an_unknown_cache_kind_is_refused():
     from helpers import make_model
 
-    with pytest.raises(UserError, match="Llama-family models only"):
-        make_model().generate(torch.zeros(1, 2, dtype=torch.long), 2, cache_kind="k-only")
+    for model in (make_model(), _model(MHA[0])):  # GPT-2 has a K-only cache too (tests/unit/model/test_k_only_gpt.py)
+        with pytest.raises(UserError, match="unknown cache 'kv'"):
+            model.generate(torch.zeros(1, 2, dtype=torch.long), 2, cache_kind="kv")

@@ -1,0 +1,45 @@
+"""Shape-only presets of published Llama-family models, for `iattn params --arch llama` only.
+
+They hold the shapes of the published configs (hidden size, layers, heads, KV heads, head width, SwiGLU width,
+vocabulary, tied embeddings, q/k/v bias), nothing to train with: they live here, apart from the run presets of
+presets/*.yaml, so `iattn train --preset` cannot pick one up (its preset lookup never reads this table).
+Totals (`symmetry.grouped_counts.llama_param_count`) equal the published parameter counts exactly;
+`tests/unit/symmetry/test_llama_counts.py` checks them from arithmetic and from a meta-device model.
+"""
+
+from __future__ import annotations
+
+from iattention.config.llama import LlamaConfig
+from iattention.errors import UserError
+
+# name -> (LlamaConfig keys, the published parameter count or None)
+SHAPES: dict[str, tuple[dict, int | None]] = {
+    # meta-llama/Meta-Llama-3-8B config.json
+    "llama-3-8b": (dict(n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, d_ff=14336, vocab_size=128256,
+                        block_size=8192, rope_theta=500000.0, rms_eps=1e-5), 8_030_261_248),
+    # HuggingFaceTB/SmolLM2-135M config.json
+    "smollm2-135m": (dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, d_ff=1536, vocab_size=49152,
+                          block_size=8192, rope_theta=100000.0, rms_eps=1e-5, tie_embeddings=True), 134_515_008),
+    # Qwen/Qwen2.5-0.5B config.json
+    "qwen2.5-0.5b": (dict(n_layer=24, n_head=14, n_kv_head=2, n_embd=896, d_ff=4864, vocab_size=151936,
+                          block_size=32768, rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True,
+                          family="qwen2"), 494_032_768),
+    # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
+    "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, d_ff=8192, vocab_size=49152,
+                          block_size=8192, rope_theta=130000.0, rms_eps=1e-5, tie_embeddings=True), None),
+}
+
+
+def shape_names() -> tuple[str, ...]:
+    return tuple(SHAPES)
+
+
+def llama_shape(name: str) -> LlamaConfig:
+    """The LlamaConfig of a shape-only preset (one-line refusal for an unknown name)."""
+    if name not in SHAPES:
+        raise UserError(f"unknown Llama shape preset {name!r}; choose one of {', '.join(SHAPES)}")
+    return LlamaConfig(**SHAPES[name][0])
+
+
+def published_count(name: str) -> int | None:
+    return SHAPES[name][1]

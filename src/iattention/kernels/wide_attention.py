@@ -1,0 +1,315 @@
+"""Fused causal attention for wide heads (head dim up to 1024 and beyond): Triton, forward and backward.
+
+Why this exists. The paper's headline configuration is one head of width d = 768. On CUDA,
+`F.scaled_dot_product_attention` has no flash kernel past head dim 256 (FlashAttention-2 and its cuDNN
+and FA3 relatives stop there), so it falls back to the memory-efficient (CUTLASS) kernel or to the math
+path that materialises the T x T scores; issue 45 measured 1 head at 0.42x the 12-head throughput for the
+same FLOPs. FlexAttention (torch 2.13's Triton template, torch/_inductor/template_heuristics/triton.py)
+has no hard head-dim limit, but past 256 it drops to fallback tiles (forward 64 x 32, backward
+16 x 16 with one stage) and keeps the whole head dim, rounded up to a power of two (768 -> 1024), in
+each Q/K/V tile (QK_HEAD_DIM_ROUNDED in torch/_inductor/kernel/flex/common.py); its maintainers call
+256 "hard to fit in shared memory" (attention-gym issue 14) and report shared-memory OutOfResources at
+large head dims (pytorch issues 132075, 133254). Whether it compiles and how fast it runs at 768 on an
+H100 is for the GPU session to measure (benchmarks/wide_attention.py times it beside this kernel).
+
+How. Written for this project (FlashAttention-2's algorithm: online softmax, recomputation in the
+backward from the row log-sum-exp), with the head dim handled in chunks so no tile holds a whole row:
+  * scores S = Q K^T are accumulated over head-dim chunks of BK columns (Q and K tiles of BM x BK and
+    BN x BK), so shared memory does not grow with the head dim;
+  * the output, and in the backward dK, dV and dQ, are accumulated in chunks of BDV (BDC) columns: the
+    launch grid has one program per (row block, batch x head, head-dim chunk); each program recomputes
+    its row block's scores (cheap next to the memory a full-width accumulator would need) and keeps
+    only its chunk's fp32 accumulator in registers;
+  * online softmax in base 2 (exp2, scores pre-scaled by log2(e)/sqrt(d)); the forward saves the
+    row log-sum-exp for the backward, which recomputes P = exp2(S - lse) and never stores it;
+  * causal: key blocks past a row block's diagonal are never visited; T need not be a multiple of a
+    tile (rows and keys past T are masked), T = 1 works;
+  * fp32, bf16 and fp16 inputs, fp32 accumulation; fp32 products are IEEE (not TF32) so the fp32 path
+    is exact to ~1e-6, bf16/fp16 products run on tensor cores with P (and dS) rounded to the input
+    dtype before the second product, as FlashAttention does.
+
+Verified here only under Triton's interpreter (TRITON_INTERPRET=1) on CPU against the math path
+(tests/unit/kernels/). The interpreter's tl.dot gives wrong results on bf16 operands (triton 3.9: it
+multiplies the raw bits), so under the interpreter bf16 operands are widened to fp32 before each product
+(exact: a product of two bf16 numbers fits fp32) -- the GPU path multiplies bf16 on tensor cores. The
+tile sizes (`Blocks`) are first guesses for an H100 at head dim 768, to be tuned on the device.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def interpreted() -> bool:
+    """Triton's interpreter (CPU, numpy) is on."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+INTERPRETED = interpreted()  # triton.jit below builds interpreter functions when this holds at import
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes. Forward: BM query rows x BN keys per step, BK head-dim columns per score chunk, BDV
+    output columns per program. Backward: the same names for its row / key tiles, BDC gradient columns
+    per program. All powers of two, at least 16 (tl.dot's smallest tile)."""
+
+    BM: int = 64
+    BN: int = 32
+    BK: int = 64
+    BDV: int = 256
+    bwd_BM: int = 32
+    bwd_BN: int = 32
+    BDC: int = 256
+    num_warps: int = 8
+    num_stages: int = 2
+
+
+def default_blocks(d: int) -> Blocks:
+    """First-guess tiles for head dim d (to tune on the device): full-width accumulators up to 128,
+    256-column chunks above (768 -> 3 chunks)."""
+    width = max(16, triton.next_power_of_2(d))
+    if d <= 128:
+        return Blocks(BM=64, BN=64, BK=width, BDV=width, bwd_BM=64, bwd_BN=64, BDC=width, num_warps=4)
+    return Blocks(BK=64, BDV=min(width, 256), BDC=min(width, 256))
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr, PREC: tl.constexpr):
+    if UPCAST:  # the interpreter's bf16 dot is wrong: widen (exactly) to fp32 first
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _program(H):
+    """(row or key block, batch x head, head-dim chunk, batch, head) of this program."""
+    bh = tl.program_id(1)
+    return tl.program_id(0), bh, tl.program_id(2), bh // H, bh % H
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, LSE,
+                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot,
+                H, T, qk_scale,
+                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDV: tl.constexpr,
+                UPCAST: tl.constexpr, PREC: tl.constexpr):
+    pid_m, bh, pid_c, b, h = _program(H)
+    Q += b * sqb + h * sqh
+    K += b * skb + h * skh
+    V += b * svb + h * svh
+    O += b * sob + h * soh
+    rm = pid_m * BM + tl.arange(0, BM)  # query rows
+    rk = tl.arange(0, BK)  # head-dim columns of one score chunk
+    rc = pid_c * BDV + tl.arange(0, BDV)  # this program's output columns
+    m_i = tl.full([BM], float("-inf"), dtype=tl.float32)  # running row max (base-2 units)
+    l_i = tl.zeros([BM], dtype=tl.float32)  # running row sum of exp2(s - m_i)
+    acc = tl.zeros([BM, BDV], dtype=tl.float32)
+    hi = tl.minimum((pid_m + 1) * BM, T)  # causal: no key past the block's last row
+    for start_n in range(0, hi, BN):
+        rn = start_n + tl.arange(0, BN)
+        s = tl.zeros([BM, BN], dtype=tl.float32)
+        for k0 in tl.static_range(0, D, BK):
+            q = tl.load(Q + rm[:, None] * sqt + (k0 + rk)[None, :],
+                        mask=(rm[:, None] < T) & ((k0 + rk)[None, :] < D), other=0.0)
+            kt = tl.load(K + rn[None, :] * skt + (k0 + rk)[:, None],
+                         mask=(rn[None, :] < T) & ((k0 + rk)[:, None] < D), other=0.0)
+            s += _dot(q, kt, UPCAST, PREC)
+        s = s * qk_scale
+        s = tl.where((rn[None, :] <= rm[:, None]) & (rn[None, :] < T), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + rn[:, None] * svt + rc[None, :], mask=(rn[:, None] < T) & (rc[None, :] < D), other=0.0)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST, PREC)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(O + rm[:, None] * sot + rc[None, :], acc.to(O.dtype.element_ty),
+             mask=(rm[:, None] < T) & (rc[None, :] < D))
+    if pid_c == 0:
+        tl.store(LSE + bh * T + rm, m_i + tl.log2(l_i), mask=rm < T)
+
+
+@triton.jit
+def _scores_and_dp(Q, K, V, DO, rm, rn, sqt, skt, svt, sdot, T,
+                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   UPCAST: tl.constexpr, PREC: tl.constexpr):
+    """S = Q K^T and dP = dO V^T for query rows rm and keys rn (BM x BN, fp32), over head-dim chunks of BK."""
+    rk = tl.arange(0, BK)
+    s = tl.zeros([BM, BN], dtype=tl.float32)
+    dp = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in tl.static_range(0, D, BK):
+        kmask = (k0 + rk) < D
+        rows = (rm[:, None] < T) & kmask[None, :]
+        cols = (rn[None, :] < T) & kmask[:, None]
+        q = tl.load(Q + rm[:, None] * sqt + (k0 + rk)[None, :], mask=rows, other=0.0)
+        kt = tl.load(K + rn[None, :] * skt + (k0 + rk)[:, None], mask=cols, other=0.0)
+        s += _dot(q, kt, UPCAST, PREC)
+        do = tl.load(DO + rm[:, None] * sdot + (k0 + rk)[None, :], mask=rows, other=0.0)
+        vt = tl.load(V + rn[None, :] * svt + (k0 + rk)[:, None], mask=cols, other=0.0)
+        dp += _dot(do, vt, UPCAST, PREC)
+    return s, dp
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA,
+                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdob, sdoh, sdot,
+                     sdkb, sdkh, sdkt, sdvb, sdvh, sdvt,
+                     H, T, qk_scale, sm_scale,
+                     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDC: tl.constexpr,
+                     UPCAST: tl.constexpr, PREC: tl.constexpr):
+    """One key block x one chunk of head-dim columns: dV = P^T dO, dK = scale dS^T Q over the query rows
+    at or after the block (causal)."""
+    pid_n, bh, pid_c, b, h = _program(H)
+    Q += b * sqb + h * sqh
+    K += b * skb + h * skh
+    V += b * svb + h * svh
+    DO += b * sdob + h * sdoh
+    DK += b * sdkb + h * sdkh
+    DV += b * sdvb + h * sdvh
+    rn = pid_n * BN + tl.arange(0, BN)
+    rc = pid_c * BDC + tl.arange(0, BDC)
+    dk = tl.zeros([BN, BDC], dtype=tl.float32)
+    dv = tl.zeros([BN, BDC], dtype=tl.float32)
+    lo = (pid_n * BN) // BM * BM  # the first query block holding a row >= the block's first key
+    for start_m in range(lo, T, BM):
+        rm = start_m + tl.arange(0, BM)
+        s, dp = _scores_and_dp(Q, K, V, DO, rm, rn, sqt, skt, svt, sdot, T, D, BM, BN, BK, UPCAST, PREC)
+        st = tl.trans(s)  # (BN, BM)
+        dpt = tl.trans(dp)
+        lse = tl.load(LSE + bh * T + rm, mask=rm < T, other=0.0)
+        delta = tl.load(DELTA + bh * T + rm, mask=rm < T, other=0.0)
+        valid = (rn[:, None] <= rm[None, :]) & (rm[None, :] < T) & (rn[:, None] < T)
+        pt = tl.where(valid, tl.exp2(st * qk_scale - lse[None, :]), 0.0)
+        dst = pt * (dpt - delta[None, :])
+        cmask = (rm[:, None] < T) & (rc[None, :] < D)
+        do_c = tl.load(DO + rm[:, None] * sdot + rc[None, :], mask=cmask, other=0.0)
+        dv += _dot(pt.to(do_c.dtype), do_c, UPCAST, PREC)
+        q_c = tl.load(Q + rm[:, None] * sqt + rc[None, :], mask=cmask, other=0.0)
+        dk += _dot(dst.to(q_c.dtype), q_c, UPCAST, PREC)
+    out = (rn[:, None] < T) & (rc[None, :] < D)
+    tl.store(DK + rn[:, None] * sdkt + rc[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=out)
+    tl.store(DV + rn[:, None] * sdvt + rc[None, :], dv.to(DV.dtype.element_ty), mask=out)
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA,
+                   sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdob, sdoh, sdot, sdqb, sdqh, sdqt,
+                   H, T, qk_scale, sm_scale,
+                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDC: tl.constexpr,
+                   UPCAST: tl.constexpr, PREC: tl.constexpr):
+    """One query block x one chunk of head-dim columns: dQ = scale dS K over the keys up to the diagonal."""
+    pid_m, bh, pid_c, b, h = _program(H)
+    Q += b * sqb + h * sqh
+    K += b * skb + h * skh
+    V += b * svb + h * svh
+    DO += b * sdob + h * sdoh
+    DQ += b * sdqb + h * sdqh
+    rm = pid_m * BM + tl.arange(0, BM)
+    rc = pid_c * BDC + tl.arange(0, BDC)
+    lse = tl.load(LSE + bh * T + rm, mask=rm < T, other=0.0)
+    delta = tl.load(DELTA + bh * T + rm, mask=rm < T, other=0.0)
+    dq = tl.zeros([BM, BDC], dtype=tl.float32)
+    hi = tl.minimum((pid_m + 1) * BM, T)
+    for start_n in range(0, hi, BN):
+        rn = start_n + tl.arange(0, BN)
+        s, dp = _scores_and_dp(Q, K, V, DO, rm, rn, sqt, skt, svt, sdot, T, D, BM, BN, BK, UPCAST, PREC)
+        valid = (rn[None, :] <= rm[:, None]) & (rn[None, :] < T) & (rm[:, None] < T)
+        p = tl.where(valid, tl.exp2(s * qk_scale - lse[:, None]), 0.0)
+        ds = p * (dp - delta[:, None])
+        k_c = tl.load(K + rn[:, None] * skt + rc[None, :], mask=(rn[:, None] < T) & (rc[None, :] < D), other=0.0)
+        dq += _dot(ds.to(k_c.dtype), k_c, UPCAST, PREC)
+    tl.store(DQ + rm[:, None] * sdqt + rc[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
+             mask=(rm[:, None] < T) & (rc[None, :] < D))
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _modes(dtype: torch.dtype) -> tuple[bool, str | None]:
+    """(UPCAST, PREC): widen bf16 under the interpreter; IEEE products for fp32 (no TF32)."""
+    upcast = INTERPRETED and dtype == torch.bfloat16
+    return upcast, ("ieee" if dtype == torch.float32 or upcast else None)
+
+
+def _forward(q, k, v, blocks: Blocks):
+    B, H, T, D = q.shape
+    # (B, T, H, D) memory seen as (B, H, T, D): the caller's transpose back to (B, T, H D) is free
+    o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
+    lse = torch.empty(B * H, T, device=q.device, dtype=torch.float32)
+    sm_scale = 1.0 / math.sqrt(D)
+    upcast, prec = _modes(q.dtype)
+    grid = (triton.cdiv(T, blocks.BM), B * H, triton.cdiv(D, blocks.BDV))
+    _fwd_kernel[grid](q, k, v, o, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+                      H, T, sm_scale * math.log2(math.e), D=D, BM=blocks.BM, BN=blocks.BN, BK=blocks.BK,
+                      BDV=blocks.BDV, UPCAST=upcast, PREC=prec, num_warps=blocks.num_warps,
+                      num_stages=blocks.num_stages)
+    return o, lse
+
+
+def _backward(q, k, v, o, lse, do, blocks: Blocks):
+    B, H, T, D = q.shape
+    do = _unit_last(do)
+    delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # rowsum(dO o O), (B H, T) fp32
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    sm_scale = 1.0 / math.sqrt(D)
+    upcast, prec = _modes(q.dtype)
+    common = dict(D=D, BK=blocks.BK, BDC=blocks.BDC, UPCAST=upcast, PREC=prec, num_warps=blocks.num_warps,
+                  num_stages=blocks.num_stages)
+    chunks = triton.cdiv(D, blocks.BDC)
+    _bwd_dkdv_kernel[(triton.cdiv(T, blocks.bwd_BN), B * H, chunks)](
+        q, k, v, do, dk, dv, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do),
+        *_strides(dk), *_strides(dv), H, T, sm_scale * math.log2(math.e), sm_scale,
+        BM=blocks.bwd_BM, BN=blocks.bwd_BN, **common)
+    _bwd_dq_kernel[(triton.cdiv(T, blocks.bwd_BM), B * H, chunks)](
+        q, k, v, do, dq, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
+        H, T, sm_scale * math.log2(math.e), sm_scale, BM=blocks.bwd_BM, BN=blocks.bwd_BN, **common)
+    return dq, dk, dv
+
+
+class WideAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, blocks):
+        o, lse = _forward(q, k, v, blocks)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.blocks = blocks
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(q, k, v, o, lse, do, ctx.blocks)
+        return dq, dk, dv, None
+
+
+def wide_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: Blocks | None = None) -> torch.Tensor:
+    """Causal softmax(q k^T / sqrt(d)) v for q, k, v of shape (B, H, T, d) (any strides with a unit last
+    one), as F.scaled_dot_product_attention(q, k, v, is_causal=True). Under autocast the inputs are cast
+    to its dtype (as SDPA is); otherwise mixed dtypes are promoted. The output has q's (cast) dtype, with
+    (B, T, H, d) memory order."""
+    if not (q.shape == k.shape == v.shape and q.dim() == 4):
+        raise ValueError(f"wide_attention needs q, k, v of one shape (B, H, T, d); got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if torch.is_autocast_enabled(q.device.type):
+        dtype = torch.get_autocast_dtype(q.device.type)
+    else:
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"wide_attention takes float32, bfloat16 or float16, got {dtype}")
+    q, k, v = (_unit_last(t.to(dtype)) for t in (q, k, v))
+    return WideAttention.apply(q, k, v, blocks or default_blocks(q.shape[-1]))

@@ -1,0 +1,77 @@
+"""`iattn params --arch llama`: shape-only presets of published models, their totals (arithmetic and a
+meta-device model), the query/key vs value/output split, and the cache bytes per token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers import one_line_error
+from iattention.cli.app import main
+from iattention.config.llama_shapes import SHAPES, llama_shape, published_count, shape_names
+from iattention.model.llama import Llama
+from iattention.symmetry.counts import kv_cache_values_per_token, llama_removed_split, llama_standard_param_count
+
+PUBLISHED = {"llama-3-8b": 8_030_261_248, "smollm2-135m": 134_515_008, "qwen2.5-0.5b": 494_032_768}
+
+
+def test_the_published_totals_from_arithmetic_alone():
+    # Each matrix written out: embed, (q, k, v, o [+ q/k/v bias]), gate/up/down, two norms per layer, final norm,
+    # head (untied only).
+    llama = 128256 * 4096 + 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096) + 4096 \
+        + 128256 * 4096
+    smol = 49152 * 576 + 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536 + 2 * 576) + 576
+    qwen = 151936 * 896 + 24 * (896 * 896 * 2 + 896 * 128 * 2 + (896 + 2 * 128) + 3 * 896 * 4864 + 2 * 896) + 896
+    assert (llama, smol, qwen) == tuple(PUBLISHED.values())
+    for name, total in PUBLISHED.items():
+        assert published_count(name) == total
+        assert llama_standard_param_count(llama_shape(name)) == total, name
+
+
+def _meta(name, attention="standard"):
+    with torch.device("meta"):
+        return Llama(llama_shape(name).replace(attention=attention))
+
+
+@pytest.mark.parametrize("name", shape_names())
+def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
+    cfg = llama_shape(name)
+    std = _meta(name)
+    assert std.num_params() == llama_standard_param_count(cfg)
+    if published_count(name) is not None:
+        assert std.num_params() == published_count(name)
+    can = _meta(name, "canonical")
+    split = llama_removed_split(cfg)
+    assert std.num_params() - can.num_params() == split["query_key"] + split["value_output"]
+    # The split read off the learned tensors: what the key map and the output map lost.
+    L, G, H, d, r = cfg.n_layer, cfg.n_kv_head, cfg.n_head, cfg.n_embd, cfg.d_head
+    key = sum(p.numel() for n, p in can.named_parameters() if ".W_K_" in n)
+    out = sum(p.numel() for n, p in can.named_parameters() if ".W_O_" in n)
+    assert L * G * d * r - key == split["query_key"]
+    assert L * H * r * d - out == split["value_output"]
+    # Cache per token: keys and values of every layer's k_proj width; K-only only where that width is d.
+    width = std.model.layers[0].self_attn.k_proj.weight.shape[0]
+    assert kv_cache_values_per_token(cfg) == 2 * L * width
+    assert kv_cache_values_per_token(cfg, "k-only") == (L * width if width == d else None)
+
+
+def test_params_prints_the_totals_and_the_split(capsys):
+    assert main(["params", "--arch", "llama", "--preset", "llama-3-8b"]) == 0
+    out = capsys.readouterr().out
+    assert "standard     8,030,261,248" in out and "4,227,072     32,768   4,194,304" in out
+    assert "full 131,072 B; K-only - (none: n_kv_head x d_head = 1024 < n_embd = 4096" in out
+    assert main(["params", "--arch", "llama", "--preset", "smollm2-1.7b", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["kv_cache_bytes_per_token"] == 2 * rows[0]["k_only_cache_bytes_per_token"] == 196_608
+    for name, total in PUBLISHED.items():
+        assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["params"] == total
+
+
+def test_shape_presets_are_not_run_presets(capsys):
+    for name in SHAPES:
+        one_line_error(capsys, main(["train", "--preset", name, "--out", "/nonexistent/x"]), name)
+    one_line_error(capsys, main(["params", "--arch", "llama", "--preset", "gpt2-small"]), "gpt2-small")
+    one_line_error(capsys, main(["params", "--arch", "llama", "--heads", "2"]), "--heads")
