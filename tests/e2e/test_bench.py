@@ -51,3 +51,14 @@ def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys
         ("iattention", "canonical", True), ("iattention", "canonical", False)}
     assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 4 for r in rows)
     assert "<!-- bench:generate:tiny -->" in md.read_text() and "| iattention | canonical | 2 | yes |" in md.read_text()
+
+
+@pytest.mark.slow
+def test_bench_without_json_writes_beside_the_runs_not_into_the_tracked_results(tmp_path, monkeypatch, capsys):
+    """The Commands-table line run in a clone must not dirty it: the default result goes to runs/bench/."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--preset", "tiny", "--heads", "2", "--attention", "standard", "--windows", "1",
+                 "--steps", "1", "--rounds", "1", "--no-reference"]) == 0
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
+    assert len(written) == 1 and written[0].startswith("runs/bench/cpu-tiny-"), written
+    assert f"wrote {written[0]}" in capsys.readouterr().out

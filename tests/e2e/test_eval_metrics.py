@@ -103,3 +103,25 @@ def test_strided_eval_gives_word_figures_only_when_every_token_is_scored(tmp_pat
     gaps = _eval(capsys, tmp_path / "run", "--stride", "32")  # each window's first token is context only
     assert gaps["tokens"] < overlap["tokens"]
     assert gaps["word_perplexity"] is gaps["words"] is gaps["bits_per_byte"] is None
+
+
+def test_every_evaluation_of_a_training_and_of_iattn_eval_says_it_is_running(tmp_path, capsys):
+    """Not on a terminal, each evaluation is one line of windows scored: training's step-0, epoch-end and
+    test passes, and `iattn eval` with and without --stride (on a terminal the same passes draw a bar:
+    tests/unit/train/test_evaluate.py)."""
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path, n_eval=3000)
+    cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 2}))
+    train(cfg, tmp_path / "run", quiet=False)
+    lines = [x.split(":")[0] for x in capsys.readouterr().err.splitlines() if " windows in " in x]
+    assert lines == ["eval valid (start)", "eval valid (end of epoch 1)", "eval valid (end of epoch 2)",
+                     "eval test (best weights)"], lines
+    assert main(["eval", str(tmp_path / "run"), "--split", "valid"]) == 0
+    assert main(["eval", str(tmp_path / "run"), "--stride", "16", "--json"]) == 0
+    out = capsys.readouterr()
+    err = [x for x in out.err.splitlines() if " windows in " in x]
+    assert len(err) == 2 and err[0].startswith("eval valid: ") and err[1].startswith("eval test (stride 16): ")
+    assert json.loads(out.out.splitlines()[-1])["stride"] == 16  # --json's stdout stays one JSON object
+    train(cfg, tmp_path / "quiet", quiet=True)
+    assert " windows in " not in capsys.readouterr().err

@@ -353,3 +353,102 @@ def test_wandb_gets_every_step_and_evaluation_and_is_not_imported_when_off(tmp_p
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     with pytest.raises(UserError, match="needs the wandb package: pip install wandb"):
         train(load_config("tiny", None, [*ov, "train.wandb=proj"]), tmp_path / "absent", quiet=True)
+
+
+@pytest.mark.slow
+def test_a_step_or_token_budget_ends_the_run_and_its_schedule_and_resume_extends_by_either(tmp_path, capsys):
+    """train.max_steps=N: N steps (the last epoch partial), every step's lr the schedule's over N (so it
+    ends at the budget, not at the epochs' total), an epoch record at step N; --resume with a larger
+    train.max_steps or a train.max_tokens budget extends it; a budget at or before the run's step is one line
+    and changes nothing; both budgets at once are one line."""
+    from iattention.cli import main
+    from iattention.train.schedule import lr_at
+
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache")
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", *ov, "train.max_steps=30"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = load_config("tiny", None, [*ov, "train.max_steps=30"])
+    o = cfg.optim
+    steps = _steps(run)
+    assert [s["step"] for s in steps] == list(range(1, 31)) and summary["steps"] == 30
+    assert [s["lr"] for s in steps] == [lr_at(i, 30, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule)
+                                        for i in range(30)]
+    metrics = [json.loads(x) for x in open(run / "metrics.jsonl")]
+    epochs = [(m["epoch"], m["step"]) for m in metrics if m["kind"] == "epoch"]
+    spe = epochs[0][1]
+    assert spe < 30 < 2 * spe and epochs == [(1, spe), (2, 30)] and summary["epochs_run"] == 2
+    assert summary["tokens_seen"] == 30 * 8 * 32
+    capsys.readouterr()
+
+    assert main(["train", "--out", str(run), "--resume", "--quiet", "train.max_steps=40"]) == 0
+    assert f"extending {run} from step 30 to 40 steps (train.max_steps=40" in capsys.readouterr().err
+    assert [s["step"] for s in _steps(run)] == list(range(1, 41))
+    assert _steps(run)[-1]["lr"] == lr_at(39, 40, o.lr, o.warmup_steps, o.min_lr_ratio, o.schedule)
+    tokens = 8 * 32 * 45 + 100  # 45 whole steps
+    assert main(["train", "--out", str(run), "--resume", "--quiet", f"train.max_tokens={tokens}"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 45
+    saved = yaml.safe_load((run / "config.yaml").read_text())["train"]  # the budget given is the one that holds
+    assert (saved["max_steps"], saved["max_tokens"]) == (0, tokens)
+    assert "from step 40 to 45 steps (train.max_tokens=" in capsys.readouterr().err
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0  # the saved budget: finished
+    assert "extending" not in capsys.readouterr().err
+
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert main(["train", "--out", str(run), "--resume", "--quiet", "train.max_steps=45"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("iattn: error:") == 1 and "cannot shorten" in err and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == \
+        {k: v for k, v in before.items() if k != ".lock"}
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "two"), *ov, "train.max_steps=3",
+                 "train.max_tokens=1000"]) == 2
+    assert "are two budgets; give one" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_steps_reach_disk_as_they_go_and_a_killed_run_keeps_them_once_each_after_resume(tmp_path):
+    """steps.jsonl is appended step by step: SIGKILLed right after its 11th step (IATTN_FAULT, no sleeps), a
+    run holds steps 1-10 (the same numbers an uninterrupted run logs) though its last checkpoint is at step 8;
+    --resume from that checkpoint leaves every step exactly once, as the uninterrupted run has them."""
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache",
+                        **{"train.epochs": 2, "train.ckpt_every_steps": 4, "train.threads": 1})
+    train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
+    ref = _steps(tmp_path / "ref")
+    out = tmp_path / "run"
+    proc = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov),
+                          env={**os.environ, "IATTN_FAULT": "step:11"}, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _steps(out) == ref[:10]
+    from iattention.checkpoint.state import read_meta
+
+    assert read_meta(out / "last.safetensors")["state"]["step"] == 8
+    res = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov),
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert _steps(out) == ref
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_epoch_keeps_the_steps_and_says_how_to_keep_mid_epoch_progress(tmp_path):
+    """A run followed as `tail -f` would (steps.jsonl read while it trains) and stopped with SIGINT once its
+    log holds 3 steps: exit 130, its steps kept, and the message names the step, the checkpoint --resume
+    goes on from and train.ckpt_every_steps."""
+    ov = tiny_overrides(write_corpus(tmp_path), tmp_path / "cache", **{"train.epochs": 50, "train.threads": 1})
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov),
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline:
+        if (out / "steps.jsonl").exists() and len((out / "steps.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.01)
+    seen = _steps(out)
+    assert len(seen) >= 3 and proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    kept = _steps(out)
+    assert kept[:len(seen)] == seen and [s["step"] for s in kept] == list(range(1, len(kept) + 1))
+    assert f"iattn: interrupted at step {len(kept)} (epoch 1, batch {len(kept)}/" in err, err
+    assert "no checkpoint was written yet; --resume starts the run over; to keep mid-epoch progress, train with "\
+        "train.ckpt_every_steps=N" in err and "Traceback" not in err, err

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import yaml
@@ -27,7 +28,7 @@ from iattention.config.model import upgrade_config, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.errors import UserError
 from iattention.utils.atomic import remove_stale_in, temp_writer, write_json, write_text
-from iattention.utils.files import read_text, read_yaml
+from iattention.utils.files import os_error_message, read_text, read_yaml
 from iattention.utils.lock import LOCK_NAME, RunLock
 
 CONFIG, SUMMARY, METRICS, STEPS = "config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl"
@@ -72,6 +73,30 @@ def read_json_object(path: Path, what: str, fix: str, schema: dict | None = None
     if bad:
         raise UserError(f"{path} is corrupt ({what}: {bad}); {fix}")
     return obj
+
+
+class RecordLog:
+    """An open .jsonl log, appended one record a line, each line flushed to the OS as it is written (a killed
+    process loses none); `sync` puts them on disk (fsync), before a checkpoint that points past them."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._f = open(path, "a", encoding="utf-8")
+        except OSError as e:
+            raise UserError(f"cannot append to {os_error_message(e, path) or f'{path}: {e}'}") from None
+
+    def append(self, record: dict) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def sync(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
 
 
 class RunFolder:
@@ -121,7 +146,8 @@ class RunFolder:
             return True
         if diff:
             raise UserError(f"output folder {self.path} holds a run with another config (its {CONFIG}: {diff}); "
-                            "use the same config to resume (or the same with more train.epochs to extend it), or "
+                            "use the same config to resume (or the same with a larger train.epochs, train.max_steps or "
+                            "train.max_tokens to extend it), or "
                             "choose another --out")
         return False
 
@@ -172,11 +198,14 @@ class RunFolder:
             raise UserError(f"run {self.path}: {SUMMARY} holds test_ppl {test!r}, not a perplexity (>= 1); {fix}")
         return summary, records
 
-    def finished(self, epochs: int) -> dict | None:
-        """The summary when it is one of `epochs` epochs (or an early stop); a shorter one is what an
-        extension leaves when it dies after rewriting config.yaml: not finished."""
+    def finished(self, epochs: int, steps: int | None = None) -> dict | None:
+        """The summary when it is one of `epochs` epochs, or of `steps` steps when a step or token budget
+        sets the run's length (or an early stop); a shorter one is what an extension leaves when it dies
+        after rewriting config.yaml: not finished."""
         summary = self.read_summary()
-        if summary and (summary["epochs_run"] >= epochs or summary.get("stopped_early")):
+        done = summary["epochs_run"] >= epochs if steps is None else summary.get("steps", 0) >= steps if summary \
+            else False
+        if summary and (done or summary.get("stopped_early")):
             return summary
         return None
 
@@ -192,23 +221,28 @@ class RunFolder:
 
     # ------------------------------------------------------------- metrics.jsonl, steps.jsonl
     def read_records(self, name: str = METRICS, max_step: float = math.inf, finished: bool = False) -> list[dict]:
-        """The records of a .jsonl log up to max_step. Logs are rewritten whole and atomically, so any line
-        that is not a JSON object with an integer step, a torn last line too, means the file was damaged:
-        refused, never read as a shorter run. finished: the run has a summary, so its metrics.jsonl must
-        exist, and an existing log must hold records."""
+        """The records of a .jsonl log up to max_step. metrics.jsonl is rewritten whole and atomically, so any
+        line that is not a JSON object with an integer step, a torn last line too, means the file was damaged:
+        refused, never read as a shorter run. steps.jsonl is appended as a run goes (`append_records`): of an
+        unfinished run, a last line without its newline that is not JSON is an append a kill cut short, left
+        out (it lies past the last checkpoint: the log is synced before each). finished: the run has a summary,
+        so its metrics.jsonl must exist, and an existing log must hold records."""
         path = self / name
         if not path.exists():
             if finished and name == METRICS:
                 raise UserError(f"{path} is missing: a finished run keeps one record per evaluation; rerun the run")
             return []
-        lines = read_text(path, "a run log", "delete it and rerun the run").splitlines()
+        lines = read_text(path, "a run log", "delete it and rerun the run").splitlines(keepends=True)
         if finished and not any(line.strip() for line in lines):  # finished: at least one evaluation or step
             raise UserError(f"{path} is corrupt (a finished run's log holds no record); delete it and rerun the run")
         out = []
+        text_ends = lines and not lines[-1].endswith("\n")
         for i, line in enumerate(lines):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
+                if name == STEPS and i == len(lines) - 1 and text_ends and not finished:
+                    break  # an append cut short (steps.jsonl grows as a run goes): the step it held is not kept
                 raise UserError(f"{path} is corrupt (line {i + 1} is not JSON); delete it and rerun the run") from None
             bad = _bad_field(rec, LOG_SCHEMAS.get(name, {"step": (int,)}))
             if bad:
@@ -219,6 +253,14 @@ class RunFolder:
 
     def write_records(self, name: str, records: list[dict]) -> None:
         write_text(self / name, "".join(json.dumps(r) + "\n" for r in records))
+
+    def append_records(self, name: str, records: list[dict]) -> RecordLog:
+        """A log that grows as the run goes (steps.jsonl: `tail -f` follows it, a killed run keeps it): first
+        rewritten whole and atomically to `records` (what the run starts from: a resumed run's log up to its
+        checkpoint, so the steps a crash left past it are not kept twice), then appended one flushed line a
+        record."""
+        self.write_records(name, records)
+        return RecordLog(self / name)
 
     # ------------------------------------------------------------- arm.json
     def read_arm(self) -> dict | None:

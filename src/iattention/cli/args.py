@@ -116,7 +116,8 @@ class Parser(argparse.ArgumentParser):
 
 def add_data_flags(p) -> None:
     p.add_argument("--data-dir", help="folder with WikiText-2 files (default: $IATTN_DATA_DIR, else the folder a run "
-                                      "recorded, else download)")
+                                      "recorded, else the folder `iattn data remember` keeps (`iattn data where`), "
+                                      "else download)")
     p.add_argument("--tokenizer-file", help="local r50k_base.tiktoken for the gpt2 tokenizer "
                                             "(default: $IATTN_TOKENIZER_FILE or DATA_DIR/tokenizers/)")
 

@@ -21,6 +21,8 @@ from iattention.kernels import ATTN_KERNELS
 from iattention.utils.atomic import write_json
 from iattention.utils.hardware import device_name
 
+DEFAULT_DIR = "runs/bench"  # where a result goes without --json: never the repository's tracked files
+
 
 def cmd_generation_bench(args) -> None:
 
@@ -31,7 +33,7 @@ def cmd_generation_bench(args) -> None:
     result = dict(kind="generation", preset=args.preset, device="cpu", device_name=device_name(torch.device("cpu")),
                   torch=torch.__version__, threads=torch.get_num_threads(), rounds=args.rounds,
                   date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]), rows=rows)
-    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+    out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"cpu-{args.preset}-generate-{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
     write_json(out, result)
     print()
@@ -63,7 +65,7 @@ def cmd_bench(args) -> None:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
                        reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel)
-    out = Path(args.json) if args.json else Path("benchmarks/results") / (
+    out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
         f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}-"
         f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
@@ -81,7 +83,8 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="training/forward tokens/s, memory, FLOPs, MFU vs standard and HF GPT-2",
                        description="Benchmark every attention variant x head count in one process, with the "
                                    "Hugging Face GPT2LMHeadModel of the same shape as reference. Writes JSON to "
-                                   "benchmarks/results/ (or --json) and optionally a section of BENCHMARKS.md.")
+                                   f"{DEFAULT_DIR}/ (or --json: the repository's record is benchmarks/results/) and "
+                                   "optionally a section of BENCHMARKS.md.")
     p.add_argument("--preset", default="cpu-study", help=f"model shape of a preset: {', '.join(preset_names())}")
     p.add_argument("--attention", type=str_list, default=None,
                    help="comma-separated variants (default: every registered one)")
@@ -98,6 +101,7 @@ def register(sub) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
                    help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")
-    p.add_argument("--json", help="result file (default benchmarks/results/<device>-<preset>-<date>.json)")
+    p.add_argument("--json", help=f"result file (default {DEFAULT_DIR}/<device>-<preset>-<date>.json: beside the runs, "
+                                  "not in the tracked benchmarks/results/)")
     p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
     p.set_defaults(func=cmd_bench)

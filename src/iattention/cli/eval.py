@@ -49,10 +49,11 @@ def cmd_eval(args) -> None:
     check_eval_split(tokens, what, block, "give a longer text file or pass a smaller --block-size" if args.text else
                      "evaluate a longer split (--full for the whole of a cut one) or pass a smaller --block-size")
     if args.stride:
-        nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size)
+        nll, n = strided_nll(model, tokens, block, args.stride, args.batch_size,
+                             progress=f"eval {what} (stride {args.stride})")
         protocol = f"sliding windows of {block} tokens every {args.stride} (transformers' strided perplexity)"
     else:
-        nll, n = split_nll(model, tokens, block, args.batch_size, DistContext())
+        nll, n = split_nll(model, tokens, block, args.batch_size, DistContext(), progress=f"eval {what}")
         protocol = f"non-overlapping windows of {block} tokens"
     part = (f"the first {cut:,} tokens of the {args.split} split (the run's data.{cut_key}; --full for all of it)"
             if cut else f"the whole {args.split} split ({len(tokens):,} tokens)")

@@ -87,7 +87,7 @@ def cmd_report(args) -> None:
                         "declared the margin and family before the runs, or leave --declared out")
     from iattention.experiments.report import write_report  # lazy: matplotlib, only for reports
     path = write_report(args.dirs, args.out, title=args.title, reference=args.reference, margin_pct=args.margin,
-                        added=added, family=args.family, declared=args.declared)
+                        added=added, family=args.family, declared=args.declared, select=args.arms)
     print(f"wrote {path}")
 
 
@@ -186,6 +186,9 @@ def _add_report(sub) -> None:
     r.add_argument("--declared", metavar="PLAN",
                    help="the plan file (e.g. results/STUDY/PLAN.md) that declared the margin and family before the "
                         "runs; without it the report does not call them declared")
+    r.add_argument("--arms", type=str_list, default=None, metavar="A,B,...",
+                   help="report only these arms (and the reference, always): tables and figures; default: every arm "
+                        "found")
     r.add_argument("--family", type=str_list, default=None, metavar="ARMS",
                    help="arms whose comparisons form the Holm-corrected verdict family (default: every arm); "
                         "the others are reported unadjusted, as exploratory")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, out_path, with_flags
-from iattention.config import preset_names
+from iattention.config import BUDGET_KEYS, preset_names
 from iattention.errors import UserError
 from iattention.train import load_config, train
 
@@ -16,9 +16,15 @@ def cmd_train(args) -> None:
     if not args.preset and not args.config and saved is None:
         raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)" +
                         (f"; {args.out} holds no run to resume" if args.resume else ""))
-    if saved is not None and "train.epochs" not in {o.split("=", 1)[0].strip() for o in overrides}:
-        # --resume continues the run's own schedule: a preset's epochs never extend it; train.epochs=N does.
-        overrides.append(f"train.epochs={(saved.get('train') or {}).get('epochs', 1)}")
+    if saved is not None:
+        # --resume continues the run's own schedule: a preset's epochs never extend it; train.epochs=N, or a
+        # budget (train.max_steps=N, train.max_tokens=N), does, and the budget given is then the one that holds.
+        given = {o.split("=", 1)[0].strip() for o in overrides} & {f"train.{k}" for k in BUDGET_KEYS}
+        run = saved.get("train") or {}
+        for key in BUDGET_KEYS:
+            if f"train.{key}" not in given:
+                keep = key == "epochs" or not given
+                overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
@@ -39,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last checkpoint, with the run's saved config (--preset "
                         "is then optional; a preset's train.epochs never extends the run); an explicit larger "
-                        "train.epochs=N extends a finished run (the cosine schedule is recomputed over the new total)")
+                        "train.epochs=N, train.max_steps=N or train.max_tokens=N extends a finished run (the "
+                        "schedule is recomputed over the new total)")
     p.add_argument("--init-from", metavar="PATH",
                    help="start from these weights (run folder, checkpoint, converted or HF GPT-2 folder); with "
                         "model.attention=canonical they are canonicalized exactly (pivoted blocks)")

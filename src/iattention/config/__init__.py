@@ -14,10 +14,10 @@ from iattention.config.load import (
     resolve_vocab,
 )
 from iattention.config.model import CANONICAL_HALVES, INITS, GPTConfig
-from iattention.config.run import LoopConfig, OptimConfig, RunConfig
+from iattention.config.run import BUDGET_KEYS, LoopConfig, OptimConfig, RunConfig
 
 __all__ = [
-    "CANONICAL_HALVES", "EXECUTION_KEYS", "INITS", "GPTConfig", "LoopConfig", "OptimConfig", "RunConfig",
+    "BUDGET_KEYS", "CANONICAL_HALVES", "EXECUTION_KEYS", "INITS", "GPTConfig", "LoopConfig", "OptimConfig", "RunConfig",
     "config_from_dict", "config_identity", "config_mismatch", "default_heads", "extends", "load_config",
     "model_preset", "override", "parse_override", "preset_names", "read_yaml_mapping", "resolve_vocab",
 ]

@@ -7,7 +7,7 @@ import functools
 import json
 
 from iattention.config.model import upgrade_config
-from iattention.config.run import RunConfig
+from iattention.config.run import BUDGET_KEYS, RunConfig
 
 # Keys that say where or how fast a run executes, not what it computes: a run may resume on
 # another machine (other paths, thread count) and still be the same run.
@@ -34,14 +34,24 @@ def config_identity(d: dict | None) -> dict | None:
                   if isinstance(vals, dict) else vals) for sec, vals in d.items()}
 
 
+def _budget(train: dict) -> tuple[str, int]:
+    """(the key that ends a run, its value), popped from a config's train section: max_steps or max_tokens
+    when set, else epochs (which a budget makes moot, so it is popped as well)."""
+    values = {k: train.pop(k, 0 if k != "epochs" else 1) for k in BUDGET_KEYS}
+    key = next((k for k in BUDGET_KEYS[1:] if values[k]), "epochs")
+    return key, values[key]
+
+
 def extends(old: dict | None, new: dict) -> bool:
-    """True when `new` is `old` trained for more epochs (all else equal): a finished or running run
-    that --resume may continue."""
+    """True when `new` is `old` trained longer (all else equal): a finished or running run that --resume may
+    continue. A larger budget of the same kind (train.epochs, train.max_steps or train.max_tokens) is
+    longer; one of another kind may be, which only the step count the run has reached tells (the trainer
+    refuses one that is not: checkpointer.py)."""
     if not isinstance(old, dict):
         return False
     a, b = json.loads(json.dumps(config_identity(old))), json.loads(json.dumps(config_identity(new)))
-    ea, eb = a.get("train", {}).pop("epochs", 1), b.get("train", {}).pop("epochs", 1)
-    return a == b and eb > ea
+    (ka, va), (kb, vb) = _budget(a.get("train", {})), _budget(b.get("train", {}))
+    return a == b and (kb != ka or vb > va)
 
 
 def _first_difference(a, b, where="") -> str:

@@ -59,6 +59,11 @@ MAX_THREADS = 4096  # more than any machine has; torch takes a C int
 @dataclass
 class LoopConfig:
     epochs: int = 1
+    # A budget instead of epochs (nanoGPT's max_iters, Trainer's max_steps): the run ends after this many
+    # optimizer steps, or the most steps whose batch_size x block_size tokens fit in max_tokens; the LR
+    # schedule runs over it and the last epoch may be partial. 0: off (train.epochs decides). At most one.
+    max_steps: int = 0
+    max_tokens: int = 0
     batch_size: int = 32  # global batch, in windows of block_size tokens
     grad_accum: int = 1
     seed: int = 0
@@ -85,11 +90,25 @@ class LoopConfig:
         checks = [(n, getattr(self, n) >= 1, ">= 1", f"train.{n}=32") for n in
                   ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
         checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
-                    f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads")]
+                    f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads",
+                                              "max_steps", "max_tokens")]
         # C integers underneath: torch's seed is a 64-bit integer, its thread count a C int.
         checks += [("seed", self.seed < 2**63, "< 2^63 (a 64-bit seed)", "train.seed=0"),
                    ("threads", self.threads <= MAX_THREADS, f"<= {MAX_THREADS}", "train.threads=0")]
         _check("train", self, checks)
+        if self.max_steps and self.max_tokens:
+            raise UserError(f"train.max_steps={self.max_steps} and train.max_tokens={self.max_tokens} are two "
+                            "budgets; give one (the other =0)")
+
+    def budget(self) -> str:
+        """What ends the run, as the config says it: `train.max_steps=N`, `train.max_tokens=N` or `train.epochs=N`."""
+        for key in BUDGET_KEYS[1:]:
+            if getattr(self, key):
+                return f"train.{key}={getattr(self, key)}"
+        return f"train.epochs={self.epochs}"
+
+
+BUDGET_KEYS = ("epochs", "max_steps", "max_tokens")  # what ends a run; --resume with a larger one extends it
 
 
 @dataclass

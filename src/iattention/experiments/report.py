@@ -10,7 +10,7 @@ import numpy as np
 
 from iattention.errors import UserError
 from iattention.experiments.comparisons import comparisons, holm_family_size, reach_targets
-from iattention.experiments.figures import all_figures, arm_colors
+from iattention.experiments.figures import all_figures, arm_styles
 from iattention.experiments.lr_sweep import lr_families, lr_table
 from iattention.experiments.paper import PAPER
 from iattention.experiments.results import config_value, find_runs, group
@@ -218,11 +218,12 @@ def figures_section(figs: list[str], runs, one_seed_arms_left_out: bool, has_lr:
 
 def write_report(dirs, out, title: str = "I-Attention study", reference: str = "standard",
                  margin_pct: float | None = None, added: dict | None = None, family: list[str] | None = None,
-                 declared: str | None = None) -> Path:
+                 declared: str | None = None, select: list[str] | None = None) -> Path:
     """report.md and figures. `margin_pct`: the equivalence margin, in % of the reference's mean best
     validation perplexity at each head count; `added`: {arm: {heads: [seeds]}} added after a result;
     `family`: the arms whose comparisons form the Holm family (default: all); `declared`: the plan file that
-    declared margin and family before the runs (None: the report says they were not shown to be)."""
+    declared margin and family before the runs (None: the report says they were not shown to be); `select`:
+    the arms to report (with the reference, always; None: every arm found)."""
     out, added = Path(out), added or {}
     if margin_pct is not None and not (isinstance(margin_pct, (int, float)) and math.isfinite(margin_pct)
                                        and margin_pct > 0):
@@ -233,6 +234,14 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     arms = list(dict.fromkeys(a for a, _ in groups))
     if reference not in arms:
         raise UserError(f"reference arm {reference!r} has no runs here (arms: {', '.join(arms)}); pass --reference")
+    if select is not None:
+        unknown = [a for a in select if a not in arms]
+        if unknown:
+            raise UserError(f"--arms: arm(s) {', '.join(map(repr, unknown))} have no runs here; choose among "
+                            f"{', '.join(arms)}")
+        runs = [r for r in runs if r.arm in set(select) | {reference}]
+        groups = group(runs)
+        arms = list(dict.fromkeys(a for a, _ in groups))
     arms = [reference] + [a for a in arms if a != reference]  # the reference first in every table
     if family is not None:
         unknown = [a for a in family if a not in arms]
@@ -251,8 +260,8 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     margin_note = margin_words(2.0 if margin_pct is None else margin_pct, margin_pct is not None, declared)
     margin_pct = 2.0 if margin_pct is None else margin_pct
     rows = comparisons(groups, plotted, arms, reference, margin_pct, added, family)
-    figs = all_figures(groups, plotted, families, study_lr, out, arm_colors(arms), rows=rows, reference=reference,
-                       margin_pct=margin_pct, margin_declared=bool(declared))
+    figs = all_figures(groups, plotted, families, study_lr, out, arm_styles(arms, reference), rows=rows,
+                       reference=reference, margin_pct=margin_pct, margin_declared=bool(declared))
     lines = [*header_section(title, runs, dirs, arms, cfg), *results_section(groups, reference, added),
              *comparison_section(rows, groups, plotted, reference, margin_pct, margin_note, has_lr=bool(families),
                                  family=family),

@@ -34,7 +34,8 @@ class Start(NamedTuple):
 class Checkpointer:
     def __init__(self, out: str | Path, resume: bool, ctx: DistContext):
         self.out, self.folder, self.resume, self.ctx = Path(out), RunFolder(out), resume, ctx
-        self.extending = False  # --resume to more epochs than the run there was made for
+        self.extending = False  # --resume to a larger budget than the run there was made for
+        self.total_steps, self.budget = 0, ""  # the run's length in steps, and the key that sets it
         self.config: dict = {}  # the run's resolved config, and the data fingerprints it checks and saves
         self.fingerprints: dict = {}
         self.tokenizer = ""  # what the run's tokenizer maps text to (tokenizer_identity), saved in every checkpoint
@@ -64,15 +65,25 @@ class Checkpointer:
             self._lock.release()
 
     # ------------------------------------------------------------- the resume/extend policy
-    def check(self, config: dict, fingerprints: dict, tokenizer: Tokenizer) -> dict | None:
+    def check(self, config: dict, fingerprints: dict, tokenizer: Tokenizer, total_steps: int = 0,
+              budget: str = "") -> dict | None:
         """Is the folder this run's? The summary of a finished run when --resume has nothing to do, else None
-        (train); `extending` tells whether the run there goes on to more epochs."""
+        (train); `extending` tells whether the run there goes on longer (`total_steps` in all, as `budget`
+        says: train.epochs, train.max_steps or train.max_tokens). A budget that ends where the run already
+        is, or before, is refused here, before anything in the folder changes."""
         self.config, self.fingerprints, self.tokenizer = config, fingerprints, tokenizer_identity(tokenizer)
+        self.total_steps, self.budget = total_steps, budget
         self.extending = self.folder.check_for(config, self.resume)
+        if budget and self.extending and (self.folder / LAST).exists():
+            reached = ckpt.read_meta(self.folder / LAST).get("state", {}).get("step", 0)
+            if isinstance(reached, int) and reached >= total_steps:
+                raise UserError(f"{budget} is {total_steps} steps, and the run in {self.out} has made {reached}: "
+                                "--resume extends a run, it cannot shorten one; give a larger budget")
         if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer
             save_tokenizer_file(tokenizer, self.folder / TOKENIZER)
         if self.resume and self.folder.has_summary() and not self.extending:
-            finished = self.folder.finished(config["train"]["epochs"])
+            budgeted = bool(budget) and not budget.startswith("train.epochs=")
+            finished = self.folder.finished(config["train"]["epochs"], total_steps if budgeted else None)
             if finished is not None:
                 return finished
             self.extending = True  # a summary of fewer epochs: an extension that died before dropping it
@@ -93,8 +104,11 @@ class Checkpointer:
         if self.resume and (self.folder / LAST).exists():
             resumed = self._load_last(model, optimizer)
             if self.extending:  # the longer run's config; its summary comes when it ends
-                print(f"iattn: extending {self.out} from {resumed.state.epoch} to {self.config['train']['epochs']} "
-                      f"epochs (train.epochs={self.config['train']['epochs']})", file=sys.stderr)
+                epochs = not self.budget or self.budget.startswith("train.epochs=")
+                span = (f"{resumed.state.epoch} to {self.config['train']['epochs']} epochs" if epochs else
+                        f"step {resumed.state.step} to {self.total_steps} steps")
+                print(f"iattn: extending {self.out} from {span} ({self.budget or 'train.epochs'}; the schedule is "
+                      "recomputed over the new total)", file=sys.stderr)
                 self.folder.write_config(self.config)
                 self.folder.drop_summary()
                 resumed.state.stopped_early = False

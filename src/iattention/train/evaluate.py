@@ -24,12 +24,14 @@ import torch.nn.functional as F
 from iattention.data.dataset import ScoredText, eval_windows
 from iattention.train.distributed import DistContext
 from iattention.utils.faults import fault_point
+from iattention.utils.progress import EvalProgress
 
 
 @torch.no_grad()
 def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: DistContext,
-              autocast=nullcontext) -> tuple[float, int]:
-    """(sum of NLL in nats, number of predicted tokens), summed over ranks."""
+              autocast=nullcontext, progress: str | None = None) -> tuple[float, int]:
+    """(sum of NLL in nats, number of predicted tokens), summed over ranks. `progress`: a description, shown
+    with this rank's windows scored of its windows on the main rank (utils/progress.py); None: silent."""
     was_training = model.training
     model.eval()
     windows = eval_windows(len(tokens), block_size)[ctx.rank::ctx.world]
@@ -37,16 +39,20 @@ def split_nll(model, tokens: np.ndarray, block_size: int, batch_size: int, ctx: 
     by_len: dict[int, list[int]] = {}
     for start, length in windows:
         by_len.setdefault(length, []).append(start)
-    for length, starts in by_len.items():
-        for i in range(0, len(starts), batch_size):
-            rows = np.stack([np.asarray(tokens[s: s + length + 1], dtype=np.int64) for s in starts[i: i + batch_size]])
-            t = torch.from_numpy(rows).to(ctx.device)
-            with autocast():
-                logits, _ = model(t[:, :-1])
-            nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), t[:, 1:].reshape(-1), reduction="sum")
-            total[0] += nll.double()
-            total[1] += t[:, 1:].numel()
-            fault_point("eval")
+    with EvalProgress(progress or "", len(windows), show=progress is not None and ctx.is_main) as bar:
+        for length, starts in by_len.items():
+            for i in range(0, len(starts), batch_size):
+                rows = np.stack([np.asarray(tokens[s: s + length + 1], dtype=np.int64)
+                                 for s in starts[i: i + batch_size]])
+                t = torch.from_numpy(rows).to(ctx.device)
+                with autocast():
+                    logits, _ = model(t[:, :-1])
+                nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), t[:, 1:].reshape(-1),
+                                      reduction="sum")
+                total[0] += nll.double()
+                total[1] += t[:, 1:].numel()
+                bar.update(len(rows))
+                fault_point("eval")
     ctx.sum_(total)
     model.train(was_training)
     return total[0].item(), int(total[1].item())
@@ -74,8 +80,9 @@ def per_unit(nll_sum: float, text: ScoredText, scored: int | None = None) -> dic
 
 @torch.no_grad()
 def strided_nll(model, tokens: np.ndarray, block_size: int, stride: int, batch_size: int,
-                device: torch.device | str = "cpu") -> tuple[float, int]:
-    """(sum of NLL in nats, number of scored tokens) under the sliding-window protocol above."""
+                device: torch.device | str = "cpu", progress: str | None = None) -> tuple[float, int]:
+    """(sum of NLL in nats, number of scored tokens) under the sliding-window protocol above. `progress`: a
+    description, shown with windows scored of windows (utils/progress.py); None: silent."""
     was_training = model.training
     model.eval()
     n = len(tokens)
@@ -92,15 +99,18 @@ def strided_nll(model, tokens: np.ndarray, block_size: int, stride: int, batch_s
     by_len: dict[int, list[tuple[int, int, int]]] = {}
     for w in windows:
         by_len.setdefault(w[1] - w[0], []).append(w)
-    for length, ws in by_len.items():
-        for i in range(0, len(ws), batch_size):
-            chunk = ws[i: i + batch_size]
-            t = torch.from_numpy(np.stack([np.asarray(tokens[b:e], dtype=np.int64) for b, e, _ in chunk])).to(device)
-            logits, _ = model(t[:, :-1])
-            nll = F.cross_entropy(logits.float().transpose(1, 2), t[:, 1:], reduction="none")  # (B, length - 1)
-            pos = torch.arange(1, length, device=device)  # position (within the window) of each target
-            scored = pos[None, :] >= torch.tensor([f - b for b, _, f in chunk], device=device)[:, None]
-            total += float(nll[scored].double().sum())
-            count += int(scored.sum())
+    with EvalProgress(progress or "", len(windows), show=progress is not None) as bar:
+        for length, ws in by_len.items():
+            for i in range(0, len(ws), batch_size):
+                chunk = ws[i: i + batch_size]
+                t = torch.from_numpy(np.stack([np.asarray(tokens[b:e], dtype=np.int64) for b, e, _ in chunk]))
+                t = t.to(device)
+                logits, _ = model(t[:, :-1])
+                nll = F.cross_entropy(logits.float().transpose(1, 2), t[:, 1:], reduction="none")  # (B, length - 1)
+                pos = torch.arange(1, length, device=device)  # position (within the window) of each target
+                scored = pos[None, :] >= torch.tensor([f - b for b, _, f in chunk], device=device)[:, None]
+                total += float(nll[scored].double().sum())
+                count += int(scored.sum())
+                bar.update(len(chunk))
     model.train(was_training)
     return total, count

@@ -1,12 +1,13 @@
-"""A run's numbers as it trains: the records of metrics.jsonl (one per evaluation) and steps.jsonl (one per
-optimizer step), written through the run folder; the progress bar (tqdm); TensorBoard and W&B
-(`sinks.py`); the training throughput in tokens/s. Only the main process writes."""
+"""A run's numbers as it trains: the records of metrics.jsonl (one per evaluation, rewritten whole at each
+evaluation and checkpoint) and steps.jsonl (one per optimizer step, appended and flushed as each step ends:
+`tail -f` follows it, a killed run keeps it), written through the run folder; the progress bar (tqdm);
+TensorBoard and W&B (`sinks.py`); the training throughput in tokens/s. Only the main process writes."""
 
 from __future__ import annotations
 
 from tqdm import tqdm
 
-from iattention.checkpoint.run_folder import METRICS, STEPS, RunFolder
+from iattention.checkpoint.run_folder import METRICS, STEPS, RecordLog, RunFolder
 from iattention.config import LoopConfig
 from iattention.train.sinks import Sinks
 
@@ -33,10 +34,14 @@ class Metrics:
         self.steps: list[dict] = []  # steps.jsonl
         self.sinks: Sinks | None = None
         self.bar: tqdm | None = None
+        self.step_log: RecordLog | None = None
 
     def open(self, t: LoopConfig, config: dict) -> None:
-        """TensorBoard and W&B as `train.*` asks (nothing on other processes)."""
+        """TensorBoard and W&B as `train.*` asks, and steps.jsonl (as the run starts: `self.steps`) open to
+        append (nothing on other processes)."""
         self.sinks = Sinks(self.folder.path, t.tensorboard, t.wandb, config, self.folder.name, main=self.is_main)
+        if self.is_main:
+            self.step_log = self.folder.append_records(STEPS, self.steps)
 
     def start_bar(self, total: int, initial: int, quiet: bool) -> None:
         self.bar = tqdm(total=total, initial=initial, disable=None if self.is_main and not quiet else True,
@@ -44,6 +49,8 @@ class Metrics:
 
     def step(self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float) -> None:
         self.steps.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm))
+        if self.step_log is not None:
+            self.step_log.append(self.steps[-1])
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
         self.sinks.step(step, loss, lr, grad_norm)
@@ -63,13 +70,22 @@ class Metrics:
             self.bar.write(line)
 
     def save(self) -> None:
-        """Both logs, whole and atomically (the run folder's writes)."""
+        """metrics.jsonl whole and atomically (the run folder's write), steps.jsonl's appended lines on disk:
+        what a checkpoint saved next may point to."""
         if self.is_main:
             self.folder.write_records(METRICS, self.records)
-            self.folder.write_records(STEPS, self.steps)
+            if self.step_log is not None:
+                self.step_log.sync()
+            else:
+                self.folder.write_records(STEPS, self.steps)
 
     def close_bar(self) -> None:
         self.bar.close()
 
+    def close_log(self) -> None:
+        if self.step_log is not None:
+            self.step_log.close()
+
     def close(self) -> None:
+        self.close_log()
         self.sinks.close()

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import math
 
-from iattention.config.run import SCHEDULES
+from iattention.config.run import SCHEDULES, LoopConfig
+from iattention.errors import UserError
+
+
+def budget_steps(t: LoopConfig, steps_per_epoch: int, block_size: int) -> int:
+    """The optimizer steps a run makes, the total its schedule decays over: `train.max_steps`, else the most
+    whole steps of batch_size x block_size tokens within `train.max_tokens`, else `train.epochs` epochs."""
+    if t.max_steps:
+        return t.max_steps
+    if t.max_tokens:
+        per_step = t.batch_size * block_size
+        if t.max_tokens < per_step:
+            raise UserError(f"train.max_tokens={t.max_tokens} is less than one step ({t.batch_size} x {block_size} = "
+                            f"{per_step} tokens); raise it, or lower train.batch_size")
+        return t.max_tokens // per_step
+    return steps_per_epoch * t.epochs
 
 
 def lr_at(step: int, total_steps: int, lr: float, warmup_steps: int, min_lr_ratio: float,

@@ -41,8 +41,11 @@ class Sinks:
         self._log(values, step)
 
     def record(self, rec: dict) -> None:
-        """One evaluation record of metrics.jsonl (kind start, step or epoch)."""
-        self._log({f"{rec['kind']}/{k}": rec[k] for k in RECORD_KEYS if rec.get(k) is not None}, rec["step"])
+        """One evaluation record of metrics.jsonl (kind start, step or epoch). The start (the function the run
+        starts from) is step 0 of the epoch curves (`epoch/val_loss`, ...), with no throughput: no step ran."""
+        kind = "epoch" if rec["kind"] == "start" else rec["kind"]
+        keys = [k for k in RECORD_KEYS if not (rec["kind"] == "start" and k == "tokens_per_s")]
+        self._log({f"{kind}/{k}": rec[k] for k in keys if rec.get(k) is not None}, rec["step"])
         if self.tb:
             self.tb.flush()
 

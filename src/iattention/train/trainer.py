@@ -14,13 +14,14 @@ import dataclasses
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.run_folder import LAST, RunFolder
 from iattention.config import RunConfig
 from iattention.data.dataset import epoch_order, train_batch
 from iattention.data.sources import resolved_data_dir
@@ -33,7 +34,7 @@ from iattention.train.evaluate import exp_loss
 from iattention.train.metrics import Metrics, Throughput
 from iattention.train.optim import apply_step, build_optimizer, set_lr
 from iattention.train.runtime import Runtime
-from iattention.train.schedule import lr_at
+from iattention.train.schedule import budget_steps, lr_at
 from iattention.train.validate import Validator
 from iattention.utils.faults import fault_point
 
@@ -59,12 +60,37 @@ class Trainer:
     def run(self) -> dict:
         try:
             return self._run()
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
         except BaseException:
             self.ckpt.discard_unstarted()  # refused before it started: leave no folder holding only a lock
             raise
         finally:
+            self.metrics.close_log()
             self.ckpt.release()
             self.runtime.close()
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: say where --resume takes the run up again, and how to keep mid-epoch progress next time
+        (steps.jsonl keeps every step made; the resumed run rewrites it from its checkpoint on)."""
+        s = getattr(self, "state", None)
+        self.ckpt.discard_unstarted()
+        if s is None or not self.runtime.is_main or s.step == 0:
+            return
+        if self.metrics.bar is not None:
+            self.metrics.close_bar()
+        t, spe = self.cfg.train, self.data.steps_per_epoch
+        where = (f"iattn: interrupted at step {s.step} (epoch {s.epoch + 1}, batch {s.batch}/{spe}); "
+                 f"{self.ckpt.last_good()}")
+        keep = "to keep mid-epoch progress, train with train.ckpt_every_steps=N (a resumable checkpoint every N steps)"
+        if not (self.ckpt.folder / LAST).exists():
+            hint = f"--resume starts the run over; {keep}"
+        elif s.batch == 0 or t.ckpt_every_steps:
+            hint = "--resume goes on from there"
+        else:
+            hint = f"--resume goes on from there, making this epoch's steps since again; {keep}"
+        print(f"{where}; {hint}", file=sys.stderr)  # then the CLI's "iattn: interrupted", exit 130
 
     def _run(self) -> dict:
         finished = self._prepare()
@@ -76,7 +102,7 @@ class Trainer:
             self._record("start", 0.0)
             self.metrics.save()
         self.model.train()
-        while s.epoch < self.cfg.train.epochs and not s.stopped_early:
+        while s.step < self.total_steps and not s.stopped_early:
             self._end_epoch(self._epoch())
         self.metrics.close_bar()
         return self._finish()
@@ -86,11 +112,14 @@ class Trainer:
         its summary) the model, its optimizer and state (fresh or resumed), and the runtime around them."""
         self.ckpt.claim(self.cfg.data.data_dir)
         self.cfg, self.data = load_run_data(self.cfg, self.runtime.world)  # the model's vocabulary resolved
-        self.total_steps = self.data.steps_per_epoch * self.cfg.train.epochs
-        finished = self.ckpt.check(_config_dict(self.cfg), self.data.fingerprints, self.data.tokenizer)
+        t = self.cfg.train
+        self.total_steps = budget_steps(t, self.data.steps_per_epoch, self.cfg.model.block_size)
+        self.total_epochs = -(-self.total_steps // self.data.steps_per_epoch)  # the last one partial under a budget
+        finished = self.ckpt.check(_config_dict(self.cfg), self.data.fingerprints, self.data.tokenizer,
+                                   self.total_steps, t.budget())
         if finished is not None:
             return finished
-        t, device = self.cfg.train, self.runtime.device
+        device = self.runtime.device
         torch.manual_seed(t.seed)
         check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.runtime.world)), device)
         m = self.cfg.model  # the attention kernel checked (one line) and loaded before compile
@@ -103,7 +132,7 @@ class Trainer:
         self.train_model = self.runtime.wrap(self.model)
         self.metrics.open(t, _config_dict(self.cfg))
         self.validator = Validator(self.data.splits, self.data.scored, self.cfg.model.block_size,
-                                   t.eval_batch_size, self.runtime)
+                                   t.eval_batch_size, self.runtime, show=not self.quiet)
         return None
 
     def _lr(self, step: int) -> float:
@@ -116,7 +145,7 @@ class Trainer:
         t, s, spe = self.cfg.train, self.state, self.data.steps_per_epoch
         tokens_per_step, speed = t.batch_size * self.cfg.model.block_size, Throughput()
         order = epoch_order(self.data.n_windows, t.seed, s.epoch)
-        while s.batch < spe:
+        while s.batch < spe and s.step < self.total_steps:
             t_step = time.time()
             loss, grad_norm = self._train_step(order[s.batch * t.batch_size: (s.batch + 1) * t.batch_size])
             self.runtime.synchronize()
@@ -124,10 +153,11 @@ class Trainer:
             s.count_step(loss, tokens_per_step, dt)
             speed.add(tokens_per_step, dt)
             self.metrics.step(s.step, loss, self._lr(s.step - 1), grad_norm, speed.per_s)
-            if t.eval_every_steps and s.step % t.eval_every_steps == 0 and s.batch < spe:
+            more = s.batch < spe and s.step < self.total_steps  # not the last step of the epoch or the run
+            if t.eval_every_steps and s.step % t.eval_every_steps == 0 and more:
                 self._record("step", speed.per_s)
                 self.metrics.save()
-            if t.ckpt_every_steps and s.step % t.ckpt_every_steps == 0 and s.batch < spe:
+            if t.ckpt_every_steps and s.step % t.ckpt_every_steps == 0 and more:
                 self._save_last()
         return speed.per_s
 
@@ -160,7 +190,8 @@ class Trainer:
     def _record(self, kind: str, tokens_per_s: float) -> dict:
         """Validation now, as one metrics record; a validation loss too large for a perplexity stops the run."""
         s = self.state
-        val_loss, val_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "valid")
+        what = {"start": "start", "epoch": f"end of epoch {s.epoch + 1}"}.get(kind, f"step {s.step}")
+        val_loss, val_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "valid", what)
         if math.isfinite(val_loss) and math.isinf(val_ppl):  # 709+ nats per token: far worse than uniform, so diverged
             raise NonFiniteLoss(f"validation loss {val_loss:.4g} at step {s.step} (epoch {s.epoch + 1}) overflows "
                                 f"perplexity: the run diverged; {self.ckpt.last_good()}; lower optim.lr")
@@ -179,7 +210,7 @@ class Trainer:
         if s.end_epoch(rec["val_loss"], t.patience):  # the best so far
             self.ckpt.save_best(self.model, s)
         if not self.quiet:
-            self.metrics.write(f"epoch {s.epoch}/{t.epochs}  train ppl {rec['train_ppl']:.2f}  "
+            self.metrics.write(f"epoch {s.epoch}/{self.total_epochs}  train ppl {rec['train_ppl']:.2f}  "
                                f"val ppl {rec['val_ppl']:.2f}  {rec['tokens_per_s']:.0f} tok/s")
         s.wall_time += time.time() - self._t0
         self._t0 = time.time()
@@ -193,7 +224,8 @@ class Trainer:
         """Test perplexity of the best-validation weights, and the summary that marks the run finished."""
         s = self.state
         self.ckpt.load_best(self.model)
-        test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test")
+        test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test",
+                                                  "best weights")
         s.wall_time += time.time() - self._t0
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,

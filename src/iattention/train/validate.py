@@ -16,14 +16,15 @@ NO_UNITS = dict(word_ppl=None, byte_ppl=None, bits_per_byte=None)
 
 class Validator:
     def __init__(self, splits: dict[str, np.ndarray], scored: dict[str, ScoredText], block_size: int,
-                 batch_size: int, runtime: Runtime):
+                 batch_size: int, runtime: Runtime, show: bool = True):
         self.splits, self.scored, self.block_size, self.batch_size = splits, scored, block_size, batch_size
-        self.runtime = runtime
+        self.runtime, self.show = runtime, show  # show: each pass's progress (utils/progress.py)
 
-    def loss(self, model: torch.nn.Module, split: str) -> tuple[float, float]:
-        """(mean loss in nats, perplexity) of `model` over `split`."""
+    def loss(self, model: torch.nn.Module, split: str, what: str = "") -> tuple[float, float]:
+        """(mean loss in nats, perplexity) of `model` over `split`; `what` names the pass in its progress."""
         nll, count = split_nll(model, self.splits[split], self.block_size, self.batch_size, self.runtime.ctx,
-                               self.runtime.eval_precision)
+                               self.runtime.eval_precision,
+                               progress=f"eval {split}{what and f' ({what})'}" if self.show else None)
         return nll / max(count, 1), perplexity(nll, count)
 
     def per_unit(self, split: str, loss: float) -> dict:

@@ -213,7 +213,8 @@ def test_check_for_a_new_folder_a_taken_one_and_an_extension(tmp_path):
     other = load_config("cpu-quick", overrides=["optim.lr=0.5"]).to_dict()
     with pytest.raises(UserError) as err:
         folder.check_for(other, resume=True)
-    tells(err, str(tmp_path), "another config", config_mismatch(cfg, other), "train.epochs", "another --out")
+    tells(err, str(tmp_path), "another config", config_mismatch(cfg, other), "train.epochs", "train.max_steps",
+          "train.max_tokens", "another --out")
 
 
 def test_a_summary_that_is_not_json_is_named_with_its_fix(tmp_path):
@@ -400,3 +401,25 @@ def test_a_log_of_another_name_needs_only_an_integer_step(tmp_path):
     with pytest.raises(UserError) as err:
         RunFolder(tmp_path).read_records("other.jsonl")
     tells(err, str(path), "line 1", "key 'step': str '1'", "delete it and rerun the run")
+
+
+def test_an_appended_log_starts_from_the_records_given_and_a_torn_last_append_is_left_out(tmp_path):
+    """append_records rewrites steps.jsonl to the run's starting records (what a crash left past them goes),
+    then each append is on disk at once; a last line cut short by a kill is left out of an unfinished run's
+    log, refused in a finished one's and in metrics.jsonl (rewritten whole, never appended)."""
+    from iattention.checkpoint.run_folder import METRICS, STEPS
+
+    folder = RunFolder(tmp_path)
+    (tmp_path / STEPS).write_text("".join(json.dumps(dict(step=i, loss=1.0, lr=0.1)) + "\n" for i in (1, 2, 3)))
+    log = folder.append_records(STEPS, [dict(step=1, loss=1.0, lr=0.1)])
+    log.append(dict(step=2, loss=0.5, lr=0.2))
+    assert [r["step"] for r in folder.read_records(STEPS)] == [1, 2]  # read while the log is open
+    log.close()
+    with open(tmp_path / STEPS, "a") as f:
+        f.write('{"step": 3, "lo')
+    assert [r["step"] for r in folder.read_records(STEPS)] == [1, 2]
+    with pytest.raises(UserError, match="line 3 is not JSON"):
+        folder.read_records(STEPS, finished=True)
+    (tmp_path / METRICS).write_text(json.dumps(dict(kind="start", step=0, epoch=0, val_ppl=9.0)) + '\n{"kind')
+    with pytest.raises(UserError, match="line 2 is not JSON"):
+        folder.read_records(METRICS)

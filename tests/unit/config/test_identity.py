@@ -1,5 +1,7 @@
 """Unit tests of iattention.config.identity."""
 
+import json
+
 from iattention.config import config_mismatch, extends, load_config
 
 
@@ -11,3 +13,23 @@ def test_run_identity_ignores_execution_keys_and_sees_extensions():
     assert "optim.lr" in config_mismatch(a, c)
     longer = load_config("cpu-quick", overrides=[f"train.epochs={a['train']['epochs'] + 1}"]).to_dict()
     assert extends(a, longer) and not extends(longer, a)
+
+
+def test_a_larger_budget_of_any_kind_may_extend_a_run_and_a_smaller_one_of_its_kind_never():
+    """train.max_steps / train.max_tokens extend like train.epochs: larger of the same kind extends, smaller
+    or equal does not; another kind may (only the step reached tells: the trainer refuses a shorter one);
+    any other change is another run."""
+    base = load_config("tiny", None, []).to_dict()
+
+    def with_(**train):
+        d = json.loads(json.dumps(base))
+        d["train"].update(train)
+        return d
+
+    steps = with_(max_steps=30)
+    assert extends(steps, with_(max_steps=40)) and not extends(steps, with_(max_steps=30))
+    assert not extends(steps, with_(max_steps=20))
+    assert extends(with_(max_tokens=1000), with_(max_tokens=2000)) and not extends(with_(max_tokens=2000),
+                                                                                with_(max_tokens=1000))
+    assert extends(steps, with_(max_tokens=5000)) and extends(base, steps) and extends(steps, with_(epochs=9))
+    assert not extends(steps, with_(max_steps=40, seed=1))

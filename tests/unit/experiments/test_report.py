@@ -277,3 +277,19 @@ def test_report_calls_the_margin_declared_only_when_a_plan_declares_it(tmp_path,
     assert "the margin given with --margin; no plan file" in given and "declared before the runs in" not in given
     assert f"(the margin declared before the runs in {plan})" in declared
     assert "![forest.png](forest.png)" in default and (tmp_path / "a" / "forest.png").stat().st_size > 0
+
+
+def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(tmp_path, config, capsys):
+    """--arms keeps only the arms named (and the reference, always); an arm with no runs is one line, exit 2."""
+    from iattention.cli import main
+
+    for seed in range(2):
+        for arm, curve in (("standard", [300, 200]), ("canonical", [300, 250]), ("identity_q", [300, 210])):
+            _armed_run(tmp_path, arm, [f"model.attention={arm}"], 2, seed, [v + seed for v in curve], config)
+    report = write_report([tmp_path], tmp_path / "out", select=["identity_q"]).read_text()
+    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
+    assert "| identity_q |" in diff and "| canonical |" not in diff and "canonical-h2-s0" not in report
+    assert "canonical-h2-s0" in write_report([tmp_path], tmp_path / "all").read_text()
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--arms", "identity_q,nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err

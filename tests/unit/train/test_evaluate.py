@@ -1,5 +1,6 @@
 """Unit tests of iattention.train.evaluate."""
 
+import io
 import math
 
 import numpy as np
@@ -62,3 +63,46 @@ def test_strided_nll_is_the_sum_over_tokens_each_scored_once(n, block, stride):
     if stride < block:
         assert count == n - 1  # every token after the first, once
     assert got == pytest.approx(want, rel=1e-5)  # float32 cross-entropy inside strided_nll
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (tqdm draws its bar only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _zero_model(block: int = 8):
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=256, block_size=block)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_an_evaluation_shows_windows_scored_of_windows_a_bar_on_a_terminal_one_line_elsewhere(
+        strided, monkeypatch, capsys):
+    """36 bytes in windows of 8: 5 non-overlapping windows, or 8 strided ones (stride 4, the last starting at
+    28). Not on a terminal (capsys): exactly one line naming the pass and its windows; on one: tqdm's bar
+    (windows of the total, rate and ETA; leave=False clears it when done); no
+    description: silent."""
+    ids = byte_tokenizer().encode("the cat sat on the mat .\n a dog ran\n")
+    model, n = _zero_model(), 8 if strided else 5
+
+    def run(progress):
+        if strided:
+            return strided_nll(model, ids, 8, 4, 2, progress=progress)
+        return split_nll(model, ids, 8, 2, DistContext(), progress=progress)
+
+    run(None)
+    assert capsys.readouterr().err == ""
+    run("eval test")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"eval test: {n}/{n} windows in "), err
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    run("eval test")
+    shown = term.getvalue()
+    assert shown.startswith("\reval test:") and f"/{n} [" in shown and "win/s]" in shown, shown  # count, ETA
+    assert "windows in" not in shown  # the bar, not the line

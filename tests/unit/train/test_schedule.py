@@ -169,3 +169,21 @@ def test_extended_run_recomputes_the_schedule_over_the_new_total(tmp_path):
     metrics = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
     assert [m["lr"] for m in metrics if m["kind"] == "epoch"] == pytest.approx(
         [lrs[spe - 1], lrs[2 * spe - 1], lrs[3 * spe - 1]], rel=1e-12)
+
+
+def test_a_budget_sets_the_steps_a_run_makes():
+    """train.max_steps is the step count; train.max_tokens the whole steps of batch x block tokens within it;
+    neither: epochs x steps per epoch. Fewer tokens than one step, or both budgets, are one-line errors."""
+    from iattention.config import LoopConfig
+    from iattention.errors import UserError
+    from iattention.train.schedule import budget_steps
+
+    assert budget_steps(LoopConfig(epochs=3, batch_size=8), 10, 32) == 30
+    assert budget_steps(LoopConfig(epochs=3, batch_size=8, max_steps=7), 10, 32) == 7
+    assert budget_steps(LoopConfig(epochs=3, batch_size=8, max_tokens=8 * 32 * 5 + 255), 10, 32) == 5
+    with pytest.raises(UserError, match=r"train.max_tokens=255 is less than one step \(8 x 32 = 256 tokens\)"):
+        budget_steps(LoopConfig(batch_size=8, max_tokens=255), 10, 32)
+    with pytest.raises(UserError, match="are two budgets; give one"):
+        LoopConfig(max_steps=3, max_tokens=1000)
+    with pytest.raises(UserError, match=r"train.max_steps must be >= 0"):
+        LoopConfig(max_steps=-1)
