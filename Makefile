@@ -21,7 +21,7 @@ $(BIN)/iattn: pyproject.toml
 	$(BIN)/pip install -q -e ".[hf,dev]"
 	# triton (the wide-head kernel and its interpreter tests) where a wheel exists (Linux x86-64); best effort,
 	# with --no-deps so it never pulls another torch: its tests skip without it
-	-$(BIN)/python -c "import triton" 2>/dev/null || $(BIN)/pip install -q --no-deps "triton>=3.4"
+	-$(BIN)/python -c "import triton" 2>/dev/null || $(BIN)/pip install -q --no-deps "triton==3.9.0"
 	touch $(BIN)/iattn
 
 # Remember the data folder for the user (like HF_HOME), so every README command finds it afterwards

@@ -346,6 +346,28 @@ def test_a_hostile_tokenizer_json_is_one_line_not_a_panic(tmp_path, capsys, bpe_
                    "pre_tokenizer")
 
 
+def test_a_tokenizer_json_that_encodes_otherwise_is_refused_or_adds_nothing(tmp_path, capsys, bpe_run):
+    """A run's tokenizer.json edited so that it encodes otherwise: BPE dropout (random splits) is refused by
+    name; a post-processor that adds a special token adds none (encoding asks for no special tokens), so the
+    perplexity is the run's own."""
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 40)
+    text = ["--text", str(tmp_path / "t.txt"), "--json"]
+    assert main(["eval", str(bpe_run["run"]), *text]) == 0
+    own = json.loads(capsys.readouterr().out)["ppl"]
+    run = _copy_folder(bpe_run["run"], tmp_path / "run")
+    data = json.loads((run / "tokenizer.json").read_text())
+    (run / "tokenizer.json").write_text(json.dumps({**data, "model": {**data["model"], "dropout": 0.9}}))
+    one_line_error(capsys, main(["eval", str(run), *text]), "tokenizer.json", "dropout")
+    first = next(iter(data["model"]["vocab"]))
+    template = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": first, "type_id": 0}},
+                                                         {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {first: {"id": first, "ids": [data["model"]["vocab"][first]], "tokens": [first]}}}
+    (run / "tokenizer.json").write_text(json.dumps({**data, "post_processor": template}))
+    assert main(["eval", str(run), *text]) == 0
+    assert json.loads(capsys.readouterr().out)["ppl"] == own
+
+
 # ------------------------------------------------------------------ a declared 16 GiB tensor under a memory limit
 @pytest.mark.parametrize("path", ["file", "run folder"])
 def test_a_16_gib_header_under_a_memory_limit_is_one_line(tmp_path, run, path):

@@ -203,8 +203,8 @@ class RunFolder:
         sets the run's length (or an early stop); a shorter one is what an extension leaves when it dies
         after rewriting config.yaml: not finished."""
         summary = self.read_summary()
-        done = summary["epochs_run"] >= epochs if steps is None else summary.get("steps", 0) >= steps if summary \
-            else False
+        done = bool(summary) and (summary["epochs_run"] >= epochs if steps is None
+                                  else summary.get("steps", 0) >= steps)
         if summary and (done or summary.get("stopped_early")):
             return summary
         return None

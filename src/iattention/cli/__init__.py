@@ -22,7 +22,10 @@ def _interrupted_while_starting(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    process = argv is None and threading.current_thread() is threading.main_thread()
+    # A process of its own, in charge of its SIGINT; one started with SIGINT ignored (`iattn train ... &` in a
+    # script, a launcher) keeps it ignored, as Python leaves it.
+    process = (argv is None and threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
     try:
         if process:
             signal.signal(signal.SIGINT, _interrupted_while_starting)

@@ -36,7 +36,8 @@ class Tokenizer:
         if self.name == "gpt2":
             return np.asarray(self._impl.encode_ordinary(text), dtype=np.int64)
         try:
-            return np.asarray(self._impl.encode(text).ids, dtype=np.int64)
+            # no special tokens: a post-processor (an export's template, or a foreign one) adds none to our text
+            return np.asarray(self._impl.encode(text, add_special_tokens=False).ids, dtype=np.int64)
         except BaseException as e:  # the tokenizers library's Rust panic is a BaseException (PanicException)
             if type(e).__name__ != "PanicException":
                 raise
@@ -206,6 +207,12 @@ def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
     return Tokenizer(spec, tok.get_vocab_size(), f"{spec}:file:{key}", tok)
 
 
+# The BPE model's options as `_bpe` trains them (tokenizers' defaults): dropout samples other splits, a
+# prefix or suffix changes the merges' strings, byte fallback and unk change unknown text.
+_PLAIN_BPE = {"dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
+              "fuse_unk": False, "byte_fallback": False, "ignore_merges": False}
+
+
 def _not_our_bpe(raw: bytes) -> str | None:
     """What makes a tokenizer.json other than the byte-level BPE `_bpe` trains (and an export writes: the same,
     plus `<|endoftext|>`), or None: a BPE model, no normalizer, ByteLevel pre-tokenizer and decoder, special
@@ -224,6 +231,10 @@ def _not_our_bpe(raw: bytes) -> str | None:
     for key, expected in want.items():
         if kind[key] != expected:
             return f"{key} {kind[key]}, expected {expected}"
+    options = {k: v for k, v in data["model"].items() if k not in ("type", "vocab", "merges")}
+    for key, plain in _PLAIN_BPE.items():  # what a trained BPE has: anything else splits text otherwise
+        if options.get(key, plain) != plain:
+            return f"model.{key} {options[key]!r}, expected {plain!r}"
     added = data.get("added_tokens") or []
     if not isinstance(added, list) or not all(isinstance(t, dict) and t.get("special") is True for t in added):
         return "added tokens that are not special"
@@ -233,7 +244,8 @@ def _not_our_bpe(raw: bytes) -> str | None:
 def tokenizer_identity(tok: Tokenizer) -> str:
     """What a tokenizer maps text to, as a short string that two tokenizers share only if they encode every
     text alike: "byte", "gpt2" (the r50k ranks, checked by hash wherever they are read), or for bpe:N the
-    name and a hash of the normalizer, pre-tokenizer, vocabulary and merges, whatever file form holds them (a
+    name and a hash of the normalizer, pre-tokenizer, the BPE model's options, vocabulary and merges (encoding
+    adds no special tokens, so a post-processor plays no part), whatever file form holds them (a
     run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree). Recorded
     in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
     if tok.name in ("byte", "gpt2"):
@@ -245,7 +257,8 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
     added = {t.get("content") for t in data.get("added_tokens") or [] if t.get("special")}
     vocab = sorted((t, i) for t, i in (model.get("vocab") or {}).items() if t not in added)
-    what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), model.get("type"), vocab, merges],
+    options = {k: v for k, v in model.items() if k not in ("vocab", "merges")}
+    what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), options, vocab, merges],
                       sort_keys=True, ensure_ascii=False)
     return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
 

@@ -95,9 +95,19 @@ def from_hf_llama(hf, family: str) -> Llama:
     return model.eval()
 
 
+def _transformers_v5():
+    """transformers for the Llama family: 5 or later, whose configs hold `rope_parameters` (4.x keeps
+    `rope_theta`/`rope_scaling` apart, and would build an export with the default theta)."""
+    tf = _transformers()
+    if int(tf.__version__.split(".")[0]) < 5:
+        raise UserError(f"Llama-family conversion needs transformers 5 or later (found {tf.__version__}); "
+                        "pip install 'transformers>=5'")
+    return tf
+
+
 def load_hf_llama(path: str | Path) -> Llama:
     """An HF Llama / Qwen2 / Mistral folder (safetensors) -> our standard model."""
-    tf = _transformers()
+    tf = _transformers_v5()
     path = Path(path)
     cfg = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
                            schema={"model_type": (str,)})
@@ -121,7 +131,7 @@ def load_hf_llama(path: str | Path) -> Llama:
 
 
 def hf_llama_config(cfg: LlamaConfig):
-    tf = _transformers()
+    tf = _transformers_v5()
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
         raise UserError(f"transformers' {FAMILIES[cfg.family]} rotates all of a head's dims in the 'half' layout; "
                         f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
@@ -144,7 +154,7 @@ def hf_llama_config(cfg: LlamaConfig):
 @torch.no_grad()
 def to_hf_llama(model: Llama):
     """Any iattention Llama (canonical is expanded) -> the transformers model of its family, same logits."""
-    tf = _transformers()
+    tf = _transformers_v5()
     if model.config.attention != "standard":
         model = expand(model)
     hf = getattr(tf, FAMILIES[model.config.family])(hf_llama_config(model.config))

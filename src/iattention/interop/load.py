@@ -42,8 +42,8 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
     if model_cfg.get("arch") == ARCH:
         model = Llama(LlamaConfig.from_dict(model_cfg))
-    else:
-        model = GPT(GPTConfig.from_dict(model_cfg))
+    else:  # the kernel a run trained with says where it ran, not what it computes: here, whatever runs here
+        model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
     tensors = ckpt.load_tensors(path)
     wte = tensors.get("model/transformer.wte.weight", tensors.get("model/model.embed_tokens.weight"))
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)

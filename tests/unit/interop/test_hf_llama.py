@@ -160,3 +160,19 @@ def test_a_model_transformers_cannot_hold_is_not_exported():
     partial = type(src)(src.config.replace(rot=4))
     with pytest.raises(UserError, match="rot=4 of d_head=8"):
         to_hf_llama(partial)
+
+
+def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, monkeypatch):
+    """transformers 4.x keeps rope_theta outside rope_parameters: an export would silently get the default
+    theta, so the Llama family asks for 5 or later by name."""
+    import transformers
+
+    from helpers import make_llama
+    from iattention.errors import UserError
+    from iattention.interop.hf_llama import load_hf_llama, to_hf_llama
+
+    monkeypatch.setattr(transformers, "__version__", "4.46.3")
+    with pytest.raises(UserError, match=r"transformers 5 or later \(found 4\.46\.3\)"):
+        load_hf_llama(tmp_path)
+    with pytest.raises(UserError, match="transformers 5 or later"):
+        to_hf_llama(make_llama())

@@ -28,3 +28,18 @@ def test_checkpoint_with_weights_of_another_dtype_is_refused(tmp_path, dtype):
     save_file(tensors, str(tmp_path / "bad.safetensors"), metadata=metadata)
     with pytest.raises(UserError, match="holds .*mlp.c_fc.weight as"):
         load_model(tmp_path / "bad.safetensors")
+
+
+def test_a_checkpoint_trained_with_a_forced_kernel_loads_and_runs_here(tmp_path):
+    """model.attn_kernel=triton in a checkpoint's config (a run trained on a GPU) must not stop eval, convert or
+    generate on a CPU: the kernel is where a run executed; the loaded model takes what runs here."""
+    from helpers import make_model
+    from iattention.checkpoint import state as ckpt
+
+    model = make_model(dtype=torch.float32)
+    config = {**model.config.to_dict(), "attn_kernel": "triton", "dropout": 0.0}
+    ckpt.save_checkpoint(tmp_path / "m.safetensors", model, {"config": {"model": config}})
+    loaded, _ = load_model(tmp_path / "m.safetensors")
+    x = torch.randint(0, model.config.vocab_size, (1, 5))
+    assert loaded.config.attn_kernel == "auto"
+    torch.testing.assert_close(loaded(x)[0], model.eval()(x)[0], rtol=0, atol=0)
