@@ -208,6 +208,40 @@ class CanonicalAttention(CausalSelfAttention):
                            b_O=self.b_O)
 
     @torch.no_grad()
+    def canonical_view(self) -> dict[str, torch.Tensor]:
+        """The layer in its own terms, per head, read from `to_heads` (TransformerLens shapes: W_Q, W_K, W_V
+        (H, d, r), W_O (H, r, d)): W_Q, W_V as learned; of W_K, the fixed rows `k_rows` (H, r), the block
+        they form `W_K_fixed` (H, r, r: the identity) and the learned rest `W_K_learned` (H, d - r, r: the
+        other rows in increasing order, the parameter W_K_free); of W_O, the fixed columns `o_cols`,
+        `W_O_fixed` (H, r, r: the identity) and `W_O_learned` (H, r, d - r); a half left standard ("qk" or
+        "vo") gives its full W_K or W_O instead. `W_QK` (H, d, d) = W_Q W_K^T: the score of query i and key j
+        at head h is x_i W_QK[h] x_j^T / sqrt(r), plus bias terms. At one head W_K is the permutation with
+        ones at (k_rows[j], j), so `W` (d, d) = W_QK[0] is W_Q[0] with column j moved to column k_rows[j]:
+        W_Q[0] itself with the aligned block (k_rows = 0..d-1)."""
+        hw = self.to_heads()
+        r = self.d_head
+        view = {"W_Q": hw.W_Q, "W_V": hw.W_V}
+
+        def split(full, perm, name, rows):  # full (H, d, r): fixed rows perm[:, :r], learned the rest
+            view[rows] = perm[:, :r]
+            view[f"{name}_fixed"] = torch.gather(full, 1, perm[:, :r, None].expand(-1, -1, r))
+            view[f"{name}_learned"] = take_free(full, perm)
+
+        if self.canonical_qk:
+            split(hw.W_K, self.k_perm, "W_K", "k_rows")
+        else:
+            view["W_K"] = hw.W_K
+        if self.canonical_vo:
+            split(hw.W_O.transpose(1, 2), self.o_perm, "W_O", "o_cols")
+            view["W_O_fixed"], view["W_O_learned"] = (view[k].transpose(1, 2) for k in ("W_O_fixed", "W_O_learned"))
+        else:
+            view["W_O"] = hw.W_O
+        view["W_QK"] = hw.W_Q @ hw.W_K.transpose(1, 2)
+        if self.n_head == 1:
+            view["W"] = view["W_QK"][0]
+        return {k: v.detach() for k, v in view.items()}
+
+    @torch.no_grad()
     def load_heads(self, hw: HeadWeights) -> None:
         """Load math-form weights whose chosen blocks are already the identity."""
         self.W_Q.copy_(hw.W_Q)

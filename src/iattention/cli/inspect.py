@@ -9,7 +9,7 @@ from iattention.lab.trained_attention import inspect_runs
 def cmd_inspect(args) -> None:
 
     check_out_folder(args.out)
-    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir):
+    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir, canonical=args.canonical):
         print(f"wrote {path}")
 
 
@@ -23,5 +23,10 @@ def register(sub) -> None:
     p.add_argument("--prompt", required=True, type=utf8_text, help="text whose attention patterns are drawn")
     p.add_argument("--out", type=out_path, default="inspect",
                    help="folder for the figures and spectra.md (default: inspect)")
+    p.add_argument("--canonical", action="store_true",
+                   help="also write each run's canonical view, <run>-canonical.safetensors: per layer and head "
+                        "the learned and fixed (identity) blocks of W_K and W_O, W_Q, W_V, W_QK = W_Q W_K^T, and "
+                        "W (= W_Q with the aligned block) at one head; canonical runs only. Python: "
+                        "run_with_cache(model, ids, canonical=True)")
     p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
     p.set_defaults(func=cmd_inspect)

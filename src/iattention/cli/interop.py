@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
+from iattention.interop.card import card_command, source_name
 from iattention.interop.convert import DTYPES, TARGETS, convert, save_converted
 from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
 from iattention.symmetry.blocks import BLOCKS
@@ -46,9 +46,10 @@ def cmd_convert(args) -> None:
     card = None
     if args.to == "hf":
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
-        card = dict(source=str(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
-                    command=shlex.join(["iattn", *sys.argv[1:]]) if sys.argv[1:2] == ["convert"] else
-                    f"iattn convert --from {shlex.quote(str(args.src))} --to hf --out {shlex.quote(str(args.out))}")
+        argv = sys.argv[1:] if sys.argv[1:2] == ["convert"] else [
+            "convert", "--from", str(args.src), "--to", "hf", "--out", str(args.out)]
+        card = dict(source=source_name(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
+                    command=card_command(["iattn", *argv], args.src, args.out))
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id)

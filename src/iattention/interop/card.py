@@ -3,8 +3,29 @@ and how three clients nobody here wrote load it (transformers, TransformerLens, 
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
             ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
+
+
+def source_name(src: str | Path) -> str:
+    """What the card calls its source: the run's name (its folder's name), with the checkpoint's file name
+    when a file was given (`run/best.safetensors`); never the local path above it."""
+    path = Path(src).resolve()
+    return path.name if path.is_dir() or not path.parent.name else f"{path.parent.name}/{path.name}"
+
+
+def card_command(argv: list[str], src: str, out: str) -> str:
+    """The convert command for the card: as typed, with the source and output paths cut to their names
+    (`source_name`, the output folder's name), so that no local path leaves the machine."""
+    named = {str(src): source_name(src), str(out): Path(out).name}
+    words = []
+    for word in argv:
+        flag, eq, value = word.partition("=")
+        words.append(f"{flag}={named.get(value, value)}" if eq and flag.startswith("--") else named.get(word, word))
+    return shlex.join(words)
 
 
 def model_card(*, source: str, config: dict, params_ours: int, params_exported: int, data: dict | None,
@@ -44,10 +65,12 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     lines += ["", f"Made with: `{command}`", "", "## Loading", "", "transformers (offline, from this folder):", "",
               "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               "tok = AutoTokenizer.from_pretrained(FOLDER)", "model = AutoModelForCausalLM.from_pretrained(FOLDER)",
-              "```", "", "TransformerLens 4.x: `TransformerBridge.boot_transformers(FOLDER)`; 2.x: "
-              "`HookedTransformer.from_pretrained(\"gpt2\", hf_model=model, tokenizer=tok, ...)` with this "
-              "folder's config, or `convert_gpt2_weights`.", "",
-              "lm-evaluation-harness: `--model hf --model_args pretrained=FOLDER` with a local "
-              "`loglikelihood_rolling` task over a text file.", "",
+              "```", "", "TransformerLens 4.x (`pip install \"transformer-lens>=4\"`): "
+              "`TransformerBridge.boot_transformers(FOLDER)`; 2.x (`pip install \"transformer-lens<3\"`): "
+              "`HookedTransformer(HookedTransformerConfig(...))` from this folder's config, then "
+              "`load_and_process_state_dict(convert_gpt2_weights(model, cfg), fold_ln=False, ...)`.", "",
+              "lm-evaluation-harness (`pip install \"lm-eval[hf]\"`; plain `lm-eval` has no transformers): "
+              "`--model hf --model_args pretrained=FOLDER` with a local `loglikelihood_rolling` task over a "
+              "text file.", "",
               "Details and the numbers to expect: docs/interop.md in the iattention repository.", ""]
     return "\n".join(lines)

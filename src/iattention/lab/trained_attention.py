@@ -125,9 +125,11 @@ def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> s
 
 
 def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None,
-                 notify=lambda line: print(line, file=sys.stderr)) -> list[Path]:
+                 notify=lambda line: print(line, file=sys.stderr), canonical: bool = False) -> list[Path]:
     """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
-    `notify` says so."""
+    `notify` says so. `canonical`: also each run's canonical view (`model.activations.canonical_view`: per
+    head the learned and fixed blocks of W_K and W_O, W_Q, W_V, W_QK; W at one head) by name in
+    `<run>-canonical.safetensors`; a UserError for a run that is not canonical."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
@@ -141,8 +143,16 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
             ids = ids[: model.config.block_size]
         if len(ids) == 0:
             raise UserError("--prompt is empty after tokenization; give some text")
-        _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
+        _, cache = run_with_cache(model, torch.as_tensor(ids)[None], canonical=canonical)
         name = Path(run).name if Path(run).is_dir() else Path(run).stem
+        if canonical:
+            from safetensors.torch import save_file  # lazy: only with --canonical
+
+            view = {k[len("blocks."):]: t.contiguous() for k, t in cache.items() if ".attn.canonical." in k}
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / f"{name}-canonical.safetensors"
+            write_with(path, lambda tmp, view=view, name=name: save_file(view, str(tmp), metadata={"run": name}))
+            written.append(path)
         c = model.config
         names.append(f"{name} ({c.attention}, {c.n_head} head{'s' * (c.n_head > 1)})")
         fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),

@@ -5,6 +5,11 @@ Names follow TransformerLens: `blocks.{l}.hook_resid_pre` (B, T, d), `blocks.{l}
 (B, H, T_query, T_key: softmax of the scores, causal), `blocks.{l}.hook_attn_out` (B, T, d),
 `blocks.{l}.hook_resid_post` (B, T, d), and `ln_final.hook_normalized`. The pattern is recomputed from
 the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with.
+
+A canonical model's own parameterization (what external tools never see: they get the expanded standard
+model) comes by name from `canonical_view(model)`, or in the cache with `run_with_cache(..., canonical=True)`:
+`blocks.{l}.attn.canonical.{name}`, the names of `CanonicalAttention.canonical_view` (W_Q, W_V, k_rows,
+W_K_fixed, W_K_learned, o_cols, W_O_fixed, W_O_learned, W_QK; W at one head).
 """
 
 from __future__ import annotations
@@ -25,10 +30,26 @@ def attention_pattern(attn, x: torch.Tensor) -> torch.Tensor:
     return scores.masked_fill(~mask, float("-inf")).softmax(-1).to(x.dtype)
 
 
+def canonical_view(model) -> dict[str, torch.Tensor]:
+    """{`blocks.{l}.attn.canonical.{name}`: tensor} for every layer of a canonical model (names and shapes:
+    `CanonicalAttention.canonical_view`); a UserError for a model with other attention."""
+    from iattention.attention.canonical import CanonicalAttention
+    from iattention.errors import UserError
+
+    layers = [block.attn for block in model.transformer.h]
+    if not all(isinstance(attn, CanonicalAttention) for attn in layers):
+        variant = getattr(model.config, "attention", type(layers[0]).__name__)
+        raise UserError(f"a {variant}-attention model has no canonical view (only canonical models do); "
+                        "make one with iattn convert --to canonical")
+    return {f"blocks.{layer}.attn.canonical.{name}": t
+            for layer, attn in enumerate(layers) for name, t in attn.canonical_view().items()}
+
+
 @torch.no_grad()
-def run_with_cache(model, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """(logits, cache) for token ids idx (B, T), the model in eval mode (no dropout)."""
-    cache: dict[str, torch.Tensor] = {}
+def run_with_cache(model, idx: torch.Tensor, canonical: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(logits, cache) for token ids idx (B, T), the model in eval mode (no dropout); `canonical`: the cache
+    also holds the model's canonical view (`canonical_view`; a UserError for a model that is not canonical)."""
+    cache: dict[str, torch.Tensor] = canonical_view(model) if canonical else {}
     handles = []
     for layer, block in enumerate(model.transformer.h):
         def pre(_, args, layer=layer):

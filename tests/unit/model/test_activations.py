@@ -5,7 +5,9 @@ import torch
 
 from helpers import make_model
 from iattention.attention.registry import variant_names
-from iattention.model.activations import run_with_cache
+from iattention.errors import UserError
+from iattention.interop.convert import convert
+from iattention.model.activations import canonical_view, run_with_cache
 
 
 @pytest.mark.parametrize("attention", variant_names())
@@ -26,3 +28,66 @@ def test_cached_patterns_reproduce_each_layers_attention_output(attention):
         assert torch.allclose(attn.project_out(y), cache[f"blocks.{layer}.hook_attn_out"], atol=1e-12)
         resid_mid = cache[f"blocks.{layer}.hook_resid_pre"] + cache[f"blocks.{layer}.hook_attn_out"]
         assert torch.allclose(resid_mid + block.mlp(block.ln_2(resid_mid)), cache[f"blocks.{layer}.hook_resid_post"])
+
+
+def _canonical(n_head, bias=True):
+    """A canonical model converted from a standard one with pivoted blocks (fixed rows and columns that are
+    not the aligned ones), and the standard model it expands back to."""
+    std = make_model(n_head=n_head, bias=bias)
+    canon, _ = convert(std, "canonical", block="pivoted", dtype="float64")
+    back, _ = convert(canon, "standard", dtype="float64")
+    return canon, back
+
+
+@pytest.mark.parametrize("n_head", [3, 1])
+def test_the_canonical_view_s_products_are_the_expanded_standard_model_s(n_head):
+    canon, back = _canonical(n_head)
+    view = canonical_view(canon)
+    for layer, (block, std_block) in enumerate(zip(canon.transformer.h, back.transformer.h)):
+        hw = std_block.attn.to_heads()
+        v = {k.rsplit(".", 1)[-1]: t for k, t in view.items() if k.startswith(f"blocks.{layer}.attn.canonical.")}
+        assert (v["W_QK"] - hw.W_Q @ hw.W_K.transpose(1, 2)).abs().max() < 1e-12
+        assert torch.equal(v["W_K_learned"], block.attn.W_K_free) and torch.equal(v["W_Q"], block.attn.W_Q)
+        assert torch.equal(v["W_O_learned"], block.attn.W_O_free.transpose(1, 2))
+        assert torch.equal(v["W_V"], block.attn.W_V)
+        assert v["W_O_learned"].shape == (n_head, 48 // n_head, 48 - 48 // n_head)
+
+
+@pytest.mark.parametrize("n_head", [3, 1])
+def test_the_canonical_view_s_bilinear_form_gives_the_layer_s_attention_pattern(n_head):
+    canon, _ = _canonical(n_head, bias=False)
+    idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(1))
+    _, cache = run_with_cache(canon, idx, canonical=True)
+    r = 48 // n_head
+    for layer, block in enumerate(canon.transformer.h):
+        x = block.ln_1(cache[f"blocks.{layer}.hook_resid_pre"])
+        scores = torch.einsum("bid,hde,bje->bhij", x, cache[f"blocks.{layer}.attn.canonical.W_QK"], x) / r**0.5
+        mask = torch.ones(12, 12, dtype=torch.bool).tril()
+        pattern = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        assert (pattern - cache[f"blocks.{layer}.attn.hook_pattern"]).abs().max() < 1e-12
+
+
+def test_the_fixed_blocks_are_the_identity_and_one_head_s_W_is_W_Q():
+    canon, _ = _canonical(3)
+    view = canonical_view(canon)
+    for name in ("W_K_fixed", "W_O_fixed"):
+        eye = torch.eye(16, dtype=torch.float64).expand(3, 16, 16)
+        assert torch.equal(view[f"blocks.0.attn.canonical.{name}"], eye)
+    one = make_model(attention="canonical", n_head=1)
+    attn = one.transformer.h[1].attn
+    attn.set_blocks(torch.randperm(48, generator=torch.Generator().manual_seed(0))[None], None)
+    view = canonical_view(one)
+    rows = view["blocks.1.attn.canonical.k_rows"][0]
+    assert not torch.equal(rows, torch.arange(48))  # a real permutation
+    W_K = attn.to_heads().W_K[0]  # (d, d): the permutation with ones at (rows[j], j)
+    assert torch.equal(W_K, torch.zeros_like(W_K).index_put_((rows, torch.arange(48)), torch.tensor(1.0).double()))
+    W, W_Q = view["blocks.1.attn.canonical.W"], view["blocks.1.attn.canonical.W_Q"][0]
+    assert torch.equal(W[:, rows], W_Q)  # x_i W x_j^T: W_Q with column j at column rows[j]
+    aligned = make_model(attention="canonical", n_head=1)
+    view = canonical_view(aligned)
+    assert torch.equal(view["blocks.0.attn.canonical.W"], aligned.transformer.h[0].attn.W_Q[0])  # W = W_Q
+
+
+def test_a_standard_model_has_no_canonical_view_and_says_so():
+    with pytest.raises(UserError, match="standard-attention model has no canonical view.*convert --to canonical"):
+        run_with_cache(make_model(), torch.zeros(1, 3, dtype=torch.long), canonical=True)
