@@ -197,7 +197,8 @@ def report(runs: dict) -> str:
               f"- Test perplexity at the best checkpoint: {fmt(test, test_ref)}.", "",
               "## D2–D5", "",
               "Not run yet (priorities 2–5 of the queue); no verdict.", "",
-              "## Evaluation on the GPU equals evaluation on a CPU", ""] + gpu_cpu_agreement(runs) + [
+              ] + cpu_analog() + ["", "## Evaluation on the GPU equals evaluation on a CPU", ""] + \
+        gpu_cpu_agreement(runs) + [
               "", "## Verdict", "", verdict(runs), "", "![curves](curves.png)", ""]
     return "\n".join(lines)
 
@@ -212,6 +213,29 @@ def cells(runs: dict) -> dict[str, str]:
                   f"[{ep.low:+.2f}, {ep.high:+.2f}] epochs, {len(seeds)} pairs",
             "heads": f"12 heads: {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] ({100 * d.mean / ref:+.1f}%), "
                      f"{len(seeds)} pairs: **{d1_rule(d, ref)}**; 4 and 8 heads not run yet"}
+
+
+def cpu_analog() -> list[str]:
+    """Setting 1 of cpu-analog/PLAN.md: seed 0 at 16 and 8 heads, and its declared futility rule."""
+    runs = {}
+    for f in sorted((HERE / "cpu-analog" / "runs").glob("*/summary.json")):
+        s = json.loads(f.read_text())
+        runs[(s["attention"], s["n_head"], s["seed"])] = s
+    lines = ["## CPU analog (`cpu-analog/PLAN.md`, setting 1: cpu-study model, 26k tokens, S-warm)", ""]
+    worse = []
+    for heads in (16, 8):
+        a, b = runs.get(("standard", heads, 0)), runs.get(("canonical", heads, 0))
+        if a is None or b is None:
+            lines.append(f"- {heads} heads, seed 0: not run.")
+            continue
+        rel = b["best_val_ppl"] / a["best_val_ppl"] - 1
+        worse.append(rel >= 0.05)
+        lines.append(f"- {heads} heads, seed 0: canonical {b['best_val_ppl']:.2f} (epoch {b['best_epoch']}) against "
+                     f"standard {a['best_val_ppl']:.2f} (epoch {a['best_epoch']}), {100 * rel:+.1f}%.")
+    if len(worse) == 2 and all(worse):
+        lines.append("- By the declared futility rule (canonical ≥ 5% worse at both head counts on seed 0), seeds 1 "
+                     "and 2 were not run: **no CPU analog in setting 1** (one seed). Settings 2 and 3 are not run.")
+    return lines
 
 
 def replace_block(text: str, block: str, cell: dict[str, str] | None = None) -> str:
