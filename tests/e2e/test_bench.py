@@ -49,8 +49,13 @@ def test_generation_bench_writes_rows_for_cache_no_cache_and_hf(tmp_path, capsys
     assert {(r["model"], r["attention"], r["kv_cache"]) for r in rows} == {
         ("iattention", "standard", True), ("iattention", "standard", False), ("hf-gpt2", "standard", True),
         ("iattention", "canonical", True), ("iattention", "canonical", False)}
+    assert sorted((r["model"], r["attention"], r["cache"]) for r in rows) == sorted(
+        [("iattention", a, c) for a in ("standard", "canonical") for c in ("full", "k-only", "none")]
+        + [("hf-gpt2", "standard", "full")])
     assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 4 for r in rows)
-    assert "<!-- bench:generate:tiny -->" in md.read_text() and "| iattention | canonical | 2 | yes |" in md.read_text()
+    text = md.read_text()
+    assert "<!-- bench:generate:tiny -->" in text
+    assert all(f"| iattention | canonical | 2 | {c} |" in text for c in ("full", "k-only", "none"))
 
 
 @pytest.mark.slow
