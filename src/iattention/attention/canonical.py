@@ -55,6 +55,17 @@ def take_free(full: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, r))
 
 
+
+@torch.no_grad()
+def init_learned_entries(layer: nn.Module) -> None:
+    """GPT-2 style for a canonical layer's learned entries: N(0, 0.02), the output map's N(0, residual_std)
+    (the layer's `residual_std`), biases zero."""
+    for name, p in layer.named_parameters():
+        if name.startswith("b_"):
+            p.zero_()
+        else:
+            p.normal_(0.0, layer.residual_std if name.startswith("W_O") else 0.02)
+
 class CanonicalAttention(CausalSelfAttention):
     variant = "canonical"
     full_class = True
@@ -120,14 +131,8 @@ class CanonicalAttention(CausalSelfAttention):
                     torch.equal(perm[0].cpu(), torch.arange(perm.shape[1])))
         self._k_identity, self._o_identity = trivial("k_perm"), trivial("o_perm")
 
-    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """GPT-2 style: N(0, 0.02) for learned entries, residual-scaled std for the output map."""
-        for name, p in self.named_parameters():
-            if name.startswith("b_"):
-                p.zero_()
-            else:
-                p.normal_(0.0, self.residual_std if name.startswith("W_O") else 0.02)
+        init_learned_entries(self)
 
     def set_blocks(self, k_rows: torch.Tensor | None, o_cols: torch.Tensor | None) -> None:
         """Choose which r rows of W_K[h] / columns of W_O[h] are the identity, (H, r) each."""

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from iattention.attention.canonical import block_permutation
+from iattention.attention.canonical import block_permutation, init_learned_entries
 from iattention.attention.grouped import GroupedAttention, GroupedHeadWeights
 from iattention.attention.heads import merge_heads_in, merge_heads_out
 from iattention.attention.rope import pair_dims
@@ -90,14 +90,8 @@ class LlamaCanonicalAttention(GroupedAttention):
         self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
         self.reset_parameters()
 
-    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """N(0, 0.02) for learned entries (the output map residual-scaled), zero biases."""
-        for name, p in self.named_parameters():
-            if name.startswith("b_"):
-                p.zero_()
-            else:
-                p.normal_(0.0, self.residual_std if name.startswith("W_O") else 0.02)
+        init_learned_entries(self)
 
     @torch.no_grad()
     def set_blocks(self, blocks: dict[str, torch.Tensor]) -> None:
