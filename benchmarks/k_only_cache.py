@@ -23,6 +23,7 @@ import torch
 from iattention.config.llama import LlamaConfig
 from iattention.model.llama import Llama
 from iattention.symmetry.grouped import canonicalize
+from iattention.utils.atomic import write_text
 
 SHAPE = dict(n_layer=4, n_head=8, n_kv_head=8, n_embd=512, d_ff=1376, vocab_size=2048, block_size=1024)
 
@@ -71,10 +72,8 @@ def main() -> None:
     for name, arm in res["arms"].items():
         print(f"{name:20s} cache {arm['cache_bytes'] / 2**20:7.2f} MiB ({arm['cache_bytes_per_token']} B/token)  "
               f"{arm['new_tokens_per_s']:7.1f} new tokens/s (median of {args.rounds})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
-            f.write("\n")
+    if args.json:  # whole or not at all, as every result file the package writes
+        write_text(args.json, json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

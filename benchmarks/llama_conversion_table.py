@@ -17,6 +17,7 @@ import transformers as tf
 
 from iattention.interop.convert import convert
 from iattention.interop.hf_llama import from_hf_llama, to_hf_llama
+from iattention.utils.atomic import write_text
 
 BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=64)
@@ -71,10 +72,8 @@ def main() -> None:
               f"{row['output cond pivoted median/max'][0]:.1f} / {row['output cond pivoted median/max'][1]:.1f} | "
               f"{row['output cond aligned max']:.3g} | {row['rotary pivot ratio min pivoted/aligned'][0]:.2f} / "
               f"{row['rotary pivot ratio min pivoted/aligned'][1]:.3f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
-            f.write("\n")
+    if args.json:  # whole or not at all, as every result file the package writes
+        write_text(args.json, json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":
