@@ -15,6 +15,7 @@ from iattention.cli import bench, data, experiments, generate, inspect, interop,
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.config import default_heads, model_preset, preset_names
+from iattention.config.llama import LlamaConfig
 from iattention.config.llama_shapes import llama_shape, published_count, shape_names
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
@@ -36,9 +37,10 @@ def cmd_llama_params(args) -> None:
     if args.heads:
         raise UserError("--heads is for GPT presets; a Llama shape preset has its published head counts")
     preset = args.preset or "llama-3-8b"
-    shape = llama_shape(preset)
+    shape = _llama_shape(preset)
     std = llama_standard_param_count(shape)
     full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
+    pub = published_count(preset) if preset in shape_names() else None
     rows = []
     for attention, cls in GROUPED_REGISTRY.items():
         removed = cls.removed_params(shape)
@@ -46,13 +48,13 @@ def cmd_llama_params(args) -> None:
         rows.append(dict(attention=attention, n_head=shape.n_head, n_kv_head=shape.n_kv_head, d_head=shape.d_head,
                          rot=shape.rot, params=std - removed, removed=removed, **{f"removed_{k}": v
                                                                                   for k, v in split.items()},
-                         published=published_count(preset), kv_cache_bytes_per_token=full * CACHE_BYTES,
+                         published=pub, kv_cache_bytes_per_token=full * CACHE_BYTES,
                          k_only_cache_bytes_per_token=None if k_only is None else k_only * CACHE_BYTES))
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    pub = published_count(preset)
-    print(f"preset {preset} (shape only): {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
+    only = " (shape only)" if preset in shape_names() else ""
+    print(f"preset {preset}{only}: {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
           f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_ff}, vocab "
           f"{shape.vocab_size}, {'tied' if shape.tie_embeddings else 'untied'} head"
           f"{', q/k/v bias' if shape.qkv_bias else ''}; published total: {f'{pub:,}' if pub else 'not stated'}")
@@ -66,8 +68,21 @@ def cmd_llama_params(args) -> None:
           f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
 
 
+def _llama_shape(preset: str) -> LlamaConfig:
+    """A shape-only Llama preset, or a run preset whose model is a Llama (llama-cpu), vocabulary resolved."""
+    if preset in shape_names() or preset not in preset_names():
+        return llama_shape(preset)  # the shape, or the one-line refusal that lists them
+    shape = model_preset(preset)
+    if not isinstance(shape, LlamaConfig):
+        raise UserError(f"preset {preset} is a GPT-2 model; drop --arch llama, or name a Llama preset: "
+                        f"{', '.join(shape_names())} or a run preset with model.arch=llama")
+    return shape
+
+
 def cmd_params(args) -> None:
 
+    if args.arch == "gpt" and args.preset in preset_names() and isinstance(model_preset(args.preset), LlamaConfig):
+        args.arch = "llama"  # a run preset of the Llama family (llama-cpu) says its own arch
     if args.arch == "llama":
         return cmd_llama_params(args)
     args.preset = args.preset or "gpt2-small"
@@ -110,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(query/key and value/output split, cache bytes per token)")
     sp.add_argument("--preset", default=None,
                     help=f"model shape: with --arch gpt a preset ({', '.join(preset_names())}; default gpt2-small), "
-                         f"with --arch llama one of {', '.join(shape_names())} (default llama-3-8b)")
+                         f"with --arch llama one of {', '.join(shape_names())} (default llama-3-8b) or a Llama run "
+                         "preset (llama-cpu)")
     sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")

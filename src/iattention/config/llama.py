@@ -57,12 +57,14 @@ class LlamaConfig:
             self.d_head = self.n_embd // self.n_head
         if not self.rot and isinstance(self.d_head, int):
             self.rot = self.d_head
-        self.validate()
+        self.validate(allow_auto_vocab=True)
 
-    def validate(self) -> None:
+    def validate(self, allow_auto_vocab: bool = False) -> None:
+        """allow_auto_vocab: vocab_size = 0 means "take it from the tokenizer" (training configs), as GPTConfig's."""
         for name in ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "d_ff", "vocab_size", "block_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            low = 0 if (name == "vocab_size" and allow_auto_vocab) else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(f"model.{name} must be a positive integer, got {value!r}")
         if self.n_head % self.n_kv_head:
             raise UserError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.n_kv_head}; each key/value "
@@ -84,6 +86,11 @@ class LlamaConfig:
             raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """The embedding rows (no padding here: transformers' Llama has none)."""
+        return self.vocab_size
 
     @property
     def group(self) -> int:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from iattention.config.llama import ARCH as LLAMA_ARCH
+from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.data.tokenizers import vocab_size_of
@@ -94,6 +96,9 @@ def _coerce(where: str, value, typ):
     elif typ is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+    elif typ is dict:
+        if isinstance(value, dict):
+            return value
     raise UserError(f"{where} expects {typ.__name__}, got {value!r}")
 
 
@@ -119,16 +124,30 @@ def _build(raw: dict) -> RunConfig:
         values = raw.get(name) or {}
         if not isinstance(values, dict):
             raise UserError(f"config section {name!r} must be a mapping of keys, got {values!r}")
+        if name == "model":
+            cls, values = _model_class(values)
         hints = typing.get_type_hints(cls)
         allowed = [x.name for x in dataclasses.fields(cls)]
         for key in values:
             if key not in hints:
                 raise UserError(f"unknown config key {name}.{key}; allowed keys: {', '.join(allowed)}")
         kwargs = {k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in values.items()}
-        if cls is GPTConfig:
+        if cls in (GPTConfig, LlamaConfig):
             kwargs.setdefault("vocab_size", 0)
         built[name] = cls(**kwargs)
     return RunConfig(**built)
+
+
+ARCHES = ("gpt", LLAMA_ARCH)
+
+
+def _model_class(values: dict) -> tuple[type, dict]:
+    """The model section's class by its `arch` key (absent: GPT-2) and the section without that key."""
+    arch = values.get("arch", "gpt")
+    if arch not in ARCHES:
+        raise UserError(f"unknown model.arch {arch!r}; choose one of {', '.join(ARCHES)} (e.g. --preset llama-cpu)")
+    rest = {k: v for k, v in values.items() if k != "arch"}
+    return (LlamaConfig if arch == LLAMA_ARCH else GPTConfig), rest
 
 
 def parse_override(text: str, note=None) -> dict:

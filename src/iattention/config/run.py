@@ -7,6 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig
 from iattention.data.config import DataConfig
 from iattention.errors import UserError
@@ -113,10 +114,12 @@ BUDGET_KEYS = ("epochs", "max_steps", "max_tokens")  # what ends a run; --resume
 
 @dataclass
 class RunConfig:
-    model: GPTConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
+    # GPT-2 (the default) or a Llama-family decoder: a model section with `arch: llama` (config/load.py)
+    model: GPTConfig | LlamaConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain dicts; a Llama model section keeps its `arch: llama`, so a saved run reads back as one."""
+        return {**dataclasses.asdict(self), "model": self.model.to_dict()}

@@ -131,6 +131,15 @@ def _where(dirs) -> str:
     return ", ".join(str(x) for x in dirs)
 
 
+def _model_words(m: dict) -> str:
+    """What a Llama-family model section adds to the header's shape ("" for GPT-2)."""
+    if m.get("arch") != "llama":
+        return ""
+    rope = "full RoPE" if m["rot"] == m["d_head"] else f"RoPE on {m['rot']} of {m['d_head']} head dims"
+    return (f"Llama family ({m['n_head']} query heads sharing {m['n_kv_head']} key/value heads of width {m['d_head']}, "
+            f"{rope}, SwiGLU {m['d_ff']}, RMSNorm, {'tied' if m['tie_embeddings'] else 'untied'} embeddings), ")
+
+
 def header_section(title: str, runs, dirs, arms: list[str], cfg: dict) -> list[str]:
     """Title, the study config, and what each arm sets."""
     m, d, o, t = cfg["model"], cfg["data"], cfg["optim"], cfg["train"]
@@ -140,7 +149,7 @@ def header_section(title: str, runs, dirs, arms: list[str], cfg: dict) -> list[s
         sets = sorted({f"{k}={config_value(r.summary['config'], k)}" for r in runs if r.arm == arm for k in keys})
         arm_lines.append(f"- `{arm}`: {' '.join(f'`{x}`' for x in sets) or '(the study config as is)'}")
     return [f"# {title}", "",
-            f"{len(runs)} finished runs from {_where(dirs)}. Model: {m['n_layer']} layers, "
+            f"{len(runs)} finished runs from {_where(dirs)}. Model: {_model_words(m)}{m['n_layer']} layers, "
             f"d={m['n_embd']}, block {m['block_size']}, vocab {m['vocab_size']} ({d['tokenizer']}); data "
             f"{d['dataset']} ({_splits(d)})" +
             f"; {t['epochs']} epochs, batch {t['batch_size']}, AdamW lr {o['lr']}, warmup {o['warmup_steps']} "
@@ -265,7 +274,7 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     lines = [*header_section(title, runs, dirs, arms, cfg), *results_section(groups, reference, added),
              *comparison_section(rows, groups, plotted, reference, margin_pct, margin_note, has_lr=bool(families),
                                  family=family),
-             *lr_section(families, study_lr), *paper_section(),
+             *lr_section(families, study_lr), *([] if cfg["model"].get("arch") == "llama" else paper_section()),
              *figures_section(figs, runs, plotted != groups, bool(families))]
     path = out / "report.md"
     write_text(path, "\n".join(lines))

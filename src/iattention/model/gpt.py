@@ -15,10 +15,11 @@ from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.registry import build_attention
+from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.generate import generate
-from iattention.symmetry.counts import standard_param_count
+from iattention.symmetry.counts import llama_standard_param_count, standard_param_count
 from iattention.symmetry.transforms import canonicalize_into, load_into
 
 
@@ -66,13 +67,15 @@ def available_memory(device: torch.device | None = None) -> int | None:
         return None
 
 
-def memory_estimate(config: GPTConfig, batch_size: int = 0, cuda: bool = False) -> dict[str, int]:
+def memory_estimate(config: GPTConfig | LlamaConfig, batch_size: int = 0, cuda: bool = False) -> dict[str, int]:
     """Bytes a float32 model needs (an estimate): its weights with the padded vocabulary; when training
     (batch_size > 0) also the gradients, AdamW's two moments and the activations of one batch (per layer
     34 bytes per token and channel, as in Korthikanti et al. 2022 for half precision: a low estimate, so no
     run that fits is refused; the logits; on CPU one layer's attention scores)."""
 
-    params = standard_param_count(config) + (config.padded_vocab_size - config.vocab_size) * config.n_embd
+    llama = hasattr(config, "n_kv_head")  # a LlamaConfig (model/llama.py): the same estimate, its own count
+    params = (llama_standard_param_count(config) if llama else standard_param_count(config)) \
+        + (config.padded_vocab_size - config.vocab_size) * config.n_embd
     need = {"weights": params * 4}
     if batch_size:
         B, T, d, H = batch_size, config.block_size, config.n_embd, config.n_head
@@ -84,7 +87,8 @@ def memory_estimate(config: GPTConfig, batch_size: int = 0, cuda: bool = False) 
     return need
 
 
-def check_fits_in_memory(config: GPTConfig, batch_size: int = 0, device: torch.device | None = None) -> None:
+def check_fits_in_memory(config: GPTConfig | LlamaConfig, batch_size: int = 0,
+                         device: torch.device | None = None) -> None:
     """Refuse, in one line and before allocating anything, a model (and, with batch_size, its training)
     whose estimated memory exceeds what this machine has available: an absurd size would otherwise die in
     the allocator with a MemoryError or be killed."""

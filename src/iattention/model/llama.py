@@ -18,6 +18,7 @@ from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_
 from iattention.config.llama import LlamaConfig
 from iattention.errors import UserError
 from iattention.model.generate import generate
+from iattention.model.gpt import check_fits_in_memory
 
 CACHES = ("full", "k-only")
 
@@ -73,6 +74,7 @@ class Llama(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         config.validate()
+        check_fits_in_memory(config)
         self.config = config
         d = config.n_embd
         self.model = nn.ModuleDict(dict(

@@ -1,10 +1,11 @@
 """`train.init_from`: start a run from existing weights instead of a fresh initialisation.
 
 The source is one of our checkpoints (run folder, .safetensors, converted folder) or a Hugging Face
-GPT-2 folder. Its weights are moved exactly into the run's attention variant: to `standard` by
-expanding (products formed, no solve), to `canonical` by canonicalizing with pivoted blocks (the
-best-conditioned r x r blocks), so "convert a pretrained GPT-2 to I-Attention and fine-tune it" is
-one command. `identity_q` / `identity_ko` are smaller classes: they start only from their own kind.
+GPT-2 folder; for a Llama-family run (model.arch=llama), a Llama-family checkpoint of ours (a converted
+Llama, Qwen2 or Mistral folder included). Its weights are moved exactly into the run's attention
+variant: to `standard` by expanding (products formed, no solve), to `canonical` by canonicalizing
+with pivoted blocks (the best-conditioned r x r blocks), so "convert a pretrained GPT-2 to I-Attention
+and fine-tune it" is one command. `identity_q` / `identity_ko` are smaller classes: they start only from their own kind.
 """
 
 from __future__ import annotations
@@ -14,17 +15,28 @@ import torch
 from iattention.errors import UserError
 from iattention.interop.load import load_any
 from iattention.model.gpt import GPT
+from iattention.model.llama import Llama
+from iattention.symmetry import grouped
 from iattention.symmetry.transforms import canonicalize, expand
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "bias")
+LLAMA_SHAPE_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "d_ff", "vocab_size", "block_size", "rot",
+                    "rope_layout", "rope_theta", "rope_type", "rope_scaling", "rms_eps", "qkv_bias", "o_bias",
+                    "tie_embeddings")
 
 
 @torch.no_grad()
-def load_initial_weights(model: GPT, source: str, cfg) -> dict:
+def load_initial_weights(model: GPT | Llama, source: str, cfg) -> dict:
     """Load `source` into `model` (built from the run's config), exactly; return what was loaded."""
     src, data, _ = load_any(source)
     want, have = model.config, src.config
-    for key in SHAPE_KEYS:
+    llama = grouped.is_grouped(model)
+    if grouped.is_grouped(src) != llama:
+        kinds = ("a Llama-family", "a GPT-2") if llama else ("a GPT-2", "a Llama-family")
+        fix = "drop model.arch=llama" if llama else "set model.arch=llama and the source's shape"
+        raise UserError(f"train.init_from={source} holds {kinds[1]} model, the run trains {kinds[0]} one; start from "
+                        f"a model of the run's family, or {fix}")
+    for key in LLAMA_SHAPE_KEYS if llama else SHAPE_KEYS:
         if getattr(want, key) != getattr(have, key):
             raise UserError(f"train.init_from={source} has model.{key}={getattr(have, key)}, the run has "
                             f"{getattr(want, key)}; set model.{key}={getattr(have, key)} (or use the preset the "
@@ -33,7 +45,10 @@ def load_initial_weights(model: GPT, source: str, cfg) -> dict:
         raise UserError(f"train.init_from={source} was trained with tokenizer {data['tokenizer']}, the run uses "
                         f"{cfg.data.tokenizer}; set data.tokenizer={data['tokenizer']}")
     target = want.attention
-    if target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
+    if llama:  # the family's two variants: both full-class, moved exactly either way
+        moved = src if target == have.attention else (grouped.expand(src) if target == "standard"
+                                                      else grouped.canonicalize(src.double(), block="pivoted"))
+    elif target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
         moved = src
     elif target == "standard":
         moved = expand(src)
@@ -43,6 +58,7 @@ def load_initial_weights(model: GPT, source: str, cfg) -> dict:
     else:
         raise UserError(f"model.attention={target} cannot start from a {have.attention} model: it is a smaller "
                         "function class; start from a model of the same variant, or train standard/canonical")
-    state = {k: v.to(model.transformer.wte.weight.dtype) for k, v in moved.state_dict().items()}
+    dtype = next(model.parameters()).dtype
+    state = {k: v.to(dtype) for k, v in moved.state_dict().items()}
     model.load_state_dict(state)
     return {"source": source, "from_attention": have.attention, "to_attention": target}

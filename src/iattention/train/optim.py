@@ -39,11 +39,13 @@ def is_matrix(name: str, p: torch.Tensor) -> bool:
 def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
     """Groups keyed by (weight decay, lr scale); the trainer multiplies the scheduled lr by `lr_scale`."""
     groups: dict[tuple[float, float], list] = {}
+    # an attention layer's parameters, whatever its module is called (GPT-2's `attn`, the Llama family's `self_attn`)
+    in_attention = {id(p) for m in model.modules() if isinstance(m, CausalSelfAttention) for p in m.parameters()}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         matrix = is_matrix(name, p)
-        attention_matrix = matrix and ".attn." in name
+        attention_matrix = matrix and id(p) in in_attention
         decay = matrix and (cfg.decay_attention or not attention_matrix)
         scale = 1.0
         if cfg.attn_lr_by_init_rms and attention_matrix and p.numel():

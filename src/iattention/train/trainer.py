@@ -27,7 +27,8 @@ from iattention.data.dataset import epoch_order, train_batch
 from iattention.data.sources import resolved_data_dir
 from iattention.errors import UserError
 from iattention.kernels import prepare as prepare_kernel
-from iattention.model.gpt import GPT, check_fits_in_memory
+from iattention.model import build_model
+from iattention.model.gpt import check_fits_in_memory
 from iattention.train.checkpointer import Checkpointer
 from iattention.train.corpus import load_run_data
 from iattention.train.evaluate import exp_loss
@@ -122,9 +123,10 @@ class Trainer:
         device = self.runtime.device
         torch.manual_seed(t.seed)
         check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.runtime.world)), device)
-        m = self.cfg.model  # the attention kernel checked (one line) and loaded before compile
-        prepare_kernel(m.attn_kernel, device.type, m.d_head, m.dropout)
-        self.model = GPT(self.cfg.model).to(device)
+        m = self.cfg.model  # the attention kernel checked (one line) and loaded before compile (GPT-2's only:
+        if hasattr(m, "attn_kernel"):  # the Llama family runs SDPA)
+            prepare_kernel(m.attn_kernel, device.type, m.d_head, m.dropout)
+        self.model = build_model(self.cfg.model).to(device)
         self.init_source = self.ckpt.initial_weights(self.model, self.cfg)
         self.optimizer = build_optimizer(self.model, self.cfg.optim, device.type)
         self.state, self.metrics.records, self.metrics.steps, _ = self.ckpt.start(self.model, self.optimizer)
