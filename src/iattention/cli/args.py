@@ -138,9 +138,15 @@ def data_overrides(args) -> list[str]:
             if (v := getattr(args, k, None))]
 
 
-def check_heads(heads: list[int], n_embd: int, preset: str) -> None:
-    """--heads of a command against a preset's width, before anything runs (GPTConfig says the same per run)."""
+def check_heads(heads: list[int], n_embd: int, preset: str, n_kv_head: int = 0) -> None:
+    """--heads of a command against a preset's width (and a Llama preset's key/value heads: n_kv_head), before
+    anything runs (GPTConfig and LlamaConfig say the same per run)."""
     for h in heads:
+        if n_kv_head and h % n_kv_head:
+            raise UserError(f"--heads {h}: preset {preset} has n_kv_head={n_kv_head} key/value heads, each serving "
+                            f"the same number of query heads; pick multiples of {n_kv_head}")
+        if n_kv_head:
+            continue  # a Llama-family head's width is model.d_head, not n_embd / n_head
         if n_embd % h:
             raise UserError(f"--heads {h}: n_embd={n_embd} of preset {preset} is not divisible by n_head={h}; "
                             f"pick head counts that divide {n_embd}")

@@ -48,7 +48,8 @@ def _specs(args):
 
 def _check_heads(args):
 
-    check_heads(args.heads, load_config(args.preset, None, list(args.overrides)).model.n_embd, args.preset)
+    model = load_config(args.preset, None, list(args.overrides)).model
+    check_heads(args.heads, model.n_embd, args.preset, getattr(model, "n_kv_head", 0))
 
 
 def cmd_compare(args) -> None:

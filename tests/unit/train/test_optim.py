@@ -306,3 +306,27 @@ def test_apply_step_clips_steps_and_drops_gradients():
     assert apply_step(model, opt, 1.0) == pytest.approx(0.5)  # under the clip: unchanged
     assert torch.allclose(p.detach(), torch.tensor([-3.9, -5.2]))
     assert isinstance(apply_step(model, opt, 0.0), float)  # no gradient at all: norm 0
+
+
+@pytest.mark.parametrize("attention", ["standard", "canonical"])
+def test_the_attention_knobs_find_a_llama_model_s_self_attn_matrices(attention):
+    """decay_attention=false and attn_lr_by_init_rms act on the Llama family's `self_attn` layers too, and only
+    on them (the MLP, embeddings and norms keep the default)."""
+    from iattention.config.llama import LlamaConfig
+    from iattention.model.llama import Llama
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48, vocab_size=64,
+                              attention=attention))
+    opt = build_optimizer(model, OptimConfig(weight_decay=0.1, decay_attention=False, attn_lr_by_init_rms=True), "cpu")
+    seen = 0
+    for name, p in model.named_parameters():
+        attn = ".self_attn." in name
+        group = _group_of(opt, p)
+        assert group["weight_decay"] == (0.1 if p.dim() >= 2 and not attn else 0.0), name
+        if attn and p.dim() >= 2:
+            seen += 1
+            assert group["lr_scale"] == pytest.approx(p.detach().pow(2).mean().sqrt().item() / 0.02, rel=1e-5), name
+        else:
+            assert group["lr_scale"] == 1.0, name
+    assert seen >= 8  # at least the four maps of each of the two layers

@@ -1,0 +1,114 @@
+"""A Llama-family model (`model.arch=llama`) goes through the same pipeline as GPT-2: `iattn compare` trains
+standard against canonical and a rerun skips the finished runs; a run's config reads back as a Llama; a finished
+run extends with --resume; `train.init_from` moves a Llama checkpoint into either variant exactly; a
+checkpoint of the other family is refused in one line; `iattn report` names the Llama shape."""
+
+import json
+import math
+
+import pytest
+
+from helpers import one_line_error, tiny_overrides, write_corpus
+from iattention.attention.registry import GROUPED_REGISTRY
+from iattention.cli import main
+from iattention.config import load_config
+from iattention.config.llama import LlamaConfig
+from iattention.interop.load import load_model
+from iattention.model.llama import Llama
+from iattention.symmetry.counts import llama_standard_param_count
+from iattention.train import train
+from iattention.train.trainer import load_run_config
+
+pytestmark = pytest.mark.slow
+
+# tiny's GPT keys (1 layer, 2 heads of 16, block 32) read as a Llama; 4 query heads share 2 key/value heads
+LLAMA = ["model.arch=llama", "model.n_kv_head=2", "model.d_ff=48", "train.epochs=2", "train.batch_size=4"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llama")
+    ov = tiny_overrides(write_corpus(root), root / "cache") + LLAMA
+    out = root / "cmp"
+    rc = main(["compare", "--preset", "tiny", "--heads", "4", "--seeds", "0", "--out", str(out), *ov])
+    return dict(root=root, ov=ov, out=out, rc=rc)
+
+
+def _summary(folder):
+    return json.loads((folder / "summary.json").read_text())
+
+
+def test_compare_trains_both_llama_variants_with_their_parameter_counts(study, capsys):
+    assert study["rc"] == 0
+    cfg = load_run_config(study["out"] / "canonical-h4-s0")
+    assert isinstance(cfg.model, LlamaConfig) and cfg.model.n_kv_head == 2 and cfg.model.vocab_size == 256
+    std = llama_standard_param_count(cfg.model.replace(attention="standard"))
+    removed = GROUPED_REGISTRY["canonical"].removed_params(cfg.model)
+    assert removed == 2 * (8 + 8**2)  # one layer, 2 KV groups of width 8: a complex scalar per pair (rot 8) + r^2
+    for arm, want in (("standard", std), ("canonical", std - removed)):
+        s = _summary(study["out"] / f"{arm}-h4-s0")
+        model, _ = load_model(study["out"] / f"{arm}-h4-s0")
+        assert isinstance(model, Llama) and model.config.attention == arm
+        assert s["params"] == model.num_params() == want, arm
+        assert s["config"]["model"]["arch"] == "llama" and s["epochs_run"] == 2
+    # a rerun finds both finished and trains nothing
+    assert main(["compare", "--preset", "tiny", "--heads", "4", "--seeds", "0", "--out", str(study["out"]),
+                 *study["ov"]]) == 0
+    assert "2 already finished, 0 to train" in capsys.readouterr().out
+
+
+def test_report_names_the_llama_shape_and_leaves_out_the_gpt2_paper_table(study):
+    assert main(["report", str(study["out"]), "--out", str(study["root"] / "rep")]) == 0
+    text = (study["root"] / "rep" / "report.md").read_text()
+    assert "Llama family (4 query heads sharing 2 key/value heads of width 8, full RoPE, SwiGLU 48" in text
+    assert "The paper's published numbers" not in text
+
+
+def test_a_finished_llama_run_extends_with_resume(study):
+    src = study["out"] / "standard-h4-s0"
+    before = [json.loads(x) for x in open(src / "metrics.jsonl")]
+    cfg = load_config(None, None, ["train.epochs=3"], base=load_run_config(src).to_dict())
+    assert isinstance(cfg.model, LlamaConfig)
+    ext = train(cfg, src, resume=True, quiet=True)
+    after = [json.loads(x) for x in open(src / "metrics.jsonl")]
+    assert ext["epochs_run"] == 3 and after[:len(before)] == before and after[-1]["epoch"] == 3
+
+
+@pytest.mark.parametrize("target", ["canonical", "standard"])
+def test_init_from_a_llama_checkpoint_starts_at_its_validation_loss(study, target):
+    src = study["out"] / "standard-h4-s0" if target == "canonical" else study["out"] / "canonical-h4-s0"
+    best = min(r["val_loss"] for r in map(json.loads, open(src / "metrics.jsonl")) if r["kind"] == "epoch")
+    cfg = load_config("tiny", None, [*study["ov"], "model.n_head=4", f"model.attention={target}", "train.epochs=1",
+                                     f"train.init_from={src}"])
+    out = study["root"] / f"ft-{target}"
+    summary = train(cfg, out, quiet=True)
+    first = json.loads(open(out / "metrics.jsonl").readline())
+    assert first["kind"] == "start" and math.isclose(first["val_loss"], best, rel_tol=1e-5), (first, best)
+    assert summary["started_from"]["to_attention"] == target
+
+
+def test_init_from_the_other_family_is_refused_in_one_line(study, capsys):
+    llama_run = study["out"] / "standard-h4-s0"
+    gpt = [o for o in study["ov"] if o not in LLAMA]
+    rc = main(["train", "--preset", "tiny", *gpt, f"train.init_from={llama_run}", "--out",
+               str(study["root"] / "bad")])
+    one_line_error(capsys, rc, "holds a Llama-family model, the run trains a GPT-2 one",
+                   "set model.arch=llama")
+    assert not (study["root"] / "bad" / "summary.json").exists()
+
+
+def test_compare_refuses_head_counts_the_key_value_heads_do_not_divide(study, capsys):
+    rc = main(["compare", "--preset", "tiny", "--heads", "4,3", "--out", str(study["root"] / "no"), *study["ov"]])
+    one_line_error(capsys, rc, "--heads 3", "n_kv_head=2", "multiples of 2")
+    assert not (study["root"] / "no").exists()
+
+
+def test_an_unknown_arch_is_one_line(tmp_path, capsys):
+    rc = main(["train", "--preset", "tiny", "model.arch=mamba", "--out", str(tmp_path / "x")])
+    one_line_error(capsys, rc, "unknown model.arch 'mamba'", "gpt, llama")
+
+
+def test_a_saved_llama_run_config_round_trips(study):
+    cfg = load_run_config(study["out"] / "canonical-h4-s0")
+    again = load_config(None, None, [], base=cfg.to_dict())
+    assert again == cfg and again.to_dict()["model"]["arch"] == "llama"
