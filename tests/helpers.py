@@ -29,10 +29,12 @@ def measured_projection_flops(layer, seq_len: int = 5) -> float:
     pass, as torch's FLOP counter sees them (2 per multiply-add; index copies and assembly count nothing)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    x = torch.randn(1, seq_len, layer.n_embd, dtype=next(layer.parameters()).dtype)
+    dtype = next(layer.parameters()).dtype
+    x = torch.randn(1, seq_len, layer.n_embd, dtype=dtype)
+    y = torch.randn(1, seq_len, layer.n_head * layer.d_head, dtype=dtype)  # merged heads: n_embd in GPT
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         layer.qkv(x)
-        layer.project_out(x)
+        layer.project_out(y)
     return counter.get_total_flops() / seq_len
 
 

@@ -69,13 +69,12 @@ class GroupedAttention(CausalSelfAttention):
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """None: under RoPE q_i M(j - i) b_K^T depends on the key's position j, so softmax does not drop b_K
-        (only its pass dims are redundant, which no variant reduces), and transformers' Qwen2 has no output
-        bias to fold b_V into."""
-        return ()
-
-    def head_blocks(self) -> dict[str, list[tuple]]:
-        raise NotImplementedError(f"{type(self).__name__}: Muon is not wired for grouped attention")
+        """b_V when the layer learns both it and an output bias (Llama's attention_bias): attention rows sum to
+        one, so b_V[j] adds b_V[j] W_O[h] to every output of query head h, which folds into b_O. Never b_K: under
+        RoPE q_i M(j - i) b_K^T depends on the key's position j, so softmax does not drop it (only its pass dims
+        are redundant, G (r - rot) numbers per layer, which no variant reduces and no count drops). Without b_O
+        (Qwen2) there is nothing to fold b_V into."""
+        return ("b_V",) if config.qkv_bias and config.o_bias else ()
 
     def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(W_KV (H, G r, r), offset (H, r) or None) with v_h = k~ W_KV[h] + offset[h] for the pre-RoPE keys

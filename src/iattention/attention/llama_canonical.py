@@ -90,6 +90,20 @@ class LlamaCanonicalAttention(GroupedAttention):
         self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
         self.reset_parameters()
 
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        """W_Q per query head, W_V per key/value head; the key map per group, W_K_pass_free as one block and
+        W_K_rot_free as one (d - 1) x 2 block per rotary pair (its tensor is 3-D per group); W_O_free per group:
+        canonical's output map is fixed per group (r columns of the group's r x (g d) map are the identity), so
+        its W_O block is the group's, feeding that group's query heads only."""
+        H, G = self.n_head, self.n_kv_head
+        blocks = {"W_Q": [(h,) for h in range(H)], "W_V": [(j,) for j in range(G)],
+                  "W_O_free": [(j,) for j in range(G)]}
+        if self.rot:
+            blocks["W_K_rot_free"] = [(j, k) for j in range(G) for k in range(self.rot // 2)]
+        if self.d_head > self.rot:
+            blocks["W_K_pass_free"] = [(j,) for j in range(G)]
+        return blocks
+
     def reset_parameters(self) -> None:
         init_learned_entries(self)
 

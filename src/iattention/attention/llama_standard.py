@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from iattention.attention.base import column_blocks, row_blocks
 from iattention.attention.grouped import GroupedAttention, GroupedHeadWeights
 from iattention.attention.heads import merge_heads_in, merge_heads_out, split_heads_in, split_heads_out
 
@@ -31,6 +32,13 @@ class LlamaStandardAttention(GroupedAttention):
         """2 per weight entry: Q and O are d x H r, K and V d x G r."""
         d, r = config.n_embd, config.d_head
         return 2 * d * r * (2 * config.n_head + 2 * config.n_kv_head)
+
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        """q_proj's rows per query head, k_proj's and v_proj's per key/value head, o_proj's column block per
+        query head."""
+        H, G, r = self.n_head, self.n_kv_head, self.d_head
+        return {"q_proj.weight": row_blocks(1, H * r, r, H), "k_proj.weight": row_blocks(1, G * r, r, G),
+                "v_proj.weight": row_blocks(1, G * r, r, G), "o_proj.weight": column_blocks(r, H)}
 
     def qkv(self, x):
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)

@@ -12,13 +12,14 @@ Training = 3x forward (backward ~ 2x forward). `nanogpt_flops_per_token` is nano
 
 from __future__ import annotations
 
-from iattention.attention.registry import ATTENTION_REGISTRY
+from iattention.attention.registry import attention_class
 from iattention.config.model import GPTConfig
 from iattention.symmetry.counts import param_count
 
 
-def attention_projection_flops(cfg: GPTConfig) -> int:
-    return ATTENTION_REGISTRY[cfg.attention].projection_flops(cfg)
+def attention_projection_flops(cfg) -> int:
+    """One layer's projection FLOPs per token, forward (a GPTConfig or a LlamaConfig): its class says."""
+    return attention_class(cfg).projection_flops(cfg)
 
 
 def executed_flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> int:

@@ -1,17 +1,22 @@
-"""Parameter counts: standard GPT-2's in closed form, and what each variant removes from it, as its class
-states (`removed_params`, `redundant_biases`); `tests/unit/attention/test_registry.py` checks each statement against
-a count made from the built layer."""
+"""Parameter counts: standard GPT-2's and a standard Llama-family model's in closed form, and what each variant
+removes from them, as its class states (`removed_params`, `redundant_biases`); `redundancy`, `bias_redundancy`,
+`param_count` and `fully_reduced_count` take a GPTConfig or a LlamaConfig (`registry.attention_class`).
+`tests/unit/attention/test_registry.py` checks each statement against a count made from the built layer."""
 
 from __future__ import annotations
 
-from iattention.attention.registry import ATTENTION_REGISTRY
+from iattention.attention.registry import GROUPED_REGISTRY, attention_class, registry_for
 from iattention.config.model import GPTConfig
 
 
-def redundancy(config: GPTConfig) -> int:
+def _grouped(config) -> bool:
+    return registry_for(config) is GROUPED_REGISTRY
+
+
+def redundancy(config) -> int:
     """Parameters the variant removes relative to standard (minimal_bias's dropped biases included): its
     class says how many."""
-    return ATTENTION_REGISTRY[config.attention].removed_params(config)
+    return attention_class(config).removed_params(config)
 
 
 def standard_param_count(config: GPTConfig) -> int:
@@ -22,17 +27,22 @@ def standard_param_count(config: GPTConfig) -> int:
     return config.vocab_size * d + config.block_size * d + L * per_layer + ln
 
 
-def bias_redundancy(config: GPTConfig) -> int:
-    """Learned biases that change no function, whole model: d per layer for each bias the variant's class
-    names in `redundant_biases(config)` (b_K, b_V; see GPTConfig.minimal_bias)."""
-    return config.n_layer * config.n_embd * len(ATTENTION_REGISTRY[config.attention].redundant_biases(config))
+def bias_redundancy(config) -> int:
+    """Learned biases that change no function, whole model: per layer, each bias the variant's class names in
+    `redundant_biases(config)` (b_K, b_V; see GPTConfig.minimal_bias): d numbers in GPT, n_kv_head x d_head in
+    the Llama family."""
+    width = config.n_kv_head * config.d_head if _grouped(config) else config.n_embd
+    return config.n_layer * width * len(attention_class(config).redundant_biases(config))
 
 
-def param_count(config: GPTConfig) -> int:
-    return standard_param_count(config) - redundancy(config)
+def param_count(config) -> int:
+    """Learned parameters of a model of `config` (a GPTConfig or a LlamaConfig): its family's standard count
+    minus what the variant removes."""
+    standard = llama_standard_param_count(config) if _grouped(config) else standard_param_count(config)
+    return standard - redundancy(config)
 
 
-def fully_reduced_count(config: GPTConfig) -> int:
+def fully_reduced_count(config) -> int:
     """Learned parameters once the redundant biases are reduced too (b_K dropped, b_V folded into b_O)."""
     return param_count(config) - bias_redundancy(config)
 

@@ -10,16 +10,28 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import make_model, max_rel, measured_projection_flops
+from helpers import make_llama, make_model, max_rel, measured_projection_flops
 from iattention import GPT, GPTConfig
 from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
+from iattention.attention.grouped import GroupedAttention, GroupedHeadWeights
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, heads_to_fused
 from iattention.attention.identity_ko import IdentityKOAttention
 from iattention.attention.identity_q import IdentityQAttention
-from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
+from iattention.attention.llama_standard import LlamaStandardAttention
+from iattention.attention.registry import (
+    ATTENTION_REGISTRY,
+    GROUPED_REGISTRY,
+    attention_class,
+    registry_for,
+    variant_names,
+)
+from iattention.attention.rope import pair_dims
 from iattention.attention.standard import StandardAttention
+from iattention.config.llama import LlamaConfig
 from iattention.errors import UserError
+from iattention.model.llama import Llama
 from iattention.symmetry import canonicalize, expand, fully_reduced_count, param_count, redundancy
+from iattention.symmetry import grouped as sg
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,8 +54,28 @@ def contract_configs(name: str) -> list[GPTConfig]:
     return out
 
 
-def _model(cfg: GPTConfig) -> GPT:
-    """A float64 model with every attention weight and bias random, so no term of the function is zero."""
+def _grouped(cfg) -> bool:
+    """A Llama-family config (its layers are GroupedAttention, its registry GROUPED_REGISTRY)."""
+    return registry_for(cfg) is GROUPED_REGISTRY
+
+
+def _build(cfg):
+    """A model of `cfg`'s family, as the library builds it."""
+    return Llama(cfg) if _grouped(cfg) else GPT(cfg)
+
+
+def _standard_of(cfg):
+    """The standard-attention config of the same shape."""
+    if _grouped(cfg):
+        return cfg.replace(attention="standard")
+    return cfg.replace(attention="standard", canonical_halves="both", minimal_bias=False)
+
+
+def _model(cfg):
+    """A float64 model with every attention weight and bias random, so no term of the function is zero (a
+    Llama-family one: every weight, bias and norm gain random, helpers.make_llama)."""
+    if _grouped(cfg):
+        return make_llama(**{k: v for k, v in cfg.to_dict().items() if k != "arch"})
     model = make_model(**{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size",
                                                        "bias", "attention", "canonical_halves", "minimal_bias")})
     gen = torch.Generator().manual_seed(11)
@@ -62,23 +94,37 @@ def _fields(hw: HeadWeights) -> dict[str, torch.Tensor | None]:
     return {f.name: getattr(hw, f.name) for f in fields(hw)}
 
 
-def _products(hw: HeadWeights) -> tuple[torch.Tensor, torch.Tensor]:
-    """The per-head quantities the function depends on: W_Q W_K^T and W_V W_O, each (H, d, d)."""
-    return hw.W_Q @ hw.W_K.mT, hw.W_V @ hw.W_O
+def _products(hw: HeadWeights | GroupedHeadWeights, cfg) -> dict[str, torch.Tensor]:
+    """The per-head quantities the function depends on, each (H, ...): W_Q W_K^T and W_V W_O. For the Llama
+    family, per query head h and its group j: on each rotary pair k the complex outer product Q_k K_k^H of the
+    pair's columns (first_k + i second_k; a complex scalar gauge z multiplies Q_k by z and K_k by 1 / conj(z)),
+    W_Q W_K^T on the pass dims, and W_V[j] W_O[h]."""
+    if not isinstance(hw, GroupedHeadWeights):
+        return {"W_Q W_K^T": hw.W_Q @ hw.W_K.mT, "W_V W_O": hw.W_V @ hw.W_O}
+    j = torch.arange(hw.n_head) // hw.group
+    W_K, W_V, rot = hw.W_K[j], hw.W_V[j], cfg.rot  # (H, d, r): each query head's KV head
+    first, second = pair_dims(rot, cfg.rope_layout)
+    Q, K = (torch.complex(W[:, :, first], W[:, :, second]) for W in (hw.W_Q, W_K))  # (H, d, rot/2)
+    out = {"rotary Q_k K_k^H": torch.einsum("hak,hbk->hkab", Q, K.conj()),
+           "pass W_Q W_K^T": hw.W_Q[:, :, rot:] @ W_K[:, :, rot:].mT, "W_V W_O": W_V @ hw.W_O}
+    return {k: v for k, v in out.items() if k != "pass W_Q W_K^T" or rot < hw.W_Q.shape[-1]}
 
 
-def _forward_heads(layer) -> HeadWeights:
+def _forward_heads(layer) -> HeadWeights | GroupedHeadWeights:
     """The layer's math form read off its forward path (qkv and project_out on the unit vectors), without
-    asking its to_heads: q = x W_Q + b_Q etc., per head."""
-    d, H = layer.n_embd, layer.n_head
+    asking its to_heads: q = x W_Q + b_Q etc., per head (H query heads; G key/value heads in the Llama family,
+    whose project_out reads the H r merged head outputs)."""
+    d, r = layer.n_embd, layer.d_head
+    width = layer.n_head * r  # merged heads: d in GPT
     with torch.no_grad():
         eye, zero = torch.eye(d, dtype=torch.float64)[None], torch.zeros(1, 1, d, dtype=torch.float64)
         maps = [(a - b)[0] for a, b in zip(layer.qkv(eye), layer.qkv(zero))]
         biases = [b[0, 0] for b in layer.qkv(zero)]
-        b_O = layer.project_out(zero)[0, 0]
-        W_O = layer.project_out(eye)[0] - b_O
-    split_in = [W.reshape(d, H, -1).transpose(0, 1) for W in maps]  # (H, d, r)
-    return HeadWeights(*split_in, W_O.reshape(H, -1, d), *(b.reshape(H, -1) for b in biases), b_O)
+        b_O = layer.project_out(torch.zeros(1, 1, width, dtype=torch.float64))[0, 0]
+        W_O = layer.project_out(torch.eye(width, dtype=torch.float64)[None])[0] - b_O  # (H r, d)
+    split_in = [W.reshape(d, -1, r).transpose(0, 1) for W in maps]  # (H or G, d, r)
+    kind = GroupedHeadWeights if isinstance(layer, GroupedAttention) else HeadWeights
+    return kind(*split_in, W_O.reshape(-1, r, d), *(b.reshape(-1, r) for b in biases), b_O)
 
 
 def _math_jacobian(layer) -> tuple[torch.Tensor, dict[str, slice]]:
@@ -108,9 +154,9 @@ def _math_jacobian(layer) -> tuple[torch.Tensor, dict[str, slice]]:
     return J, rows
 
 
-def _layer(cfg: GPTConfig):
+def _layer(cfg):
     torch.manual_seed(3)
-    return ATTENTION_REGISTRY[cfg.attention](cfg).double()
+    return attention_class(cfg)(cfg).double()
 
 
 # ------------------------------------------------------------------------------------------ the checks
@@ -135,29 +181,33 @@ def check_to_heads_is_the_forward(cfg: GPTConfig) -> None:
                     f"{cfg.attention}: to_heads' {name} is not what the forward pass computes"
 
 
-def _same_function(cfg: GPTConfig, model: GPT, moved: GPT, what: str, tol: float) -> None:
+def _same_function(cfg, model, moved, what: str, tol: float) -> None:
     x = _x()
     with torch.no_grad():
         rel = max_rel(moved(x)[0], model(x)[0])
     assert rel <= tol, f"{cfg.attention}: {what} changes the logits (max rel. error {rel:.3g})"
     for a, b in zip(model.attention_layers, moved.attention_layers):
-        for mine, theirs, which in zip(_products(_forward_heads(a)), _products(b.to_heads()), ("W_Q W_K^T", "W_V W_O")):
-            err = max_rel(theirs, mine)
+        theirs = _products(b.to_heads(), cfg)
+        for which, mine in _products(_forward_heads(a), cfg).items():
+            err = max_rel(theirs[which], mine)
             assert err <= tol, f"{cfg.attention}: {what} changes the per-head {which} (max rel. error {err:.3g})"
 
 
-def check_expand_is_exact(cfg: GPTConfig) -> None:
+def check_expand_is_exact(cfg) -> None:
     model = _model(cfg)
-    std = expand(model)
+    std = (sg.expand if _grouped(cfg) else expand)(model)
     assert std.config.attention == "standard"
     _same_function(cfg, model, std, "expand", 1e-12)
 
 
-def check_canonicalize_is_exact(cfg: GPTConfig) -> None:
+def check_canonicalize_is_exact(cfg) -> None:
     """Every full-class variant canonicalizes exactly (pivoted blocks; minimal biases too where it has any)."""
-    if not ATTENTION_REGISTRY[cfg.attention].full_class:
+    if not attention_class(cfg).full_class:
         return
     model = _model(cfg)
+    if _grouped(cfg):
+        _same_function(cfg, model, sg.canonicalize(model, block="pivoted"), "canonicalize", 1e-10)
+        return
     for minimal in (False, True) if cfg.bias else (False,):
         canon = canonicalize(model, block="pivoted", minimal=minimal)
         _same_function(cfg, model, canon, f"canonicalize(minimal={minimal})", 1e-10)
@@ -176,9 +226,27 @@ def check_matched_init(cfg: GPTConfig) -> None:
     assert err <= 1e-4, f"{cfg.attention}: init=matched is not the standard start (max rel. error {err:.3g})"
 
 
-def check_head_blocks(cfg: GPTConfig) -> None:
+def _feeds_one_head(cfg, fed: set[tuple[str, int]]) -> bool:
+    """Whether a block that moves these (math-form map, head) pairs is one head's: in GPT one head (whichever
+    of its maps). In the Llama family one map of one head: a query head's W_Q or W_O, a key/value head's W_K or
+    W_V; and a variant that removes parameters (canonical fixes r columns of each group's r x (g d) output map)
+    may give W_O one block per group, feeding that group's query heads only."""
+    if not _grouped(cfg):
+        return len({h for _, h in fed}) == 1
+    if not fed:
+        return False
+    (field, *more), heads = {W for W, _ in fed}, {h for _, h in fed}
+    if more:
+        return False
+    if len(heads) == 1:
+        return True
+    return field == "W_O" and attention_class(cfg).removed_params(cfg) > 0 and len({h // cfg.group for h in heads}) == 1
+
+
+def check_head_blocks(cfg) -> None:
     """head_blocks names every learned matrix, splits it into non-empty 2-D blocks (none past its end) that cover
-    each entry once, and each block feeds exactly one head (so Muon gives every head its own block)."""
+    each entry once, and each block feeds exactly one head (so Muon gives every head its own block; see
+    _feeds_one_head for the Llama family)."""
     layer = _layer(cfg)
     try:
         blocks = layer.head_blocks()
@@ -212,11 +280,13 @@ def check_head_blocks(cfg: GPTConfig) -> None:
             moved = maps()
             with torch.no_grad():
                 p[idx] = keep
-            heads = {h for a, b in zip(moved, before) for h in range(cfg.n_head) if not torch.equal(a[h], b[h])}
-            assert len(heads) == 1, f"{cfg.attention}: a head_blocks block of {name} feeds heads {sorted(heads)}"
+            fed = {(W, h) for W, a, b in zip(("W_Q", "W_K", "W_V", "W_O"), moved, before) for h in range(len(a))
+                   if not torch.equal(a[h], b[h])}
+            assert _feeds_one_head(cfg, fed), \
+                f"{cfg.attention}: a head_blocks block of {name} feeds heads {sorted(h for _, h in fed)} ({fed})"
 
 
-def check_removed_params(cfg: GPTConfig) -> None:
+def check_removed_params(cfg) -> None:
     """removed_params equals standard's learned count minus the variant's, both measured as the rank of the
     map from a built layer's parameters to its math form; and that rank is the number of stored parameters
     (none is dead or stored twice)."""
@@ -225,12 +295,13 @@ def check_removed_params(cfg: GPTConfig) -> None:
     rank = int(torch.linalg.matrix_rank(J))
     n_stored = sum(p.numel() for p in layer.parameters())
     assert rank == n_stored, f"{cfg.attention}: {n_stored} stored parameters, but to_heads sees only {rank}"
-    std_cfg = cfg.replace(attention="standard", canonical_halves="both", minimal_bias=False)
-    std_rank = int(torch.linalg.matrix_rank(_math_jacobian(_layer(std_cfg))[0]))
+    std_rank = int(torch.linalg.matrix_rank(_math_jacobian(_layer(_standard_of(cfg)))[0]))
     measured = cfg.n_layer * (std_rank - rank)
-    said = ATTENTION_REGISTRY[cfg.attention].removed_params(cfg)
+    said = attention_class(cfg).removed_params(cfg)
     assert said == measured, f"{cfg.attention}: removed_params says {said}, the math form shows {measured}"
-    assert redundancy(cfg) == said and param_count(cfg) == GPT(cfg).num_params()
+    assert redundancy(cfg) == said, f"{cfg.attention}: symmetry.redundancy says {redundancy(cfg)}, the class {said}"
+    built = _build(cfg).num_params()
+    assert param_count(cfg) == built, f"{cfg.attention}: param_count says {param_count(cfg)}, a built model has {built}"
 
 
 def check_redundant_biases(cfg: GPTConfig) -> None:
@@ -261,9 +332,9 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
         f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the math form shows {reduced}"
 
 
-def check_projection_flops(cfg: GPTConfig) -> None:
+def check_projection_flops(cfg) -> None:
     """projection_flops (bench/flops.py's attention term) is what a built layer's projections execute."""
-    said = ATTENTION_REGISTRY[cfg.attention].projection_flops(cfg)
+    said = attention_class(cfg).projection_flops(cfg)
     measured = measured_projection_flops(_layer(cfg))
     assert said == measured, f"{cfg.attention}: projection_flops says {said}, a forward pass runs {measured:g}"
 
@@ -430,23 +501,189 @@ def test_the_contract_catches_blocks_past_the_end_and_a_wrong_flop_count(monkeyp
     assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: projection_flops says 288, a forward pass runs 216"
 
 
-@pytest.mark.parametrize("name", ["standard", "canonical"])
-@pytest.mark.parametrize("shape", [dict(n_head=4, n_kv_head=2), dict(n_head=4, n_kv_head=1, d_head=8, rot=4),
-                                   dict(n_head=6, n_kv_head=6)])
-def test_a_llama_family_variant_s_projection_flops_are_what_its_layer_runs(name, shape):
-    """The Llama family's registry (GROUPED_REGISTRY) states projection_flops as GPT's does: Q and O over all
-    query heads, K and V over the key/value heads, whatever the head width."""
-    from iattention.attention.registry import GROUPED_REGISTRY
-    from iattention.config.llama import LlamaConfig
+# ------------------------------------------------------------- the Llama family (GROUPED_REGISTRY), same contract
+LLAMA_SHAPE = dict(n_layer=2, n_embd=8, d_ff=16, vocab_size=97, block_size=16)
 
-    cfg = LlamaConfig(n_embd=48, **shape)
-    layer = GROUPED_REGISTRY[name](cfg).double()
-    said = GROUPED_REGISTRY[name].projection_flops(cfg)
-    x = torch.randn(1, 5, cfg.n_embd, dtype=torch.float64)
-    y = torch.randn(1, 5, cfg.n_head * cfg.d_head, dtype=torch.float64)
-    from torch.utils.flop_counter import FlopCounterMode
+# MHA, GQA, MQA, head width != n_embd / n_head, partial rotary, the interleaved layout, a tied head; q/k/v biases
+# without (Qwen2) and with (Llama's attention_bias) an output bias, and an output bias alone.
+LLAMA_SHAPES = {
+    "mha": dict(n_head=2, n_kv_head=2),
+    "gqa-qkv-bias": dict(n_head=4, n_kv_head=2, qkv_bias=True),
+    "mqa-attention-bias": dict(n_head=4, n_kv_head=1, qkv_bias=True, o_bias=True),
+    "wide-heads-tied": dict(n_head=4, n_kv_head=2, d_head=6, qkv_bias=True, o_bias=True, tie_embeddings=True),
+    "partial-rotary": dict(n_head=4, n_kv_head=2, d_head=6, rot=2, qkv_bias=True, o_bias=True),
+    "interleaved": dict(n_head=2, n_kv_head=1, d_head=6, rot=4, rope_layout="interleaved", qkv_bias=True),
+    "o-bias-only": dict(n_head=2, n_kv_head=1, o_bias=True),
+}
 
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        layer.qkv(x)
-        layer.project_out(y)
-    assert said == counter.get_total_flops() / 5, f"{name} {shape}: projection_flops says {said}"
+
+def llama_contract_configs(name: str) -> list[LlamaConfig]:
+    return [LlamaConfig(**LLAMA_SHAPE, attention=name, **kw) for kw in LLAMA_SHAPES.values()]
+
+
+def _moved_bias(model, name: str, gen: torch.Generator):
+    """A copy of `model` with bias `name` of every layer moved by a random delta (math form, load_heads); a
+    moved b_V is folded into b_O where the layer learns one: b_O - sum_h delta[j(h)] W_O[h]."""
+    out = _build(model.config).double().eval()
+    out.load_state_dict(model.state_dict())
+    for attn in out.attention_layers:
+        hw = attn.to_heads()  # fields are replaced below, never changed in place
+        delta = 0.3 * torch.randn(getattr(hw, name).shape, generator=gen, dtype=torch.float64)
+        setattr(hw, name, getattr(hw, name) + delta)
+        if name == "b_V" and hw.b_O is not None:
+            hw.b_O = hw.b_O - torch.einsum("hr,hrd->d", delta[torch.arange(hw.n_head) // hw.group], hw.W_O)
+        attn.load_heads(hw)
+    return out
+
+
+def check_grouped_redundant_biases(cfg: LlamaConfig) -> None:
+    """Measured on the function: moving a bias that redundant_biases names (b_V folded into b_O) keeps the logits,
+    moving any other learned bias changes them (b_K too: under RoPE q_i M(j - i) b_K^T depends on the key's
+    position j); and fully_reduced_count drops exactly the named biases' parameters."""
+    model, gen = _model(cfg), torch.Generator().manual_seed(13)
+    said = set(attention_class(cfg).redundant_biases(cfg))
+    hw = model.attention_layers[0].to_heads()
+    learned = {name for name in ("b_Q", "b_K", "b_V", "b_O") if getattr(hw, name) is not None}
+    assert said <= learned, f"{cfg.attention}: redundant_biases names {sorted(said - learned)}, which the layer lacks"
+    with torch.no_grad():
+        before = model(_x())[0]
+        for name in sorted(learned):
+            rel = max_rel(_moved_bias(model, name, gen)(_x())[0], before)
+            if name in said:
+                assert rel <= 1e-10, f"{cfg.attention}: redundant_biases names {name}, but moving it changes the " \
+                                     f"logits (max rel. {rel:.3g})"
+            else:
+                assert rel > 1e-6, f"{cfg.attention}: moving {name} keeps the logits (max rel. {rel:.3g}), but " \
+                                   "redundant_biases does not name it"
+    reduced = _build(cfg).num_params() - cfg.n_layer * sum(getattr(hw, name).numel() for name in said)
+    assert fully_reduced_count(cfg) == reduced, \
+        f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the built model shows {reduced}"
+
+
+def check_canonical_counts(cfg: LlamaConfig) -> None:
+    """Canonical's removed_params is symmetry.grouped.removed_per_layer's count (and counts' split), whole model."""
+    if cfg.attention != "canonical":
+        return
+    said = attention_class(cfg).removed_params(cfg)
+    per_layer = sg.removed_per_layer(cfg.n_kv_head, cfg.d_head, cfg.rot)
+    assert said == cfg.n_layer * sum(per_layer.values()), f"canonical: removed_params {said}, removed_per_layer " \
+                                                          f"{per_layer} per layer"
+
+
+LLAMA_CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
+                check_canonicalize_is_exact, check_head_blocks, check_removed_params, check_grouped_redundant_biases,
+                check_projection_flops, check_canonical_counts]
+
+
+def run_llama_contract(name: str) -> None:
+    for cfg in llama_contract_configs(name):
+        for check in LLAMA_CHECKS:
+            check(cfg)
+
+
+@pytest.mark.parametrize("shape", LLAMA_SHAPES)
+@pytest.mark.parametrize("check", LLAMA_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+@pytest.mark.parametrize("name", list(GROUPED_REGISTRY))
+def test_llama_contract(name, check, shape):
+    check(LlamaConfig(**LLAMA_SHAPE, attention=name, **LLAMA_SHAPES[shape]))
+
+
+class DoubledGroupedV(LlamaStandardAttention):
+    """Broken on purpose: its math form says 2 W_V."""
+    variant = "doubled_v"
+
+    def to_heads(self):
+        hw = super().to_heads()
+        hw.W_V = 2 * hw.W_V
+        return hw
+
+
+class RemovesOneMore(LlamaStandardAttention):
+    variant = "removes_one_more"
+
+    @classmethod
+    def removed_params(cls, config):
+        return 1
+
+
+class NoFoldedValueBias(LlamaStandardAttention):
+    """The bug this contract found: no redundant bias even with b_O to fold b_V into."""
+    variant = "no_folded_b_v"
+
+    @classmethod
+    def redundant_biases(cls, config):
+        return ()
+
+
+class GPTRuleBiases(LlamaStandardAttention):
+    """GPT's rule carried over: b_K named too, which RoPE makes position-dependent."""
+    variant = "gpt_rule_biases"
+
+    @classmethod
+    def redundant_biases(cls, config):
+        return ("b_K", "b_V") if config.qkv_bias and config.o_bias else ()
+
+
+class GroupOutputBlocks(LlamaStandardAttention):
+    """Broken on purpose: o_proj split per KV group (g query heads in one block), k_proj per query head."""
+    variant = "group_output_blocks"
+
+    def head_blocks(self):
+        H, G, r = self.n_head, self.n_kv_head, self.d_head
+        return {**super().head_blocks(), "o_proj.weight": column_blocks(H // G * r, G)}
+
+
+class KeyBlocksPerQueryHead(LlamaStandardAttention):
+    variant = "key_blocks_per_query_head"
+
+    def head_blocks(self):
+        return {**super().head_blocks(), "k_proj.weight": row_blocks(1, self.n_head * self.d_head, self.d_head,
+                                                                     self.n_head)}
+
+
+class LlamaStandardCopy(LlamaStandardAttention):
+    """A correct third Llama-family variant: standard under another name."""
+    variant = "standard_copy"
+
+
+GQA_BIASES = dict(**LLAMA_SHAPE, **LLAMA_SHAPES["mqa-attention-bias"])
+
+
+@pytest.mark.parametrize("cls, checks, message", [
+    (DoubledGroupedV, [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
+                       check_canonicalize_is_exact], "doubled_v"),
+    (RemovesOneMore, [check_removed_params], "removed_params says 1, the math form shows 0"),
+    (NoFoldedValueBias, [check_grouped_redundant_biases], "moving b_V keeps the logits"),
+    (GPTRuleBiases, [check_grouped_redundant_biases], "names b_K, but moving it changes"),
+    (GroupOutputBlocks, [check_head_blocks], "a head_blocks block of o_proj.weight feeds heads"),
+    (KeyBlocksPerQueryHead, [check_head_blocks], r"a block of k_proj.weight \(2, 8\) is empty"),
+], ids=lambda v: getattr(v, "variant", ""))
+def test_the_llama_contract_catches_a_broken_variant(monkeypatch, cls, checks, message):
+    monkeypatch.setitem(GROUPED_REGISTRY, cls.variant, cls)
+    cfg = LlamaConfig(**GQA_BIASES, attention=cls.variant)
+    for check in checks:
+        with pytest.raises(AssertionError, match=message):
+            check(cfg)
+    with pytest.raises(AssertionError):
+        run_llama_contract(cls.variant)
+
+
+def test_a_correct_extra_llama_variant_passes_the_contract(monkeypatch):
+    monkeypatch.setitem(GROUPED_REGISTRY, LlamaStandardCopy.variant, LlamaStandardCopy)
+    run_llama_contract(LlamaStandardCopy.variant)
+
+
+def test_attention_class_reads_either_family_s_registry(monkeypatch):
+    from iattention.bench.flops import attention_projection_flops
+
+    for attention in variant_names():
+        assert attention_class(GPTConfig(**SHAPE, n_head=3, attention=attention)) is ATTENTION_REGISTRY[attention]
+    for attention, cls in GROUPED_REGISTRY.items():
+        cfg = LlamaConfig(**LLAMA_SHAPE, attention=attention)
+        assert attention_class(cfg) is cls
+        d, r, H, G = 8, 2, 4, 2
+        assert attention_projection_flops(cfg) == cls.projection_flops(cfg) == 2 * d * r * (2 * H + 2 * G)
+    monkeypatch.setitem(GROUPED_REGISTRY, LlamaStandardCopy.variant, LlamaStandardCopy)  # read at call time
+    assert attention_class(LlamaConfig(**LLAMA_SHAPE, attention=LlamaStandardCopy.variant)) is LlamaStandardCopy
+    source = (ROOT / "src/iattention/attention/registry.py").read_text()
+    assert "iattention.config" not in source, "registry.py imports a config module (an import cycle)"
