@@ -92,6 +92,8 @@ def check_fits_in_memory(config: GPTConfig | LlamaConfig, batch_size: int = 0,
     """Refuse, in one line and before allocating anything, a model (and, with batch_size, its training)
     whose estimated memory exceeds what this machine has available: an absurd size would otherwise die in
     the allocator with a MemoryError or be killed."""
+    if torch.empty(0).device.type == "meta":  # built under `with torch.device("meta")`: shapes only, no memory
+        return
     have = available_memory(device)
     if have is None:  # the system does not say: let the allocator decide
         return
