@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from helpers import one_line_error, tiny_overrides, write_corpus
 from iattention.attention.registry import GROUPED_REGISTRY
@@ -112,3 +113,34 @@ def test_a_saved_llama_run_config_round_trips(study):
     cfg = load_run_config(study["out"] / "canonical-h4-s0")
     again = load_config(None, None, [], base=cfg.to_dict())
     assert again == cfg and again.to_dict()["model"]["arch"] == "llama"
+
+
+def test_a_trained_llama_exports_to_transformers_with_its_tokenizer_and_card(study):
+    """`iattn convert --to hf` of a canonical Llama run: transformers' LlamaForCausalLM from the folder gives our
+    logits on the real tokens, its tokenizer encodes as ours, and the card names the Llama class."""
+    tf = pytest.importorskip("transformers")
+    run, out = study["out"] / "canonical-h4-s0", study["root"] / "hf"
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(out)]) == 0
+    ours, _ = load_model(run)
+    hf = tf.AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    tok = tf.AutoTokenizer.from_pretrained(str(out))
+    assert type(hf).__name__ == "LlamaForCausalLM" and hf.config.num_key_value_heads == 2
+    ids = tok("the cat sat on a mat", return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref, got = ours(ids)[0], hf(ids).logits
+    n = ours.config.vocab_size
+    assert (got[..., :n] - ref).abs().max() <= 1e-5 * ref.abs().max()
+    assert (got[..., n:] == 0).all()  # the added end-of-text token: a zero row (RMSNorm has no bias to silence it)
+    card = (out / "README.md").read_text()
+    assert "# Llama exported by iattention" in card and "`LlamaForCausalLM`" in card and "GPT2" not in card
+
+
+@pytest.mark.parametrize("command", [
+    ["inspect", "{run}", "--prompt", "the", "--out", "{tmp}/i"], ["conditioning", "--checkpoint", "{run}"],
+    ["bench", "--preset", "llama-cpu", "--heads", "4"], ["bench", "--preset", "llama-cpu", "--generate", "4"],
+    ["scales", "--preset", "llama-cpu", "--arms", "standard"]], ids=lambda c: "-".join(c[:2]))
+def test_the_gpt2_only_tools_refuse_a_llama_in_one_line(study, tmp_path, capsys, command):
+    run = study["out"] / "canonical-h4-s0"
+    rc = main([w.format(run=run, tmp=tmp_path) for w in command])
+    one_line_error(capsys, rc, "reads GPT-2 models, and this one is of the Llama family")
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,7 @@ import torch
 from iattention.config import model_preset
 from iattention.errors import UserError
 from iattention.interop.hf import to_hf
+from iattention.model import gpt_only
 from iattention.model.gpt import GPT
 
 
@@ -40,6 +41,8 @@ def _cache_bytes(model, kind: str | None, prompt: torch.Tensor) -> int | None:
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
                      rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
     shape = model_preset(preset)
+    gpt_only(shape, f"iattn bench --generate (preset {preset})", "benchmarks/k_only_cache.py measures the Llama "
+             "family's K-only cache against the full one")
     if prompt_len + new_tokens > shape.block_size:
         raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
                         f"ask for at most {shape.block_size - prompt_len} with --generate")

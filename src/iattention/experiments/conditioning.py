@@ -22,6 +22,7 @@ from iattention.errors import UserError
 from iattention.interop.convert import block_conditioning
 from iattention.interop.hf import from_hf
 from iattention.interop.load import load_model
+from iattention.model import gpt_only
 from iattention.symmetry.transforms import canonicalize
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import perplexity, split_nll
@@ -80,6 +81,10 @@ def run(args) -> None:
 
     transformers.utils.logging.set_verbosity_error()
     results = []
+    if args.checkpoint:  # read first: a model this study cannot take is refused before the minutes of GPT-2
+        model, meta = load_model(args.checkpoint)
+        gpt_only(model.config, f"iattn conditioning ({args.checkpoint})", "iattn convert --from it --to canonical "
+                 "prints its fixed blocks' conditioning, pivoted against aligned")
     if args.gpt2 or not args.checkpoint:  # the reference model: minutes on a CPU
         torch.manual_seed(0)
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init
@@ -88,7 +93,6 @@ def run(args) -> None:
         results.append(study(from_hf(hf), data.splits["test"][: args.gpt2_tokens + 1],
                              "GPT-2 small shape, transformers init (seed 0)", 1024))
     if args.checkpoint:
-        model, meta = load_model(args.checkpoint)
         dcfg = DataConfig(**{**meta["config"]["data"], **({"data_dir": args.data_dir} if args.data_dir else {})})
         tokens = load_data(dcfg, splits=("test",)).splits["test"]
         results.append(study(model, tokens, f"trained by iattention: {args.checkpoint}", model.config.block_size))

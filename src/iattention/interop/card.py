@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+FAMILY_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}  # config/llama.py's family -> class prefix
 _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
             ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
 
@@ -34,17 +35,25 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     """Markdown text of the card; `config` is the source's model config, `summary` its run's summary.json."""
     attention = config.get("attention", "standard")
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
+    llama = config.get("arch") == "llama"  # a Llama-family model (config/llama.py), exported as its family's class
+    family = config.get("family", "llama")
+    name, cls, form = ((FAMILY_NAMES.get(family, family), f"{FAMILY_NAMES.get(family, family)}ForCausalLM",
+                        f"{FAMILY_NAMES.get(family, family)} form") if llama else ("GPT-2", "GPT2LMHeadModel",
+                                                                                   "GPT-2 form"))
+    heads = (f"{config.get('n_head')} query heads sharing {config.get('n_kv_head')} key/value heads of "
+             f"{config.get('d_head')} dims, RoPE" if llama else f"{config.get('n_head')} heads")
     lines = [
-        "---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [gpt2, iattention]", "---", "",
-        "# GPT-2 exported by iattention", "",
-        f"Trained as **{attention}** attention ({config.get('n_layer')} layers, {config.get('n_head')} heads, width "
+        "---", "library_name: transformers", "pipeline_tag: text-generation",
+        f"tags: [{family if llama else 'gpt2'}, iattention]", "---", "",
+        f"# {name} exported by iattention", "",
+        f"Trained as **{attention}** attention ({config.get('n_layer')} layers, {heads}, width "
         f"{config.get('n_embd')}, block size {config.get('block_size')}) and exported as a standard Hugging Face "
-        "`GPT2LMHeadModel`" + (" (canonical attention expanded exactly to standard GPT-2 attention)"
-                               if attention != "standard" else "") + ".", "",
+        f"`{cls}`" + (f" (canonical attention expanded exactly to standard {name} attention)"
+                      if attention != "standard" else "") + ".", "",
         "| | |", "| --- | --- |",
         f"| source | `{source}` |",
         f"| learned parameters, ours ({attention}) | {params_ours:,} |",
-        f"| parameters as exported (GPT-2 form{extra_row}) | {params_exported:,} |",
+        f"| parameters as exported ({form}{extra_row}) | {params_exported:,} |",
         f"| max abs logit difference, export vs source (probe batch) | {max_abs_logit_diff:.2e} |",
     ]
     if data:
@@ -66,9 +75,10 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
               "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               "tok = AutoTokenizer.from_pretrained(FOLDER)", "model = AutoModelForCausalLM.from_pretrained(FOLDER)",
               "```", "", "TransformerLens 4.x (`pip install \"transformer-lens>=4\"`): "
-              "`TransformerBridge.boot_transformers(FOLDER)`; 2.x (`pip install \"transformer-lens<3\"`): "
+              "`TransformerBridge.boot_transformers(FOLDER)`" + ("." if llama else
+              "; 2.x (`pip install \"transformer-lens<3\"`): "
               "`HookedTransformer(HookedTransformerConfig(...))` from this folder's config, then "
-              "`load_and_process_state_dict(convert_gpt2_weights(model, cfg), fold_ln=False, ...)`.", "",
+              "`load_and_process_state_dict(convert_gpt2_weights(model, cfg), fold_ln=False, ...)`."), "",
               "lm-evaluation-harness (`pip install \"lm-eval[hf]\"`; plain `lm-eval` has no transformers): "
               "`--model hf --model_args pretrained=FOLDER` with a local `loglikelihood_rolling` task over a "
               "text file.", "",

@@ -162,10 +162,11 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if to == "hf":
             eos, silent = None, True
             if tokenizer is not None:
-                eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=model.config.n_positions)
+                positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+                eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=positions)
                 silent = add_eos_row(model, eos)
                 if not silent:
-                    print(f"iattn: warning: {out}: this model has no final LayerNorm bias to silence the added "
+                    print(f"iattn: warning: {out}: this model has no final norm bias to silence the added "
                           f"end-of-text token {eos} with, so it has logit 0 and takes a little probability from "
                           "every real token (clients measure a higher perplexity than iattn eval)",
                           file=sys.stderr)

@@ -284,7 +284,11 @@ def add_eos_row(hf, eos_id: int) -> bool:
         hf.resize_token_embeddings(n + 1, mean_resizing=False)
         row = hf.get_input_embeddings().weight[n]
         row.zero_()
-        w = _silent_row(hf, n)
+        head = hf.get_output_embeddings()
+        if head is not None and head.weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
+            head.weight[n].zero_()  # an untied head (Llama family): logit 0 as well, not a random row
+        # GPT-2's final LayerNorm has a bias to silence the row with; the Llama family's RMSNorm has none
+        w = _silent_row(hf, n) if hasattr(hf, "transformer") else None
         if w is None:
             silent = False
         else:

@@ -13,6 +13,7 @@ import torch
 
 from iattention.errors import UserError
 from iattention.interop.load import load_run
+from iattention.model import gpt_only
 from iattention.model.activations import run_with_cache
 from iattention.symmetry.spectra import effective_rank, head_spectra
 from iattention.utils.atomic import write_text, write_with
@@ -136,6 +137,8 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     written, spectra, names = [], [], []
     for run in runs:
         model, tok = load_run(run, data_dir)
+        gpt_only(model.config, f"iattn inspect ({run})", "for its weights in canonical form run iattn convert "
+                 "--to canonical, and its conditioning is printed there")
         ids = tok.encode(prompt)
         if len(ids) > model.config.block_size:
             notify(f"note: the prompt has {len(ids)} tokens; {run} has block size {model.config.block_size}, "
