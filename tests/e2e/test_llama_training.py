@@ -144,3 +144,30 @@ def test_the_gpt2_only_tools_refuse_a_llama_in_one_line(study, tmp_path, capsys,
     rc = main([w.format(run=run, tmp=tmp_path) for w in command])
     one_line_error(capsys, rc, "reads GPT-2 models, and this one is of the Llama family")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_s_default_heads_on_a_llama_preset_are_those_its_kv_heads_divide(tmp_path):
+    from iattention.cli.app import build_parser
+    from iattention.cli.experiments import _check_heads
+
+    args = build_parser().parse_args(["sweep", "--preset", "llama-cpu", "--out", str(tmp_path / "s")])
+    _check_heads(args)
+    assert args.heads == [2, 4, 8]
+    args = build_parser().parse_args(["sweep", "--preset", "cpu-quick", "--out", str(tmp_path / "s")])
+    _check_heads(args)
+    assert args.heads == [1, 2, 4, 8]
+
+
+def test_more_heads_than_width_is_named_in_one_line(study, capsys):
+    rc = main(["compare", "--preset", "tiny", "--heads", "2,64", "--out", str(study["root"] / "wide"), *study["ov"]])
+    one_line_error(capsys, rc, "--heads 64", "n_embd=32", "no head width")
+
+
+def test_inspect_of_a_gpt2_and_a_llama_run_writes_nothing(study, tmp_path, capsys):
+    gpt = [o for o in study["ov"] if o not in LLAMA]
+    assert main(["train", "--preset", "tiny", *gpt, "train.epochs=1", "--out", str(tmp_path / "g")]) == 0
+    capsys.readouterr()
+    rc = main(["inspect", str(tmp_path / "g"), str(study["out"] / "standard-h4-s0"), "--prompt", "the",
+               "--out", str(tmp_path / "i")])
+    one_line_error(capsys, rc, "iattn inspect", "Llama family")
+    assert not (tmp_path / "i").exists()

@@ -35,7 +35,8 @@ def cmd_llama_params(args) -> None:
     """`iattn params --arch llama`: a shape-only preset's totals, what canonical removes (query/key and
     value/output), and the decoding cache per token."""
     if args.heads:
-        raise UserError("--heads is for GPT presets; a Llama shape preset has its published head counts")
+        raise UserError("--heads is for GPT presets; a Llama preset has its own head counts (the published ones, "
+                        "or llama-cpu's n_head; runs at other counts: iattn compare --preset llama-cpu --heads N)")
     preset = args.preset or "llama-3-8b"
     shape = _llama_shape(preset)
     std = llama_standard_param_count(shape)

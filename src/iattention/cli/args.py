@@ -145,6 +145,9 @@ def check_heads(heads: list[int], n_embd: int, preset: str, n_kv_head: int = 0) 
         if n_kv_head and h % n_kv_head:
             raise UserError(f"--heads {h}: preset {preset} has n_kv_head={n_kv_head} key/value heads, each serving "
                             f"the same number of query heads; pick multiples of {n_kv_head}")
+        if n_kv_head and h > n_embd:
+            raise UserError(f"--heads {h}: more heads than preset {preset}'s n_embd={n_embd} leaves no head width; "
+                            f"pick at most {n_embd}")
         if n_kv_head:
             continue  # a Llama-family head's width is model.d_head, not n_embd / n_head
         if n_embd % h:

@@ -50,7 +50,10 @@ def _specs(args):
 def _check_heads(args):
 
     model = load_config(args.preset, None, list(args.overrides)).model
-    check_heads(args.heads, model.n_embd, args.preset, getattr(model, "n_kv_head", 0))
+    n_kv_head = getattr(model, "n_kv_head", 0)  # a Llama-family preset: head counts its KV heads divide
+    if args.heads is None:
+        args.heads = [h for h in args.heads_default if not n_kv_head or h % n_kv_head == 0] or [model.n_head]
+    check_heads(args.heads, model.n_embd, args.preset, n_kv_head)
 
 
 def cmd_compare(args) -> None:
@@ -116,7 +119,10 @@ def _grid_flags(p, heads_default, seeds_default) -> None:
     p.add_argument("--arms-file", help="YAML file: arm name -> list of KEY=VALUE overrides")
     p.add_argument("--attention", type=str_list, default=None,
                    help="older form of --arms: comma-separated attention variants")
-    p.add_argument("--heads", type=ints, default=heads_default, help="comma-separated head counts")
+    p.add_argument("--heads", type=ints, default=None,
+                   help=f"comma-separated head counts (default: {','.join(map(str, heads_default))}; for a Llama "
+                        "preset those its n_kv_head divides)")
+    p.set_defaults(heads_default=heads_default)
     p.add_argument("--seeds", type=int_list(0), default=seeds_default,
                    help="comma-separated seeds")
     p.add_argument("--out", type=out_path, required=True,

@@ -11,6 +11,7 @@ from iattention.errors import UserError
 
 ARCH = "llama"  # the `arch` key a saved Llama config carries (a GPTConfig has none)
 ROPE_TYPES = ("default", "llama3")
+LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 FAMILY_NAMES = ("llama", "qwen2", "mistral")  # transformers' model_type of an export
 
 
@@ -86,6 +87,29 @@ class LlamaConfig:
             raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        for name, example in (("rope_theta", "10000"), ("rms_eps", "1e-6")):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise UserError(f"model.{name} must be a finite number > 0, got {value!r}; e.g. model.{name}={example}")
+        if self.rope_type == "llama3":
+            missing = [k for k in LLAMA3_SCALING if not isinstance(self.rope_scaling.get(k), (int, float))
+                       or isinstance(self.rope_scaling.get(k), bool)]
+            if missing:
+                raise UserError(f"model.rope_type=llama3 needs numbers {', '.join(LLAMA3_SCALING)} in "
+                                f"model.rope_scaling; missing or not a number: {', '.join(missing)}")
+        elif self.rope_scaling:
+            raise UserError(f"model.rope_scaling={self.rope_scaling!r} is read only with model.rope_type=llama3; drop "
+                            "it or set model.rope_type=llama3")
+        # this model attends over its whole block: a shorter Mistral window or position limit would be ignored
+        # here and applied by transformers after an export, so a trained model and its export would differ
+        for name in ("sliding_window", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UserError(f"model.{name} must be an integer >= 0 (0: none), got {value!r}")
+            if 0 < value < self.block_size:
+                raise UserError(f"model.{name}={value} is shorter than model.block_size={self.block_size}; this "
+                                f"model attends over its whole block, so set model.block_size={value} or drop "
+                                f"model.{name}")
 
     @property
     def padded_vocab_size(self) -> int:

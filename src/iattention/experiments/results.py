@@ -113,6 +113,13 @@ def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     c = json.loads(json.dumps(config_identity(cfg)))
     drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}
     drop |= {tuple(k.split(".", 1)) for k in arm_keys}
+    m = c.get("model", {})
+    if m.get("arch") == "llama" and m.get("n_head"):  # d_head and rot as n_head makes them (the preset's "0":
+        auto = m.get("n_embd", 0) // m["n_head"]       # auto) vary with heads too; set by hand they stay
+        if m.get("d_head") == auto:
+            drop.add(("model", "d_head"))
+            if m.get("rot") == auto:
+                drop.add(("model", "rot"))
     for sec, key in drop:
         c.get(sec, {}).pop(key, None)
     return c

@@ -135,10 +135,11 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
     written, spectra, names = [], [], []
-    for run in runs:
-        model, tok = load_run(run, data_dir)
+    loaded = [(run, *load_run(run, data_dir)) for run in runs]  # every run read and checked before any file
+    for run, model, _ in loaded:
         gpt_only(model.config, f"iattn inspect ({run})", "for its weights in canonical form run iattn convert "
                  "--to canonical, and its conditioning is printed there")
+    for run, model, tok in loaded:
         ids = tok.encode(prompt)
         if len(ids) > model.config.block_size:
             notify(f"note: the prompt has {len(ids)} tokens; {run} has block size {model.config.block_size}, "

@@ -27,6 +27,14 @@ def test_head_width_and_rotary_dims_default_from_the_shape():
     (dict(dropout=1.0), ["dropout", "[0, 1)"]),
     (dict(n_layer=0), ["model.n_layer", "positive integer"]),
     (dict(vocab_size=True), ["model.vocab_size", "True"]),
+    (dict(rope_theta=-5.0), ["model.rope_theta", "> 0", "-5.0"]),
+    (dict(rms_eps=0.0), ["model.rms_eps", "> 0"]),
+    (dict(rope_type="llama3"), ["rope_type=llama3", "factor", "original_max_position_embeddings"]),
+    (dict(rope_type="llama3", rope_scaling=dict(factor=8.0)), ["missing or not a number: low_freq_factor"]),
+    (dict(rope_scaling=dict(factor=8.0)), ["model.rope_scaling", "only with model.rope_type=llama3"]),
+    (dict(sliding_window=-3), ["model.sliding_window", ">= 0"]),
+    (dict(sliding_window=16), ["model.sliding_window=16", "model.block_size=128", "set model.block_size=16"]),
+    (dict(max_positions=64), ["model.max_positions=64", "model.block_size=128"]),
 ])
 def test_a_bad_setting_names_the_key_and_what_it_takes(changes, must):
     with pytest.raises(UserError) as err:

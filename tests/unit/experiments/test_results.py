@@ -82,3 +82,17 @@ def test_groups_are_ordered_by_heads_then_by_the_arms_first_appearance():
     grouped = group(runs)
     assert list(grouped) == [("b", 2), ("a", 2), ("b", 4), ("a", 4)]
     assert len(grouped[("b", 2)]) == 2
+
+
+def test_a_llama_study_is_one_config_across_head_counts_unless_its_head_width_is_set():
+    """A Llama run's saved config holds d_head and rot as its n_head made them (n_embd / n_head): they vary with
+    the heads a sweep varies, so runs at 2 and 4 heads are one study; a d_head set by hand stays a difference."""
+    from iattention.config import load_config
+    from iattention.experiments.results import _study_config
+
+    def cfg(*ov):
+        return load_config("llama-cpu", None, list(ov)).to_dict()
+
+    assert _study_config(cfg("model.n_head=2")) == _study_config(cfg("model.n_head=4"))
+    assert _study_config(cfg("model.n_head=2", "model.d_head=32")) != _study_config(cfg("model.n_head=4"))
+    assert _study_config(cfg("model.n_head=4", "model.rot=32")) != _study_config(cfg("model.n_head=4"))
