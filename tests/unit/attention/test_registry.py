@@ -351,14 +351,20 @@ def run_contract(name: str) -> None:
 
 
 # ------------------------------------------------------------------- the checks can tell a broken variant
-class DoubledV(StandardAttention):
-    """Broken on purpose: its math form says 2 W_V, so expand, canonicalize and convert would be wrong."""
-    variant = "doubled_v"
+def doubled_v(base: type) -> type:
+    """Broken on purpose: `base` whose math form says 2 W_V, so expand, canonicalize and convert would be wrong."""
 
-    def to_heads(self):
-        hw = super().to_heads()
-        hw.W_V = 2 * hw.W_V
-        return hw
+    class DoubledV(base):
+        variant = "doubled_v"
+
+        def to_heads(self):
+            hw = super().to_heads()
+            hw.W_V = 2 * hw.W_V
+            return hw
+    return DoubledV
+
+
+DoubledV = doubled_v(StandardAttention)
 
 
 class StandardCopy(StandardAttention):
@@ -588,14 +594,7 @@ def test_llama_contract(name, check, shape):
     check(LlamaConfig(**LLAMA_SHAPE, attention=name, **LLAMA_SHAPES[shape]))
 
 
-class DoubledGroupedV(LlamaStandardAttention):
-    """Broken on purpose: its math form says 2 W_V."""
-    variant = "doubled_v"
-
-    def to_heads(self):
-        hw = super().to_heads()
-        hw.W_V = 2 * hw.W_V
-        return hw
+DoubledGroupedV = doubled_v(LlamaStandardAttention)
 
 
 class RemovesOneMore(LlamaStandardAttention):
