@@ -93,9 +93,10 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_match_one(tmp_path):
+@pytest.mark.parametrize("family", [[], ["model.arch=llama", "model.n_kv_head=1"]], ids=["gpt2", "llama"])
+def test_ddp_two_processes_match_one(tmp_path, family):
     paths = write_corpus(tmp_path)
-    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1})
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1}) + family
     one = train(load_config("tiny", None, ov), tmp_path / "one", quiet=True)
     # each rank's output in its own file (--redirects 3), so that a failure shows what the failing rank said,
     # not only the launcher's traceback that ends torchrun's stderr
