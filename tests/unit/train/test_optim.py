@@ -330,3 +330,41 @@ def test_the_attention_knobs_find_a_llama_model_s_self_attn_matrices(attention):
         else:
             assert group["lr_scale"] == 1.0, name
     assert seen >= 8  # at least the four maps of each of the two layers
+
+
+@pytest.mark.parametrize("attention", ["standard", "canonical"])
+def test_muon_splits_a_llama_model_s_attention_per_head_and_its_first_step_is_orthogonal_per_block(attention):
+    """The Llama family's head_blocks reach Muon: every attention and MLP matrix entry in exactly one block,
+    AdamW holds the rest, and with no weight decay each block's first update is near-orthogonal (its own
+    Newton-Schulz, not the fused projection's)."""
+    from iattention.config.llama import LlamaConfig
+    from iattention.model.llama import Llama
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48, vocab_size=50, block_size=16,
+                              attention=attention))
+    opt = build_optimizer(model, OptimConfig(name="muon", weight_decay=0.0, lr=1e-3), "cpu")
+    cover = {id(p): torch.zeros_like(p) for p, _ in opt.sources}
+    for p, idx in opt.sources:
+        cover[id(p)][idx] += 1
+    adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        hidden = (".self_attn." in name or ".mlp." in name) and is_matrix(name, p)
+        assert (id(p) in adamw) != hidden, name
+        if hidden:
+            assert torch.equal(cover[id(p)], torch.ones_like(p)), name
+    before = [view.clone() for view in opt.views]
+    _muon_step(model, opt)
+    attn = {id(p) for p in model.model.layers[0].self_attn.parameters()}
+    checked = 0
+    for i, (p, _) in enumerate(opt.sources):
+        view = opt.views[i]
+        if id(p) in attn:  # one head's side (d_head = 8), or one rotary pair's 2 columns of canonical's key map
+            assert min(view.shape) in (8, 2), tuple(view.shape)
+        if id(p) not in attn or min(view.shape) < 8:  # canonical's (d - 1) x 2 rotary pair blocks: too thin to judge
+            continue
+        step = (before[i] - view) / (1e-3 * 0.2 * max(view.shape) ** 0.5)  # torch's match_rms_adamw adjustment
+        s = torch.linalg.svdvals(step)
+        assert 0.7 < s.median() < 1.3 and s.max() < 1.5, (tuple(view.shape), s)
+        checked += 1
+    assert checked >= 8  # 4 query heads, 2 key/value heads of V, and the output blocks
