@@ -16,13 +16,14 @@ and W_O[h] -> S_j^{-1} W_O[h] for every query head h of group j (r^2 numbers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from iattention.attention.base import CausalSelfAttention
 from iattention.attention.cache import KOnlyCache, KVCache
+from iattention.attention.heads import cast_fields
 from iattention.attention.rope import apply_rope
 
 
@@ -38,8 +39,7 @@ class GroupedHeadWeights:
     b_O: torch.Tensor | None = None  # (d,)
 
     def to(self, dtype: torch.dtype) -> GroupedHeadWeights:
-        return GroupedHeadWeights(**{f.name: None if (t := getattr(self, f.name)) is None else t.to(dtype)
-                                     for f in fields(self)})
+        return cast_fields(self, dtype)
 
     @property
     def n_head(self) -> int:

@@ -7,7 +7,7 @@ For head h with head dim r (row-vector convention, x is 1 x d):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -24,12 +24,16 @@ class HeadWeights:
     b_O: torch.Tensor | None = None  # (d,)
 
     def to(self, dtype: torch.dtype) -> HeadWeights:
-        return HeadWeights(**{f.name: None if (t := getattr(self, f.name)) is None else t.to(dtype)
-                              for f in fields(self)})
+        return cast_fields(self, dtype)
 
     @property
     def n_head(self) -> int:
         return self.W_Q.shape[0]
+
+
+def cast_fields(hw, dtype: torch.dtype):
+    """A copy of a weights dataclass (HeadWeights, grouped.GroupedHeadWeights) with every tensor in `dtype`."""
+    return replace(hw, **{f.name: t.to(dtype) for f in fields(hw) if (t := getattr(hw, f.name)) is not None})
 
 
 def split_heads_in(W: torch.Tensor, n_head: int) -> torch.Tensor:
