@@ -52,11 +52,25 @@ def pair_dims(rot: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 class RotaryEmbedding(nn.Module):
     """Holds the inverse frequencies (a buffer, not saved: they follow from the config) and makes the
-    cos/sin tables of given positions."""
+    cos/sin tables of given positions.
+
+    The frequencies stay float32 whatever the model's dtype: `.to(dtype)`, `.half()`, `.bfloat16()` and
+    `.double()` move the buffer to the new device but keep its exact float32 values. A bf16 copy would turn
+    position n by n x (rounding error of theta_k), up to 0.7 rad at position 4,095 for theta = 10^4: the bug
+    transformers #25681 / #29496 and gpt-neox #1003 fixed the same way."""
 
     def __init__(self, inv_freq: torch.Tensor):
         super().__init__()
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)  # (rot/2,)
+        self._exact = inv_freq.detach().float().clone()  # not a buffer: no module cast reaches it
+
+    def _apply(self, fn, recurse=True):
+        # nn.Module.to / half / bfloat16 / double / cuda / to_empty all go through _apply: let them move the
+        # buffer, then restore the exact float32 values on its (new) device.
+        super()._apply(fn, recurse)
+        if not self._exact.is_meta:  # a shape-only (meta) model has no values to keep
+            self.inv_freq = self._exact.to(self.inv_freq.device)
+        return self
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (T,) -> cos, sin, each (T, rot/2) in `dtype`."""

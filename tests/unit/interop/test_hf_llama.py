@@ -128,6 +128,27 @@ def test_saved_folders_reload_bitwise(tmp_path, kind, kw):
         assert (back(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
 
 
+@pytest.mark.parametrize("kind,kw", [("Llama", dict(num_key_value_heads=2)),
+                                     ("Qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
+                                     ("Mistral", dict(num_key_value_heads=2, sliding_window=None))])
+def test_a_bf16_folder_gives_transformers_float64_logits_at_long_positions(tmp_path, kind, kw):
+    """A bf16 checkpoint (as Hub models ship) loaded and cast to float64 computes transformers' float64 logits of the
+    same folder at T = 2048: the RoPE frequencies stay float32 through every cast (with bf16 ones this relative
+    difference was 4e-2 to 6e-2 on these models)."""
+    T = 2048
+    hf = hf_model(kind, max_position_embeddings=T, **kw).to(torch.bfloat16)
+    hf.save_pretrained(tmp_path / "hf")
+    ours, _, _ = load_any(tmp_path / "hf")
+    assert ours.model.embed_tokens.weight.dtype == torch.bfloat16  # loaded in the folder's dtype ...
+    assert ours.model.rotary_emb.inv_freq.dtype == torch.float32  # ... its frequencies not
+    ours = ours.double()
+    ref = getattr(tf, f"{kind}ForCausalLM").from_pretrained(str(tmp_path / "hf"), dtype=torch.float64).eval()
+    x = torch.randint(0, 67, (1, T), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = ours(x)[0], ref(x).logits
+    assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-9
+
+
 def _folder(tmp_path, config: dict):
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(config))
