@@ -103,7 +103,10 @@ def _check_hf_weights(path: Path) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     for name in _weight_files(path):
         if not (path / name).is_file():
-            continue  # transformers reports the missing file
+            named = f"{path / INDEX} names shard {name}, which" if name != "model.safetensors" else \
+                f"its weights file {name}"
+            raise UserError(f"{path}: {named} is missing; download or copy the whole model folder again, or re-save "
+                            "it with save_pretrained")
         check_declared_size(path / name)  # a crafted header over a sparse file would be materialised
         try:
             with safe_open(str(path / name), framework="pt") as f:

@@ -11,13 +11,15 @@ sliding-window Qwen2, RoPE types that rescale cos/sin.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint.run_folder import read_json_object
-from iattention.config.llama import LlamaConfig
+from iattention.config.llama import LLAMA3_SCALING, ROPE_TYPES, LlamaConfig
 from iattention.errors import UserError
 from iattention.interop.hf import _check_hf_weights, _transformers
 from iattention.model.llama import Llama, inv_freq_of
@@ -44,6 +46,109 @@ def llama_family(model_type: str, where) -> str:
         raise UserError(f"{where}: {model_type} models are out of scope: {REFUSED[model_type]}; iattention converts "
                         f"{', '.join(FAMILIES)} and gpt2")
     raise UserError(f"{where} describes a {model_type!r} model; iattention converts gpt2, {', '.join(FAMILIES)}")
+
+
+# What a Llama-family config.json must hold (key: accepted types), then the keys it may hold, each of the types
+# transformers accepts. Checked before transformers reads the file: its own answers to a bad value are tracebacks
+# (ZeroDivisionError, KeyError, StrictDataclassFieldValidationError), messages cut mid-word, or a model of a
+# million layers allocated before any check against the weights.
+LLAMA_CONFIG_SCHEMA = {"model_type": (str,), "num_hidden_layers": (int,), "num_attention_heads": (int,),
+                       "hidden_size": (int,), "intermediate_size": (int,), "vocab_size": (int,)}
+_NONE = type(None)
+LLAMA_CONFIG_OPTIONAL = {"num_key_value_heads": (int, _NONE), "head_dim": (int, _NONE),
+                         "max_position_embeddings": (int,), "rms_norm_eps": (float,), "tie_word_embeddings": (bool,),
+                         "attention_bias": (bool,), "mlp_bias": (bool,), "hidden_act": (str,),
+                         "rope_parameters": (dict, _NONE), "rope_theta": (float, int), "rope_scaling": (dict, _NONE),
+                         "sliding_window": (int, _NONE), "use_sliding_window": (bool,)}
+_POSITIVE = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size",
+             "max_position_embeddings", "num_key_value_heads", "head_dim")
+_FIX = "fix the key or re-save the model with save_pretrained"
+
+
+def _finite_positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def read_llama_config(folder: Path) -> dict:
+    """A Llama-family folder's config.json, checked as transformers would need it, else one line naming the key."""
+    path = folder / "config.json"
+    cfg = read_json_object(path, "a Hugging Face config", "re-save the model with save_pretrained",
+                           schema={"model_type": (str,)})
+    llama_family(cfg["model_type"], path)
+    missing = [k for k, types in LLAMA_CONFIG_SCHEMA.items() if k not in cfg]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}, which a {cfg['model_type']} config needs; {_FIX}")
+    for key, types in {**LLAMA_CONFIG_SCHEMA, **LLAMA_CONFIG_OPTIONAL}.items():
+        value = cfg.get(key)
+        if key in cfg and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
+            raise UserError(f"{path}: {key} is {type(value).__name__} {value!r}"[:160] +
+                            f", expected {' or '.join(t.__name__ for t in types)}; {_FIX}")
+    for key in _POSITIVE:
+        if cfg.get(key) is not None and cfg[key] < 1:
+            raise UserError(f"{path}: {key}={cfg[key]} must be a positive integer; {_FIX}")
+    if cfg.get("rms_norm_eps") is not None and not _finite_positive(cfg["rms_norm_eps"]):
+        raise UserError(f"{path}: rms_norm_eps={cfg['rms_norm_eps']} must be a finite number > 0 (1e-5 or 1e-6 in "
+                        f"released models); {_FIX}")
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    if heads % kv:
+        raise UserError(f"{path}: num_key_value_heads={kv} does not divide num_attention_heads={heads} (each key/value "
+                        f"head serves the same number of query heads); {_FIX}")
+    rope_type, theta, _ = rope_of(cfg, path)
+    if not _finite_positive(theta):
+        raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 or 500000 in released "
+                        f"models); {_FIX}")
+    return cfg
+
+
+def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
+    """(rope_type, rope_theta, the scaling numbers) of a config.json, in transformers 5's `rope_parameters` or the
+    older top-level `rope_theta` / `rope_scaling`; a type iattention does not reproduce is one line."""
+    params = cfg.get("rope_parameters") or {}
+    legacy = cfg.get("rope_scaling") or {}
+    where = "rope_parameters" if params else "rope_scaling"
+    rope_type = params.get("rope_type", legacy.get("rope_type", legacy.get("type", "default")))
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if rope_type not in ROPE_TYPES:
+        raise UserError(f"{path}: {where} has rope_type {rope_type!r}"[:160] + f"; iattention reproduces "
+                        f"{' and '.join(map(repr, ROPE_TYPES))} only: evaluate this model with transformers")
+    given = {**legacy, **params}
+    # transformers fills original_max_position_embeddings from max_position_embeddings when it is absent
+    defaults = {"original_max_position_embeddings": cfg.get("max_position_embeddings")}
+    scaling = {k: given.get(k, defaults.get(k)) for k in LLAMA3_SCALING} if rope_type == "llama3" else {}
+    bad = [k for k, v in scaling.items() if not _finite_positive(v)]
+    if bad:
+        raise UserError(f"{path}: {where} has rope_type 'llama3' but no positive number for {', '.join(bad)}; add "
+                        "them as the model's own config gives them")
+    if scaling and scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+        raise UserError(f"{path}: {where} has high_freq_factor={scaling['high_freq_factor']} <= low_freq_factor="
+                        f"{scaling['low_freq_factor']}; llama3 scaling blends between them (Llama 3.1: 4 and 1)")
+    return rope_type, theta, scaling
+
+
+def _check_llama_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> None:
+    """config.json's sizes against the tensors' shapes (from the safetensors headers), before transformers builds a
+    model of the config's size: the first disagreement, named with its keys."""
+    layers = {int(m.group(1)) for k in shapes if (m := re.match(r"model\.layers\.(\d+)\.", k))}
+    n = cfg["num_hidden_layers"]
+    if layers and n != len(layers):
+        raise UserError(f"{path / 'config.json'} says num_hidden_layers={n}, but the weights hold {len(layers)} "
+                        f"layer(s); set num_hidden_layers={len(layers)} or re-save the model with save_pretrained")
+    H, d, V, ff = (cfg[k] for k in ("num_attention_heads", "hidden_size", "vocab_size", "intermediate_size"))
+    G = cfg.get("num_key_value_heads") or H
+    r = cfg.get("head_dim") or d // H
+    heads, kv = f"num_attention_heads={H}, head_dim={r}", f"num_key_value_heads={G}, head_dim={r}"
+    expected = [("model.embed_tokens.weight", [V, d], f"vocab_size={V}, hidden_size={d}"),
+                ("model.layers.0.self_attn.q_proj.weight", [H * r, d], f"{heads}, hidden_size={d}"),
+                ("model.layers.0.self_attn.k_proj.weight", [G * r, d], f"{kv}, hidden_size={d}"),
+                ("model.layers.0.self_attn.v_proj.weight", [G * r, d], f"{kv}, hidden_size={d}"),
+                ("model.layers.0.self_attn.o_proj.weight", [d, H * r], f"hidden_size={d}, {heads}"),
+                ("model.layers.0.mlp.gate_proj.weight", [ff, d], f"intermediate_size={ff}, hidden_size={d}")]
+    for name, want, keys in expected:
+        have = shapes.get(name)
+        if have is not None and have != want:
+            raise UserError(f"{path / 'config.json'} says {keys}, so {name} would be {want}, but the weights hold "
+                            f"{have}; the config and the weights disagree: set those keys to what the weights hold, "
+                            "or re-save the model with save_pretrained")
 
 
 def config_from_hf(hf, family: str) -> LlamaConfig:
@@ -76,12 +181,19 @@ def config_from_hf(hf, family: str) -> LlamaConfig:
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, rms_eps=float(c.rms_norm_eps),
         qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
-        tie_embeddings=bool(c.tie_word_embeddings), family=family, sliding_window=window or 0,
+        tie_embeddings=_tied(hf), family=family, sliding_window=window or 0,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
                         "for them; iattention reproduces 'default' and 'llama3'")
     return cfg
+
+
+def _tied(hf) -> bool:
+    """Whether the loaded model's head IS its embedding: transformers unties a config's tie_word_embeddings when the
+    checkpoint holds a different lm_head.weight (and says so only in a warning), so the config alone can mislead."""
+    head, embed = hf.lm_head.weight, hf.model.embed_tokens.weight
+    return head is embed or head.data_ptr() == embed.data_ptr()
 
 
 @torch.no_grad()
@@ -109,18 +221,16 @@ def load_hf_llama(path: str | Path) -> Llama:
     """An HF Llama / Qwen2 / Mistral folder (safetensors) -> our standard model."""
     tf = _transformers_v5()
     path = Path(path)
-    cfg = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
-                           schema={"model_type": (str,)})
-    family = llama_family(cfg["model_type"], path / "config.json")
-    _check_hf_weights(path)
+    cfg = read_llama_config(path)
+    family = cfg["model_type"]
+    _check_llama_sizes(path, cfg, _check_hf_weights(path))
     try:
         hf, info = getattr(tf, FAMILIES[family]).from_pretrained(str(path), use_safetensors=True,
                                                                  output_loading_info=True)
-    except (OSError, ValueError, RuntimeError, TypeError, SafetensorError) as e:
+    except (OSError, ValueError, RuntimeError, TypeError, KeyError, SafetensorError, _strict_error()) as e:
         raise UserError(f"cannot load {path} as {FAMILIES[family]} from safetensors "
                         f"({str(e).splitlines()[0][:100]}); re-save it with save_pretrained") from None
-    tied = cfg.get("tie_word_embeddings")
-    missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and tied)]
+    missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and _tied(hf))]
     shapes = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", [])]
     unexpected = info.get("unexpected_keys", [])
     for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrongly shaped", shapes)):
@@ -128,6 +238,16 @@ def load_hf_llama(path: str | Path) -> Llama:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
                             f"{FAMILIES[family]} with its config.json; re-save the model with save_pretrained")
     return from_hf_llama(hf.eval(), family)
+
+
+def _strict_error():
+    """huggingface_hub's config-validation error (not a ValueError: a type it finds wrong in config.json would
+    otherwise escape as a traceback); Exception's subclass that nothing raises where it is missing."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return UserError  # never raised inside from_pretrained
+    return StrictDataclassError
 
 
 def hf_llama_config(cfg: LlamaConfig):

@@ -197,3 +197,77 @@ def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, mo
         load_hf_llama(tmp_path)
     with pytest.raises(UserError, match="transformers 5 or later"):
         to_hf_llama(make_llama())
+
+
+def _saved(tmp_path, kind="Llama", name="hf", shard=None, **kw):
+    hf = hf_model(kind, **{"num_key_value_heads": 2, **kw})
+    hf.save_pretrained(tmp_path / name, **({"max_shard_size": shard} if shard else {}))
+    return hf, tmp_path / name
+
+
+def _edit(folder, **changes):
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, **changes}))
+
+
+# config.json edits a user's folder may carry -> the words the one-line refusal must contain (the key, named)
+HOSTILE = {
+    "heads-0": (dict(num_attention_heads=0), "num_attention_heads=0 must be a positive integer"),
+    "heads-negative": (dict(num_attention_heads=-4), "num_attention_heads=-4 must be a positive integer"),
+    "vocab-0": (dict(vocab_size=0), "vocab_size=0 must be a positive integer"),
+    "layers-as-text": (dict(num_hidden_layers="2"), "num_hidden_layers is str '2', expected int"),
+    "kv-not-dividing": (dict(num_key_value_heads=3), "num_key_value_heads=3 does not divide num_attention_heads=4"),
+    "head_dim-wrong": (dict(head_dim=12), r"num_attention_heads=4, head_dim=12, hidden_size=32, so "
+                                          r"model.layers.0.self_attn.q_proj.weight would be \[48, 32\]"),
+    "hidden-absurd": (dict(hidden_size=2**20), r"hidden_size=1048576, so model.embed_tokens.weight would be"),
+    "layers-absurd": (dict(num_hidden_layers=10**6), "num_hidden_layers=1000000, but the weights hold 2 layer"),
+    "rope-junk": (dict(rope_parameters="junk"), "rope_parameters is str 'junk', expected dict"),
+    "rope-dynamic": (dict(rope_parameters=dict(rope_type="dynamic", rope_theta=1e4, factor=2.0)),
+                     "rope_type 'dynamic'; iattention reproduces 'default' and 'llama3' only"),
+    "llama3-without-numbers": (dict(rope_parameters=dict(rope_type="llama3", rope_theta=1e4)),
+                               "'llama3' but no positive number for factor, low_freq_factor, high_freq_factor;"),
+    "theta-0": (dict(rope_parameters=dict(rope_type="default", rope_theta=0)), "rope_theta=0 must be a finite"),
+    "theta-nan": (dict(rope_parameters=dict(rope_type="default", rope_theta=float("nan"))), "rope_theta=nan must"),
+    "theta-inf-legacy-key": (dict(rope_parameters=None, rope_theta=float("inf")), "rope_theta=inf must"),
+    "eps-negative": (dict(rms_norm_eps=-1e-6), "rms_norm_eps=-1e-06 must be a finite number > 0"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
+def test_a_hostile_config_json_is_one_line_naming_its_key(tmp_path, case):
+    """Each was a traceback (ZeroDivisionError, KeyError, huggingface_hub's validation error), transformers' message
+    cut mid-word, advice about a training override the user never set, or (a million layers) a hang while
+    transformers allocated the model: now one line naming the config.json key, before transformers reads it."""
+    changes, words = HOSTILE[case]
+    _, folder = _saved(tmp_path)
+    _edit(folder, **changes)
+    with pytest.raises(UserError, match=words) as e:
+        load_any(folder)
+    assert "\n" not in str(e.value) and "config.json" in str(e.value)
+
+
+def test_a_sharded_folder_missing_a_shard_or_holding_a_truncated_one_is_one_line(tmp_path):
+    _, folder = _saved(tmp_path, shard="20KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2
+    assert load_any(folder)[0].config.n_layer == 2  # the sharded folder as saved loads
+    shards[1].write_bytes(shards[1].read_bytes()[:-100])
+    with pytest.raises(UserError, match=f"cannot read .*{shards[1].name} as safetensors"):
+        load_any(folder)
+    shards[1].unlink()
+    with pytest.raises(UserError, match=f"names shard {shards[1].name}, which is missing; download"):
+        load_any(folder)
+
+
+def test_a_tied_config_with_its_own_head_loads_as_transformers_does(tmp_path):
+    """config.json says tie_word_embeddings but the weights hold a distinct lm_head.weight: transformers leaves the
+    head untied (with a warning); we did the opposite (the head's values loaded into the embedding, loss 5.724 where
+    transformers gave 5.846), and convert compared against that wrong import."""
+    hf, folder = _saved(tmp_path, tie_word_embeddings=False)
+    _edit(folder, tie_word_embeddings=True)
+    ours, _, _ = load_any(folder)
+    ref = tf.LlamaForCausalLM.from_pretrained(str(folder)).eval()
+    assert not ours.config.tie_embeddings
+    with torch.no_grad():
+        assert torch.equal(ours.model.embed_tokens.weight, hf.model.embed_tokens.weight)
+        assert (ours(_x())[0] - ref(_x()).logits).abs().max().item() <= 1e-12
