@@ -22,14 +22,12 @@ from iattention.experiments.stats import paired_difference  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from study import QUEUE, run_name  # noqa: E402
+from study import GROUPS, QUEUE, check_batches, group, run_name  # noqa: E402
 
 ROOT = HERE.parent.parent
 # Our own protocol at full size (the paper preset: dropout 0.1, warmup 100, cosine decay), the 2026-11-23 grid
 OUR_PROTOCOL = ROOT / "results/paper/h100-2026-11-23/runs"
 MARGIN = 0.02  # PLAN.md: equivalence margin, a fraction of the reference arm's mean best
-PRIORITIES = ((1, "replicate", 10), (2, "learning rate", 12), (3, "regularization", 6), (4, "heads", 18),
-              (5, "other schedules", 4))  # QUEUE's groups, in order, and their sizes
 VERDICT_FILES = (ROOT / "README.md", ROOT / "results/README.md")
 
 
@@ -94,17 +92,16 @@ def runs_table(runs: dict) -> list[str]:
 
 
 def progress(runs: dict) -> list[str]:
-    lines, start = [], 0
-    for prio, name, size in PRIORITIES:
-        group = QUEUE[start:start + size]
-        start += size
-        done = [run_name(*r) for r in group if r in runs]
-        cut = [run_name(*r) for r in group if run_name(*r) in started_cut()]
-        missing = [run_name(*r) for r in group if r not in runs and run_name(*r) not in cut]
-        lines.append(f"- Priority {prio} ({name}): {len(done)} of {len(group)} runs finished"
+    lines = []
+    for prio, (name, _, _) in enumerate(GROUPS, 1):
+        members = [r for r in QUEUE if group(r[0], r[1]) == name]
+        done = [run_name(*r) for r in members if r in runs]
+        cut = [run_name(*r) for r in members if run_name(*r) in started_cut()]
+        missing = [run_name(*r) for r in members if r not in runs and run_name(*r) not in cut]
+        lines.append(f"- Priority {prio} ({name}{', added 2026-11-26' if prio > 5 else ''}): {len(done)} of "
+                     f"{len(members)} runs finished"
                      + (f"; started and cut by the end of the lease: {', '.join(cut)}" if cut else "")
                      + (f"; not run: {', '.join(missing)}" if missing else "") + ".")
-    assert start == len(QUEUE)
     return lines
 
 
@@ -422,7 +419,7 @@ def regime(runs: dict) -> str:
 def d1_missing(runs: dict) -> list[str]:
     """The declared D1 runs (QUEUE's first priority) not finished, each said as what happened to it."""
     said = []
-    for r in QUEUE[:10]:
+    for r in [r for r in QUEUE if group(r[0], r[1]) == "replicate"]:
         if r in runs:
             continue
         name = run_name(*r)
@@ -499,14 +496,14 @@ def verdict(runs: dict) -> str:
     """The sentences README.md and results/README.md carry, every number from the runs."""
     later = [a for a, h, _ in runs if h != 12 or a not in ("standard", "canonical")]
     if later:
-        raise SystemExit(f"analyze.py: runs of D2–D5 are committed ({', '.join(sorted(set(later)))}) but the verdict "
+        raise SystemExit(f"analyze.py: runs beyond D1 are committed ({', '.join(sorted(set(later)))}) but the verdict "
                          "still says they are not run; rewrite verdict() for them")
     d, ref, seeds = compare(runs, "standard", "canonical", 12)
     ep, _, _ = compare(runs, "standard", "canonical", 12, "best_epoch")
     can = [runs[("canonical", 12, s)]["best_val_ppl"] for s in seeds]
     std = [runs[("standard", 12, s)]["best_val_ppl"] for s in seeds]
     lower = sum(c < s for c, s in zip(can, std))
-    n_declared = sum(1 for a, h, s in QUEUE[:10] if a == "standard")
+    n_declared = sum(1 for a, h, s in QUEUE if group(a, h) == "replicate" and a == "standard")
     hardware = sorted({r["hardware"] for r in runs.values()})
     rule = d1_rule(d, ref)
     context, _ = baseline_context(runs)
@@ -519,9 +516,9 @@ def verdict(runs: dict) -> str:
             f"\"{rule}\" in this regime ({len(seeds)} of the {n_declared} declared pairs; "
             f"{'; '.join(d1_missing(runs)) or 'all finished'}). {context}: the win is against a baseline without "
             "dropout that overfits, not against our better-regularized protocol. " + why(runs) + " "
-            "Whether it is a slower effective learning rate (standard at a lower rate), needs the overfitting "
-            "regime (dropout 0.1) or holds at 1, 4 and 8 heads is declared in `results/when/PLAN.md` and not yet "
-            f"run. {does_not(our_protocol())}")
+            "Whether it comes from canonical's start (`canonical-matched`), is a slower effective learning rate "
+            "(standard at a lower rate), needs the overfitting regime (dropout 0.1) or holds at 1, 4 and 8 heads is "
+            f"declared in `results/when/PLAN.md` and not yet run. {does_not(our_protocol())}")
     return text
 
 
@@ -564,8 +561,8 @@ def report(runs: dict) -> str:
               f"{_span(runs, 'canonical', 6)} against {_span(runs, 'standard', 6)} (the learning rate at each "
               "arm's best and what the curves say about why: next section).",
               f"- Test perplexity at the best checkpoint: {fmt(test, test_ref)}.", ""] + analyses_report(runs) + ["",
-              "## D2–D5", "",
-              "Not run yet (priorities 2–5 of the queue); no verdict.", "",
+              "## D2–D5 and the matched-init arm", "",
+              "Not run yet (priorities 2–6 of the queue); no verdict.", "",
               ] + cpu_analog() + ["", "## Evaluation on the GPU equals evaluation on a CPU", ""] + \
         gpu_cpu_agreement(runs) + [
               "", "## Verdict", "", verdict(runs), "", "![curves](curves.png)", ""]
@@ -627,8 +624,10 @@ def main() -> None:
                                 f.parent.name == "results" else None)
     stale = [f for f, text in want.items() if not f.exists() or f.read_text() != text] if check else []
     if check:
+        problems = check_batches()  # study.py's queue against PLAN.md's declared batches
         print("up to date" if not stale else "stale: " + ", ".join(str(f.relative_to(ROOT)) for f in stale))
-        sys.exit(1 if stale else 0)
+        print("\n".join(problems) or "batches as PLAN.md declares")
+        sys.exit(1 if stale or problems else 0)
     for f, text in want.items():
         f.write_text(text)
     figure(runs, HERE / "curves.png")
