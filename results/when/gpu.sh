@@ -1,39 +1,43 @@
 #!/usr/bin/env bash
-# The "when" study (PLAN.md) on a lent GPU, push-button: the first call starts the queue (study.py queue,
-# three runs at a time) in the background (setsid: it outlives the command while the machine stays held),
-# every call then watches it for at most SECONDS, prints where each run stands and packs the runs' small
-# files and logs into $OUT/when-runs.tgz. Call it again within the machine's idle window to keep going;
-# on a fresh machine it starts the queue again, skipping the runs committed under results/when/runs/.
-# Here, afterwards: python results/when/study.py unpack when-runs.tgz, then commit results/when/runs/.
+# The "when" study (PLAN.md, amendment 2026-11-26) on a lent GPU: ONE batch a call. It runs the next unfinished
+# batch of three (study.py batches; runs committed under results/when/runs/ are skipped) three at a time, stops
+# it SECONDS after the script started (a run still going then is cut, reported as cut, and lost: a fresh machine
+# runs it again afresh in a later window), prints where each run stands and packs the runs' small files and logs into
+# $OUT/when-runs.tgz. The device command limit is 600 s, so the default 540 leaves time to stop and pack.
 #
-# Usage (repository root, on the GPU machine; this package runs from src/ with the image's torch):
-#   bash results/when/gpu.sh [SECONDS] [DATA_DIR]      defaults: 540, $IATTN_DATA_DIR or ../shared/data
-# Environment: JOBS (3), ROOT (/dev/shm/when), PRESET (paper; tiny for a dry run), LIMIT (run only the first N
-# unfinished runs; 0: all), EXTRA (overrides for
-# every run, e.g. "train.epochs=2" in a dry run), PYTHON (python3).
+# Here, before the call (../shared does not travel; data-carry/ is git-ignored and travels by `carry`):
+#   mkdir -p data-carry && cp -r /work/shared/data/. data-carry/
+# The device call (run tool): command "bash results/when/gpu.sh 540 data-carry", carry ["data-carry"],
+#   timeout_s 600. Afterwards, here: python results/when/study.py unpack <files_at>/when-runs.tgz, then
+#   python results/when/analyze.py, then commit results/when/runs/ and what analyze.py rewrote.
+# A dry run on a CPU (tiny model, a few seconds a run; unpack into a scratch copy, never into runs/):
+#   PRESET=tiny EXTRA="model.n_embd=48 train.epochs=1 train.compile=false" PYTHON=.venv/bin/python OUT=/tmp/when-out \
+#     bash results/when/gpu.sh 120 /work/shared/data
+#
+# Usage (repository root; this package runs from src/ with the image's torch):
+#   bash results/when/gpu.sh [SECONDS] [DATA_DIR]      defaults: 540, $IATTN_DATA_DIR or data-carry
+# Environment: JOBS (3), ROOT (/dev/shm/when), PRESET (paper; tiny for a dry run), EXTRA (overrides for every
+# run, e.g. "train.epochs=1" in a dry run), PYTHON (python3), OUT (where when-runs.tgz goes; none: no pack).
 set -uo pipefail
+start=$SECONDS
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
-DATA=$(realpath "${2:-${IATTN_DATA_DIR:-../shared/data}}")
+DATA=$(realpath "${2:-${IATTN_DATA_DIR:-data-carry}}")
 ROOT=${ROOT:-/dev/shm/when}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" IATTN_CACHE_DIR=$ROOT/cache PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 mkdir -p "$ROOT"
-if ! pgrep -f "study.py queue --root $ROOT" >/dev/null; then
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
-    setsid nohup "$PY" results/when/study.py queue --root "$ROOT" --data-dir "$DATA" --jobs "${JOBS:-3}" --limit "${LIMIT:-0}" \
-        --preset "${PRESET:-paper}" ${EXTRA:-} >> "$ROOT/queue.log" 2>&1 < /dev/null &
-    echo "when: queue started (pid $!)"
-fi
-end=$((SECONDS + BUDGET))
-while [ $SECONDS -lt $end ] && pgrep -f "study.py queue --root $ROOT" >/dev/null; do
-    sleep 10
-done
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
+# The runs get what is left of SECONDS now (the set-up above took some); the queue stops them at that deadline.
+"$PY" results/when/study.py queue --root "$ROOT" --data-dir "$DATA" --jobs "${JOBS:-3}" --batch \
+    --deadline $((BUDGET - (SECONDS - start))) --preset "${PRESET:-paper}" ${EXTRA:-} 2>&1 | tee -a "$ROOT/queue.log"
+rc=${PIPESTATUS[0]}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 "$PY" results/when/study.py status --root "$ROOT"
-tail -n 5 "$ROOT/queue.log"
 if [ -n "${OUT:-}" ]; then
     "$PY" results/when/study.py pack --root "$ROOT" --out "$OUT/when-runs.tgz" && echo "when: packed $OUT/when-runs.tgz"
 fi
+echo "when: batch done in $((SECONDS - start)) s, queue exit $rc (non-zero: a run failed or was cut)"
+exit "$rc"

@@ -7,10 +7,13 @@ session needs (run the queue, show where it stands, pack the small files of its 
     python results/when/study.py pack --root ROOT --out FILE.tgz
     python results/when/study.py unpack FILE.tgz          # finished runs -> results/when/runs/<run>/
     python results/when/study.py list                     # the queue, and which runs are committed
+    python results/when/study.py batches [--check]        # the queue in batches of three (--check: as PLAN.md)
 
 `queue` runs every run of QUEUE not yet finished (committed under results/when/runs/, or finished under
 ROOT/runs/), `--jobs` at a time, each as its own `iattn train` process (log in ROOT/logs/), in QUEUE's order;
-a run folder left unfinished under ROOT on this machine is resumed. `gpu.sh` wraps it for a lent GPU.
+a run folder left unfinished under ROOT on this machine is resumed. `--batch` takes only the next batch of
+three not finished (PLAN.md's amendment of 2026-11-26: one batch a GPU window); `--deadline S` stops starting
+runs S seconds from now and cuts those still going (a cut run is lost). `gpu.sh` wraps it for a lent GPU.
 Extra KEY=VALUE overrides go to every run (a dry run: `--preset tiny train.epochs=2`).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,9 +34,12 @@ HERE = Path(__file__).resolve().parent
 COMMITTED = HERE / "runs"
 SMALL_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl")
 
-# Every run of the study: 40 epochs, early stop 5 epochs after the best (the schedule stays the 40-epoch
-# one). grad_accum and tensorboard are execution only (PLAN.md).
-COMMON = ["train.epochs=40", "train.patience=5", "train.grad_accum=4", "train.tensorboard=false",
+# Every run of the study: 40 epochs, early stop after PATIENCE epochs without a new best (the schedule stays the
+# 40-epoch one). grad_accum and tensorboard are execution only (PLAN.md). Patience was 5 for the 9 runs of the
+# first lease; 3 from the 2026-11-26 amendment on (every committed run's validation rose at every epoch after
+# its best and fell at every epoch before it, so 3 stops 2 epochs sooner at the same best).
+PATIENCE = 3
+COMMON = ["train.epochs=40", f"train.patience={PATIENCE}", "train.grad_accum=4", "train.tensorboard=false",
           "train.threads=4"]
 S_WARM = ["optim.warmup_steps=2000", "optim.min_lr_ratio=1.0", "model.dropout=0.0"]
 S_LOW = ["optim.lr=6e-5"]
@@ -53,20 +60,45 @@ for _variant in ("standard", "canonical"):
     ARMS[f"{_variant}-shf"] = _a + S_HF
 for _arm, _mult in (("standard", 0.5), ("standard", 0.7), ("canonical", 0.7), ("canonical", 1.4)):
     ARMS[f"{_arm}-lr{_mult}"] = ARMS[_arm] + _lr(_mult)
+ARMS["canonical-matched"] = ARMS["canonical"] + ["model.init=matched"]  # amendment 2026-11-26
+
+# PLAN.md's groups (what report.md's "What ran" lists), each with its arms and head counts.
+GROUPS = (("replicate", ("standard", "canonical"), (12,)),
+          ("learning rate", ("standard-lr0.7", "standard-lr0.5", "canonical-lr0.7", "canonical-lr1.4"), (12,)),
+          ("regularization", ("standard-drop0.1", "canonical-drop0.1"), (12,)),
+          ("heads", ("standard", "canonical"), (1, 8, 4)),
+          ("other schedules", ("standard-slow", "canonical-slow", "standard-shf", "canonical-shf"), (12,)),
+          ("matched init", ("canonical-matched",), (12,)))
 
 
 def _pairs(arms, heads, seeds):
     return [(arm, h, s) for h in heads for s in seeds for arm in arms]
 
 
-QUEUE: list[tuple[str, int, int]] = (
-    _pairs(("standard", "canonical"), (12,), range(5))                                       # 1. replicate
-    + _pairs(("standard-lr0.7", "standard-lr0.5"), (12,), range(3))                          # 2. learning rate
-    + _pairs(("canonical-lr0.7", "canonical-lr1.4"), (12,), range(3))
-    + _pairs(("standard-drop0.1", "canonical-drop0.1"), (12,), range(3))                     # 3. regularization
-    + _pairs(("standard", "canonical"), (1, 8, 4), range(3))                                 # 4. heads
-    + _pairs(("standard-slow", "canonical-slow", "standard-shf", "canonical-shf"), (12,), (0,))  # 5. schedules
-)
+# The queue as amended on 2026-11-26 (PLAN.md): batches of three, one a GPU window, ranked by information per
+# GPU-minute; the D1 runs of the first lease come first (committed, so skipped).
+_D1 = _pairs(("standard", "canonical"), (12,), range(5))
+_FIRST = [("canonical", 12, 4), ("standard-lr0.7", 12, 0), ("standard-lr0.5", 12, 0),             # batch 1
+          ("canonical-matched", 12, 0), ("canonical-matched", 12, 1), ("canonical-matched", 12, 2),  # batch 2
+          ("standard-drop0.1", 12, 0), ("canonical-drop0.1", 12, 0), ("standard-lr0.7", 12, 1)]  # batch 3
+_D2_D3 = ("standard-lr0.7", "standard-lr0.5", "canonical-lr0.7", "canonical-lr1.4", "standard-drop0.1",
+          "canonical-drop0.1")
+QUEUE: list[tuple[str, int, int]] = list(dict.fromkeys(
+    _D1 + _FIRST
+    + [(arm, 12, s) for s in range(3) for arm in _D2_D3]                                 # the rest of D2, D3 by seed
+    + _pairs(("standard", "canonical"), (8, 4, 1), range(3))                              # D4: 8, 4, then 1 head
+    + _pairs(("standard-slow", "canonical-slow", "standard-shf", "canonical-shf"), (12,), (0,))))  # D5
+BATCH = 3  # runs a GPU window holds (three on the card at once)
+
+
+def batches() -> list[list[tuple[str, int, int]]]:
+    """The queue after the first lease's runs, in batches of BATCH (batch 1 first)."""
+    rest = [r for r in QUEUE if r not in _D1 or r in _FIRST]
+    return [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
+
+
+def group(arm: str, heads: int) -> str:
+    return next(name for name, arms, hs in GROUPS if arm in arms and heads in hs)
 
 
 def run_name(arm: str, heads: int, seed: int) -> str:
@@ -82,17 +114,51 @@ def finished(name: str, root: Path | None = None) -> bool:
                                                                                  "summary.json").exists()
 
 
-def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], limit: int = 0) -> int:
-    """Run the queue's unfinished runs (the first `limit` of them, if > 0), `jobs` at a time, in order;
-    returns how many failed."""
+def next_batch(root: Path | None = None) -> tuple[int, list[tuple[str, int, int]]]:
+    """The first batch with a run not finished (committed, or under root), and its unfinished runs; (0, []) when
+    every batch is done."""
+    for i, b in enumerate(batches(), 1):
+        todo = [r for r in b if not finished(run_name(*r), root)]
+        if todo:
+            return i, todo
+    return 0, []
+
+
+def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], limit: int = 0,
+          batch: bool = False, deadline: float = 0) -> int:
+    """Run the queue's unfinished runs (only the next batch's if `batch`; the first `limit` of them, if > 0),
+    `jobs` at a time, in order; at `deadline` seconds from now (if > 0) start nothing more and stop every run
+    still going, reporting it as cut. Returns how many failed or were cut."""
+    t0 = time.monotonic()
     (root / "runs").mkdir(parents=True, exist_ok=True)
     (root / "logs").mkdir(exist_ok=True)
-    todo = [run_name(*r) for r in QUEUE if not finished(run_name(*r), root)]
+    if batch:
+        number, runs = next_batch(root)
+        todo = [run_name(*r) for r in runs]
+        print(f"{time.strftime('%H:%M:%S')} batch {number}: {', '.join(todo)}" if todo else "every batch is done",
+              flush=True)
+    else:
+        todo = [run_name(*r) for r in QUEUE if not finished(run_name(*r), root)]
     todo = todo[:limit] if limit > 0 else todo
     spec = {run_name(*r): r for r in QUEUE}
     running: dict[str, subprocess.Popen] = {}
     failed = 0
     while todo or running:
+        if deadline > 0 and time.monotonic() - t0 > deadline:
+            failed += len(running) + len(todo)
+            for name in todo:
+                print(f"{time.strftime('%H:%M:%S')} not started {name}: past the deadline", flush=True)
+            for name, proc in running.items():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                ep = _epochs(root / "runs" / name)
+                at = f"after epoch {ep[-1]['epoch']} (validation {ep[-1]['val_ppl']:.2f})" if ep else "before epoch 1"
+                print(f"{time.strftime('%H:%M:%S')} cut {name}: the deadline ({deadline:.0f} s) came {at}", flush=True)
+            break
         while todo and len(running) < jobs:
             name = todo.pop(0)
             out = root / "runs" / name
@@ -112,6 +178,22 @@ def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], l
                     if ckpt.name.startswith("last"):  # the resumable checkpoint (1.5 GB) of a finished run
                         ckpt.unlink()
     return failed
+
+
+def declared_batches(plan: Path = HERE / "PLAN.md") -> list[list[str]]:
+    """The batches the last amendment of PLAN.md declares (its `- batch N: run, run, run` lines)."""
+    text = plan.read_text().split("## Amendment")[-1]
+    return [[x.strip() for x in m.group(2).split(",")]
+            for m in re.finditer(r"^- batch (\d+): (.+?)\.?$", text, flags=re.M)]
+
+
+def check_batches() -> list[str]:
+    """Where the queue's batches differ from PLAN.md's declared ones (empty: they agree)."""
+    declared = declared_batches()
+    ours = [[run_name(*r) for r in b] for b in batches()[:len(declared)]]
+    problems = [f"batch {i}: PLAN.md declares {', '.join(d)}; study.py runs {', '.join(o)}"
+                for i, (d, o) in enumerate(zip(declared, ours), 1) if d != o]
+    return problems or ([] if declared else ["PLAN.md declares no batch"])
 
 
 def _epochs(run: Path) -> list[dict]:
@@ -175,6 +257,8 @@ def main() -> None:
     q.add_argument("--jobs", type=int, default=3)
     q.add_argument("--preset", default="paper")
     q.add_argument("--limit", type=int, default=0)
+    q.add_argument("--batch", action="store_true", help="only the next unfinished batch of three")
+    q.add_argument("--deadline", type=float, default=0, help="seconds from now: stop there, cutting what runs")
     q.add_argument("extra", nargs="*")
     for name in ("status", "pack"):
         s = sub.add_parser(name)
@@ -183,9 +267,20 @@ def main() -> None:
             s.add_argument("--out", type=Path, required=True)
     sub.add_parser("unpack").add_argument("tgz", type=Path)
     sub.add_parser("list")
+    sub.add_parser("batches").add_argument("--check", action="store_true",
+                                           help="exit 1 if the batches differ from PLAN.md's declared ones")
     a = p.parse_args()
     if a.cmd == "queue":
-        sys.exit(1 if queue(a.root, a.data_dir, a.jobs, a.preset, a.extra, a.limit) else 0)
+        sys.exit(1 if queue(a.root, a.data_dir, a.jobs, a.preset, a.extra, a.limit, a.batch, a.deadline) else 0)
+    elif a.cmd == "batches":
+        problems = check_batches()
+        if a.check:
+            print("\n".join(problems) or "batches as PLAN.md declares")
+            sys.exit(1 if problems else 0)
+        for i, b in enumerate(batches(), 1):
+            names = [run_name(*r) for r in b]
+            done = sum(finished(n) for n in names)
+            print(f"batch {i:>2}: {', '.join(names)}" + (f"  ({done} of {len(b)} committed)" if done else ""))
     elif a.cmd == "status":
         status(a.root)
     elif a.cmd == "pack":
