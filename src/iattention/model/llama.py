@@ -110,11 +110,15 @@ class Llama(nn.Module):
             return KVCache(c.n_layer)
         if kind != "k-only":
             raise UserError(f"unknown cache {kind!r}; choose one of {', '.join(CACHES)}")
-        if c.n_kv_head * c.d_head != c.n_embd:
+        keys = c.n_kv_head * c.d_head
+        if keys != c.n_embd:
+            why = ("(grouped-query attention already caches fewer numbers than that)" if c.n_kv_head < c.n_head else
+                   "(the keys do not determine the layer input)") if keys < c.n_embd else \
+                "(the key map is not square, so the values are not rebuilt from the keys)"
             raise UserError(f"a K-only cache is exact only when the keys determine the layer input (n_kv_head x "
-                            f"d_head = n_embd); this model has {c.n_kv_head} x {c.d_head} = {c.n_kv_head * c.d_head} "
-                            f"< {c.n_embd} key dims per token (grouped-query attention already caches fewer numbers "
-                            "than that): use the full cache")
+                            f"d_head = n_embd); this model has {c.n_kv_head} x {c.d_head} = {keys} "
+                            f"{'<' if keys < c.n_embd else '>'} {c.n_embd} key dims per token {why}: use the full "
+                            "cache")
         dtype = self.model.embed_tokens.weight.dtype
         device = self.model.embed_tokens.weight.device
         return KOnlyCache(c.n_layer, lambda n: self.model.rotary_emb(torch.arange(n, device=device), dtype))

@@ -39,3 +39,28 @@ def test_bpe_training_on_text_without_spaces_is_not_quadratic(tmp_path):
     tok = load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path)), text)
     assert time.perf_counter() - t0 < 6.0
     assert tok.decode(tok.encode(text[:5000])) == text[:5000]
+
+
+# ------------------------------------------------------------------ what a tokenizer's identity covers
+def test_the_identity_sees_the_merges_not_only_the_vocabulary(tmp_path):
+    """Two tokenizers with the same vocabulary and other merges encode differently, so they must not pass as one
+    another (a fingerprint of the vocabulary alone let a swapped tokenizer.json through)."""
+    import json
+
+    from iattention.data.tokenizers import save_tokenizer_file, tokenizer_from_file, tokenizer_identity
+
+    paths = write_corpus(tmp_path)
+    tok = load_tokenizer(_cfg(paths, tmp_path / "c", "bpe:300"), open(paths["train"]).read())
+    save_tokenizer_file(tok, tmp_path / "own.json")
+    data = json.loads((tmp_path / "own.json").read_text())
+    merges = data["model"]["merges"]
+    data["model"]["merges"] = merges[1:]  # the first merge dropped, its token left in the vocabulary
+    (tmp_path / "other.json").write_text(json.dumps(data))
+    own = tokenizer_from_file(tmp_path / "own.json", tok.name)
+    other = tokenizer_from_file(tmp_path / "other.json", tok.name)
+    text = open(paths["valid"]).read()
+    assert sorted(json.loads(other._impl.to_str())["model"]["vocab"].items()) == \
+        sorted(json.loads(own._impl.to_str())["model"]["vocab"].items())  # the same vocabulary ...
+    assert list(own.encode(text)) != list(other.encode(text))  # ... encoding otherwise
+    assert tokenizer_identity(own) == tokenizer_identity(tok)  # the file form does not matter
+    assert tokenizer_identity(other) != tokenizer_identity(own)

@@ -30,6 +30,7 @@ CASES = [
         original_max_position_embeddings=8))),
     ("qwen2-gqa-tied", "Qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
     ("mistral-gqa", "Mistral", dict(num_key_value_heads=2, sliding_window=None)),
+    ("llama-eps-1e-5", "Llama", dict(num_key_value_heads=2, rms_norm_eps=1e-5)),  # Llama 2, SmolLM2: not our default
 ]
 IDS = [c[0] for c in CASES]
 

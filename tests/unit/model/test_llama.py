@@ -12,8 +12,11 @@ from iattention.errors import UserError
 from iattention.symmetry.grouped import canonicalize
 
 # MHA shapes where the key map is square (n_kv_head x d_head = n_embd): full and partial RoPE, biases, canonical
+# shapes whose keys fill the width (n_kv_head x d_head = n_embd), so a K-only cache is exact: MHA, one head, and
+# grouped queries with wide heads (there, a query head must take its own group's values: h // group, not h % G)
 MHA = [dict(n_kv_head=4), dict(n_kv_head=4, rot=4, qkv_bias=True, o_bias=True),
-       dict(n_kv_head=4, rope_layout="interleaved", rot=6), dict(n_head=1, n_kv_head=1)]
+       dict(n_kv_head=4, rope_layout="interleaved", rot=6), dict(n_head=1, n_kv_head=1),
+       dict(n_head=4, n_kv_head=2, d_head=16, qkv_bias=True), dict(n_head=6, n_kv_head=2, d_head=16)]
 
 
 def _model(kw, canonical=False, dtype=torch.float64):
@@ -81,6 +84,13 @@ def test_k_only_cache_is_refused_for_grouped_queries(kw):
     assert "\n" not in str(e.value)
     with pytest.raises(UserError, match="unknown cache"):
         model.make_cache("x-only")
+
+
+def test_k_only_cache_on_keys_wider_than_the_width_says_so():
+    """2 heads of 24 (48 key dims > n_embd 32) was refused as "48 < 32", blaming grouped-query attention."""
+    with pytest.raises(UserError, match=r"2 x 24 = 48 > 32 key dims per token \(the key map is not square") as e:
+        make_llama(n_head=2, n_kv_head=2, d_head=24).make_cache("k-only")
+    assert "grouped-query" not in str(e.value)
 
 
 def test_an_unknown_cache_kind_is_refused():
