@@ -53,7 +53,13 @@ def sdpa_choice(q) -> str:
 
 
 def path_functions(device: str, compile: bool) -> dict:
-    fns = {"sdpa": sdpa, "math": torch.compile(math_causal_attention) if compile else math_causal_attention}
+    """The paths of one row. The math path is compiled afresh for each row's shape (static shapes, as a model's
+    training step compiles): one compiled function across rows would turn dynamic after the second shape and
+    fall back to eager past dynamo's recompile limit."""
+    if compile:
+        torch._dynamo.reset()
+    fns = {"sdpa": sdpa,
+           "math": torch.compile(math_causal_attention, dynamic=False) if compile else math_causal_attention}
     if TRITON_INSTALLED and (device == "cuda" or interpreter_on()):
         fns["triton"] = lambda q, k, v: load_kernel().wide_attention(q, k, v)
     return fns
@@ -151,11 +157,11 @@ def main() -> None:
     else:
         sys.exit("no CUDA device: these timings are for a GPU (use --dry to check the script on CPU)")
     out = Path(a.out or f"benchmarks/results/{device}-wide-paths-{datetime.date.today()}.json")
-    fns = path_functions(device, not a.no_compile)
     rows = []
     for d in a.dims:
         for H in a.heads:
             for T in a.T:
+                fns = path_functions(device, not a.no_compile)
                 row = measure_row(fns, d, H, T, max(1, a.tokens // T), dtype, device, a)
                 rows.append(row)
                 times = "  ".join(f"{n} {'failed' if ms is None else f'{ms:8.3f} ms'}" for n, ms in row["ms"].items())

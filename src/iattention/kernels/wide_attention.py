@@ -32,7 +32,7 @@ As torch sees it (issue 52): the torch op `iattention::wide_attention` (a `torch
 launches go through `wrap_triton`, so torch.compile(fullgraph=True) traces them into its graph; the backward,
 the op `iattention::wide_attention_bwd`, attached with register_autograd). Inductor types a Python float
 argument as fp64, so every kernel casts its scales to fp32 first (without it the forward's running max m_i
-turned fp64 inside its loop and the kernel did not compile). Tiles: `triton.autotune` over eight configs per
+turned fp64 inside its loop and the kernel did not compile). Tiles: `triton.autotune` over four configs per
 kernel, keyed on the head dim (and, by the autotuner, the dtypes), pruned by a model of their shared-memory
 need against the device's limit (`shared_memory_need`: 227 KB on Hopper, 163 KB on an A100); fixed `Blocks`
 may be passed instead (the tests do).
@@ -311,14 +311,16 @@ def _pruner(kind: str):
 
 
 def _configs(kind: str) -> list:
-    """Tile candidates, eight per kernel (autotuning compiles and times each once per head dim and dtype): row x
-    key tiles, the chunk of output or gradient columns per program, 8 warps for the larger tiles. All powers of
-    two >= 16 (tl.dot's smallest); the small row/key tiles keep the hoisted whole-head-dim blocks within shared
-    memory up to head dim 1024 in fp32."""
-    tiles = ((64, 32), (128, 32), (32, 32), (64, 64)) if kind == "fwd" else ((32, 32), (64, 32), (16, 16), (32, 64))
-    chunk = "BDV" if kind == "fwd" else "BDC"
+    """Tile candidates, four per kernel (autotuning compiles and times each once per head dim and dtype, inside
+    a short GPU window): (row tile, key tile, chunk of output or gradient columns per program), 8 warps for the
+    larger tiles. All powers of two >= 16 (tl.dot's smallest); the smallest keeps the hoisted whole-head-dim
+    blocks within an A100's shared memory at head dim 1024 in fp32."""
+    if kind == "fwd":
+        tiles, chunk = ((64, 32, 256), (128, 32, 128), (64, 64, 128), (32, 32, 256)), "BDV"
+    else:
+        tiles, chunk = ((32, 32, 256), (64, 32, 128), (32, 64, 128), (16, 16, 256)), "BDC"
     return [triton.Config({"BM": bm, "BN": bn, "BK": 64, chunk: bc}, num_warps=8 if bm * bn >= 2048 else 4,
-                          num_stages=2) for bm, bn in tiles for bc in (128, 256)]
+                          num_stages=2) for bm, bn, bc in tiles]
 
 
 def _tuned(kernel, kind: str):
