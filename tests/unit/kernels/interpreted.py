@@ -89,6 +89,23 @@ def refuse(kind: str):
     return dict(error=None)
 
 
+def grouped(H: int, G: int):
+    """kernels.attend with mode triton on grouped-query inputs (q: H heads, k and v: G heads) against SDPA's
+    enable_gqa: output and gradients (the kernel reads one key/value head per query head)."""
+    import torch.nn.functional as F
+
+    from iattention.kernels import attend
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, H, 11, 32, generator=g).requires_grad_()
+    k, v = (torch.randn(2, G, 11, 32, generator=g).requires_grad_() for _ in range(2))
+    out = attend(q, k, v, "triton")
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    do = torch.randn(out.shape, generator=g)
+    pairs = zip((out, *torch.autograd.grad(out, (q, k, v), do)), (ref, *torch.autograd.grad(ref, (q, k, v), do)))
+    return dict(max_abs=max((a - b).abs().max().item() for a, b in pairs))
+
+
 def registered_op():
     """torch.library.opcheck of the forward op (schema, fake tensors, autograd registration, AOT dispatch), and
     the kernel under torch.compile(fullgraph=True, backend="aot_eager") against eager: output and gradients."""

@@ -138,3 +138,11 @@ def test_a_gpt_through_the_kernel_equals_the_gpt_through_sdpa(interpreted, atten
     tol = 2e-2 if amp else 1e-5
     assert abs(r["loss_triton"] - r["loss_sdpa"]) <= tol * abs(r["loss_sdpa"]), r
     assert r["grad_max_abs"] <= tol * r["grad_scale"], r
+
+
+@pytest.mark.slow
+def test_grouped_query_attention_through_the_kernel_equals_sdpa(interpreted):
+    """The Llama family's shapes through kernels.attend with the Triton kernel (interpreted): 4 query heads
+    on 2 and on 1 key/value heads, output and every gradient as SDPA's enable_gqa."""
+    for G in (2, 1):
+        assert interpreted("grouped", H=4, G=G)["max_abs"] <= 1e-5
