@@ -1,7 +1,8 @@
 """CUDA-only checks (`make test-gpu`; every test here skips without a CUDA device): the wide-head Triton kernel
 on the device against the math path, a 1-epoch tiny training on CUDA, `iattn eval` of it on CUDA agreeing
-with the CPU, and generation with the KV cache equal to generation without it.
-Written without a GPU (issue 45): first run in a GPU session."""
+with the CPU, and generation with the KV cache equal to generation without it; the kernel's torch op under
+torch.compile(fullgraph=True) with inductor, and a 1-head GPT compiled through the kernel and the math path.
+Written without a GPU (issues 45, 52); `benchmarks/gpu_check.sh` runs them in a short GPU window."""
 
 from __future__ import annotations
 
