@@ -5,12 +5,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import HeadWeights
-from iattention.kernels import kernel_for, triton_causal_attention
+from iattention.kernels import attend
 
 
 def row_blocks(n_proj: int, d: int, r: int, n_head: int) -> list[tuple]:
@@ -194,18 +193,10 @@ class CausalSelfAttention(nn.Module):
             return self._forward_k_only(q, k, cache, layer)
         shape = (B, T, self.n_head, self.d_head)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))  # each (B, H, T, r)
-        past = 0
+        past = None
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
             k, v = cache.update(layer, k, v)  # each (B, H, past + T, r)
-        dropout = self.dropout if self.training else 0.0
-        if cache is None and kernel_for(self.attn_kernel, x.device.type, self.d_head, dropout) == "triton":
-            y = triton_causal_attention(q, k, v)  # (B, H, T, r): wide heads (kernels/wide_attention.py)
-        else:
-            mask = None
-            if past and T > 1:  # new position i sees every cached position and new ones up to itself
-                mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                               is_causal=past == 0)  # (B, H, T, r)
+        y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H, r) -> (B, T, d): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)

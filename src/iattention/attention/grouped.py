@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from iattention.attention.base import CausalSelfAttention
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import cast_fields
 from iattention.attention.rope import apply_rope
+from iattention.kernels import attend
 
 
 @dataclass
@@ -107,15 +107,11 @@ class GroupedAttention(CausalSelfAttention):
             return self._forward_k_only(q, k, cache, layer, B, T)
         k = apply_rope(k, cos, sin, self.rope_layout)  # (B, G, T, r)
         v = v.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r)
-        past = 0
+        past = None
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
             k, v = cache.update(layer, k, v)  # each (B, G, past + T, r)
-        mask = None
-        if past and T > 1:  # new position i sees every cached position and new ones up to itself
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=past == 0, enable_gqa=G != H)  # (B, H, T, r)
+        y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, H * r)  # (B, T, H r): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)
 

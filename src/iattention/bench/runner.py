@@ -162,7 +162,8 @@ def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: 
         base = GPTConfig(n_head=h, attn_kernel=attn_kernel, **spec["model"])
         for attention in attentions:
             cfg = base.replace(attention=attention)
-            kernel = prepare_kernel(attn_kernel, dev.type, cfg.d_head, cfg.dropout)  # what its training steps run
+            kernel = prepare_kernel(attn_kernel, dev.type, cfg.d_head, cfg.dropout,  # what its training steps run
+                                    (spec["batch"], h, cfg.block_size))
             torch.manual_seed(0)
             model, loss_fn = iattention_model(cfg, dev, compile=compile)
             entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params(), kernel))

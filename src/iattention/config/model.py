@@ -71,9 +71,11 @@ class GPTConfig:
         padded rows are never predicted (logits are cut to vocab_size) nor counted.
     mlp_hidden: width of each MLP's hidden layer (0: GPT-2's 4 * n_embd). `symmetry.iso_param_mlp_hidden`
         gives the width that spends the parameters a reduced attention saves on the MLP instead.
-    attn_kernel: which attention kernel runs (auto | sdpa | triton; `kernels/__init__.py`): auto takes the
-        Triton kernel for wide heads (> 256) on CUDA, SDPA everywhere else. Where a run executes, not what it
-        computes: not part of a run's identity (config/identity.py).
+    attn_kernel: which attention kernel runs (auto | sdpa | math | triton; `kernels/__init__.py`): auto takes
+        what kernels/auto_table.json measured fastest on this device, or without rows for it the Triton kernel
+        for wide heads (> 256) on CUDA and SDPA everywhere else; math is two matrix products and a softmax that
+        torch.compile fuses. Where a run executes, not what it computes: not part of a run's identity
+        (config/identity.py).
     """
 
     n_layer: int = 12

@@ -28,15 +28,27 @@ backward from the row log-sum-exp), with the head dim handled in chunks so no ti
     is exact to ~1e-6, bf16/fp16 products run on tensor cores with P (and dS) rounded to the input
     dtype before the second product, as FlashAttention does.
 
-Verified here only under Triton's interpreter (TRITON_INTERPRET=1) on CPU against the math path
-(tests/unit/kernels/). The interpreter's tl.dot gives wrong results on bf16 operands (triton 3.9: it
-multiplies the raw bits), so under the interpreter bf16 operands are widened to fp32 before each product
-(exact: a product of two bf16 numbers fits fp32) -- the GPU path multiplies bf16 on tensor cores. The
-tile sizes (`Blocks`) are first guesses for an H100 at head dim 768, to be tuned on the device.
+As torch sees it (issue 52): the torch op `iattention::wide_attention` (a `torch.library.triton_op` whose
+launches go through `wrap_triton`, so torch.compile(fullgraph=True) traces them into its graph; the backward,
+the op `iattention::wide_attention_bwd`, attached with register_autograd). Inductor types a Python float
+argument as fp64, so every kernel casts its scales to fp32 first (without it the forward's running max m_i
+turned fp64 inside its loop and the kernel did not compile). Tiles: `triton.autotune` over four configs per
+kernel, keyed on the head dim (and, by the autotuner, the dtypes), pruned by a model of their shared-memory
+need against the device's limit (`shared_memory_need`: 227 KB on Hopper, 163 KB on an A100); fixed `Blocks`
+may be passed instead (the tests do).
+
+Verified on CPU under Triton's interpreter (TRITON_INTERPRET=1) against the math path, and without running
+(the Triton IR for an sm_90 target, the autotune pruning, fake shapes, the compiled joint graph) in
+tests/unit/kernels/; on the device by tests/gpu/. The interpreter's tl.dot gives wrong results on bf16
+operands (triton 3.9: it multiplies the raw bits), so under the interpreter bf16 operands are widened to fp32
+before each product (exact: a product of two bf16 numbers fits fp32) -- the GPU path multiplies bf16 on tensor
+cores. Under the interpreter the ops are plain custom ops (no tracer can record an interpreted kernel) with
+fake implementations, and the tiles default to `default_blocks` (autotuning would time every config in numpy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -44,6 +56,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from iattention.kernels.math_path import attention_dtype
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -104,6 +118,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDV: tl.constexpr,
                 UPCAST: tl.constexpr, PREC: tl.constexpr):
     pid_m, bh, pid_c, b, h = _program(H)
+    qk_scale = tl.cast(qk_scale, tl.float32)  # inductor passes a Python float as fp64: m_i would turn fp64 in the loop
     Q += b * sqb + h * sqh
     K += b * skb + h * skh
     V += b * svb + h * svh
@@ -171,6 +186,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA,
     """One key block x one chunk of head-dim columns: dV = P^T dO, dK = scale dS^T Q over the query rows
     at or after the block (causal)."""
     pid_n, bh, pid_c, b, h = _program(H)
+    qk_scale, sm_scale = tl.cast(qk_scale, tl.float32), tl.cast(sm_scale, tl.float32)  # fp64 under inductor
     Q += b * sqb + h * sqh
     K += b * skb + h * skh
     V += b * svb + h * svh
@@ -210,6 +226,7 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA,
                    UPCAST: tl.constexpr, PREC: tl.constexpr):
     """One query block x one chunk of head-dim columns: dQ = scale dS K over the keys up to the diagonal."""
     pid_m, bh, pid_c, b, h = _program(H)
+    qk_scale, sm_scale = tl.cast(qk_scale, tl.float32), tl.cast(sm_scale, tl.float32)  # fp64 under inductor
     Q += b * sqb + h * sqh
     K += b * skb + h * skh
     V += b * svb + h * svh
@@ -247,69 +264,187 @@ def _modes(dtype: torch.dtype) -> tuple[bool, str | None]:
     return upcast, ("ieee" if dtype == torch.float32 or upcast else None)
 
 
-def _forward(q, k, v, blocks: Blocks):
+# ---- tiles: triton.autotune over configs pruned by their shared-memory need -------------------------------------
+
+HOPPER_SHARED_MEMORY = 232448  # bytes per block, opt-in maximum (227 KB; H100: the "Hardware limit" it reports)
+AMPERE_SHARED_MEMORY = 166912  # A100 (163 KB)
+KINDS = ("fwd", "dkdv", "dq")
+
+
+def shared_memory_need(kind: str, D: int, elem: int, cfg: dict) -> int:
+    """Bytes of shared memory a config of kernel `kind` needs at head dim D with `elem`-byte inputs: a model.
+    Operands that do not change along a program's loop are hoisted out of it whole by Triton's loop-invariant
+    code motion (the forward's Q row block, BM x D; the dK/dV kernel's K and V key blocks, 2 BN x D; the dQ
+    kernel's Q and dO row blocks, 2 BM x D), plus the one chunk tile each step stages for its second product
+    (V: BN x BDV; Q or dO: BM x BDC; K: BN x BDC). At fp32, head dim 1024 and the default tiles the model gives
+    294912 bytes for each of the three kernels, the figure an H100 reported (issue 52: 'Required: 294912');
+    the autotuner also skips any config that still fails to compile (OutOfResources)."""
+    if kind == "fwd":
+        return elem * (cfg["BM"] * D + cfg["BN"] * cfg["BDV"])
+    if kind == "dkdv":
+        return elem * (2 * cfg["BN"] * D + cfg["BM"] * cfg["BDC"])
+    return elem * (2 * cfg["BM"] * D + cfg["BN"] * cfg["BDC"])
+
+
+def fitting(configs: list, kind: str, D: int, elem: int, limit: int) -> list:
+    """The configs whose shared_memory_need is within `limit` bytes; if none is, the one that needs least (so
+    the launch fails with the compiler's own message, not an empty autotune)."""
+    needs = [shared_memory_need(kind, D, elem, c.kwargs) for c in configs]
+    kept = [c for c, n in zip(configs, needs) if n <= limit]
+    return kept or [configs[needs.index(min(needs))]]
+
+
+def device_shared_memory(device: torch.device) -> int:
+    """The CUDA device's opt-in shared memory per block, in bytes, as Triton's driver reports it; tensors
+    off CUDA (tracing on a CPU machine, the tests) get Hopper's."""
+    if device.type != "cuda":
+        return HOPPER_SHARED_MEMORY
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
+
+def _pruner(kind: str):
+    def prune(configs, named_args, **kwargs):
+        D, q = kwargs.get("D", named_args.get("D")), named_args["Q"]
+        return fitting(list(configs), kind, D, q.element_size(), device_shared_memory(q.device))
+    return prune
+
+
+def _configs(kind: str) -> list:
+    """Tile candidates, four per kernel (autotuning compiles and times each once per head dim and dtype, inside
+    a short GPU window): (row tile, key tile, chunk of output or gradient columns per program), 8 warps for the
+    larger tiles. All powers of two >= 16 (tl.dot's smallest); the smallest keeps the hoisted whole-head-dim
+    blocks within an A100's shared memory at head dim 1024 in fp32."""
+    if kind == "fwd":
+        tiles, chunk = ((64, 32, 256), (128, 32, 128), (64, 64, 128), (32, 32, 256)), "BDV"
+    else:
+        tiles, chunk = ((32, 32, 256), (64, 32, 128), (32, 64, 128), (16, 16, 256)), "BDC"
+    return [triton.Config({"BM": bm, "BN": bn, "BK": 64, chunk: bc}, num_warps=8 if bm * bn >= 2048 else 4,
+                          num_stages=2) for bm, bn, bc in tiles]
+
+
+def _tuned(kernel, kind: str):
+    return triton.autotune(configs=_configs(kind), key=["D"],  # the autotuner adds the tensors' dtypes to the key
+                           prune_configs_by={"early_config_prune": _pruner(kind)})(kernel)
+
+
+if not INTERPRETED:  # the interpreter would time every config in numpy: there the tests pass explicit tiles
+    _fwd_tuned, _dkdv_tuned, _dq_tuned = (_tuned(k, kind) for k, kind in
+                                          zip((_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), KINDS))
+
+
+def _fields(blocks: list[int] | None) -> Blocks | None:
+    return None if blocks is None else Blocks(*blocks)
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Through wrap_triton, so torch.compile traces the launch into its graph (under the interpreter
+    wrap_triton hands back the plain function: the ops are then opaque custom ops, see _op)."""
+    torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+
+
+def _op(name: str):
+    """torch.library.triton_op: torch.compile and AOT tracing see the launches inside (wrap_triton) and derive
+    the output shapes from the function itself. Under the interpreter the kernels are plain Python, which no
+    tracer can record, so there the same function is an opaque torch.library.custom_op with a fake
+    implementation (registered below) that only allocates."""
+    register = torch.library.custom_op if INTERPRETED else torch.library.triton_op
+    return register(f"iattention::{name}", mutates_args=())
+
+
+# ---- the torch ops: iattention::wide_attention (forward, with autograd) and iattention::wide_attention_bwd ----
+
+@_op("wide_attention")
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                blocks: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse): o (B, H, T, D) with (B, T, H, D) memory (the caller's transpose back to (B, T, H D) is free),
+    lse the row log-sum-exp in base 2, (B H, T) fp32. blocks: Blocks' fields in order, or None to autotune."""
     B, H, T, D = q.shape
-    # (B, T, H, D) memory seen as (B, H, T, D): the caller's transpose back to (B, T, H D) is free
     o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
     lse = torch.empty(B * H, T, device=q.device, dtype=torch.float32)
     sm_scale = 1.0 / math.sqrt(D)
     upcast, prec = _modes(q.dtype)
-    grid = (triton.cdiv(T, blocks.BM), B * H, triton.cdiv(D, blocks.BDV))
-    _fwd_kernel[grid](q, k, v, o, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
-                      H, T, sm_scale * math.log2(math.e), D=D, BM=blocks.BM, BN=blocks.BN, BK=blocks.BK,
-                      BDV=blocks.BDV, UPCAST=upcast, PREC=prec, num_warps=blocks.num_warps,
-                      num_stages=blocks.num_stages)
+    args = (q, k, v, o, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(o), H, T, sm_scale * math.log2(math.e))
+    chosen = _fields(blocks) or (default_blocks(D) if INTERPRETED else None)
+    if chosen is None:
+        _launch(_fwd_tuned, lambda m: (triton.cdiv(T, m["BM"]), B * H, triton.cdiv(D, m["BDV"])), *args, D=D,
+                UPCAST=upcast, PREC=prec)
+    else:
+        grid = (triton.cdiv(T, chosen.BM), B * H, triton.cdiv(D, chosen.BDV))
+        _launch(_fwd_kernel, grid, *args, D=D, BM=chosen.BM, BN=chosen.BN, BK=chosen.BK, BDV=chosen.BDV,
+                UPCAST=upcast, PREC=prec, num_warps=chosen.num_warps, num_stages=chosen.num_stages)
     return o, lse
 
 
-def _backward(q, k, v, o, lse, do, blocks: Blocks):
+@_op("wide_attention_bwd")
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                 do: torch.Tensor, blocks: list[int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of the forward op for output gradient do."""
     B, H, T, D = q.shape
     do = _unit_last(do)
     delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # rowsum(dO o O), (B H, T) fp32
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     sm_scale = 1.0 / math.sqrt(D)
     upcast, prec = _modes(q.dtype)
-    common = dict(D=D, BK=blocks.BK, BDC=blocks.BDC, UPCAST=upcast, PREC=prec, num_warps=blocks.num_warps,
-                  num_stages=blocks.num_stages)
-    chunks = triton.cdiv(D, blocks.BDC)
-    _bwd_dkdv_kernel[(triton.cdiv(T, blocks.bwd_BN), B * H, chunks)](
-        q, k, v, do, dk, dv, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do),
-        *_strides(dk), *_strides(dv), H, T, sm_scale * math.log2(math.e), sm_scale,
-        BM=blocks.bwd_BM, BN=blocks.bwd_BN, **common)
-    _bwd_dq_kernel[(triton.cdiv(T, blocks.bwd_BM), B * H, chunks)](
-        q, k, v, do, dq, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
-        H, T, sm_scale * math.log2(math.e), sm_scale, BM=blocks.bwd_BM, BN=blocks.bwd_BN, **common)
+    scales = (H, T, sm_scale * math.log2(math.e), sm_scale)
+    dkdv_args = (q, k, v, do, dk, dv, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do),
+                 *_strides(dk), *_strides(dv), *scales)
+    dq_args = (q, k, v, do, dq, lse, delta, *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
+               *scales)
+    chosen = _fields(blocks) or (default_blocks(D) if INTERPRETED else None)
+    if chosen is None:
+        def grid(rows: str):
+            return lambda m: (triton.cdiv(T, m[rows]), B * H, triton.cdiv(D, m["BDC"]))
+        _launch(_dkdv_tuned, grid("BN"), *dkdv_args, D=D, UPCAST=upcast, PREC=prec)
+        _launch(_dq_tuned, grid("BM"), *dq_args, D=D, UPCAST=upcast, PREC=prec)
+        return dq, dk, dv
+    common = dict(D=D, BM=chosen.bwd_BM, BN=chosen.bwd_BN, BK=chosen.BK, BDC=chosen.BDC, UPCAST=upcast, PREC=prec,
+                  num_warps=chosen.num_warps, num_stages=chosen.num_stages)
+    chunks = triton.cdiv(D, chosen.BDC)
+    _launch(_bwd_dkdv_kernel, (triton.cdiv(T, chosen.bwd_BN), B * H, chunks), *dkdv_args, **common)
+    _launch(_bwd_dq_kernel, (triton.cdiv(T, chosen.bwd_BM), B * H, chunks), *dq_args, **common)
     return dq, dk, dv
 
 
-class WideAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, blocks):
-        o, lse = _forward(q, k, v, blocks)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.blocks = blocks
-        return o
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, blocks = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.blocks = blocks
+    ctx.mark_non_differentiable(lse)
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q, k, v, o, lse, do, ctx.blocks)
-        return dq, dk, dv, None
+
+def _backward(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.iattention.wide_attention_bwd(q, k, v, o, lse, do, ctx.blocks)
+    return dq, dk, dv, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+if INTERPRETED:
+    @_forward_op.register_fake
+    def _(q, k, v, blocks):
+        B, H, T, D = q.shape
+        return q.new_empty(B, T, H, D).transpose(1, 2), q.new_empty(B * H, T, dtype=torch.float32)
+
+    @_backward_op.register_fake
+    def _(q, k, v, o, lse, do, blocks):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def wide_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: Blocks | None = None) -> torch.Tensor:
     """Causal softmax(q k^T / sqrt(d)) v for q, k, v of shape (B, H, T, d) (any strides with a unit last
     one), as F.scaled_dot_product_attention(q, k, v, is_causal=True). Under autocast the inputs are cast
     to its dtype (as SDPA is); otherwise mixed dtypes are promoted. The output has q's (cast) dtype, with
-    (B, T, H, d) memory order."""
+    (B, T, H, d) memory order. blocks: fixed tiles; None: autotuned on CUDA (default_blocks under the
+    interpreter)."""
     if not (q.shape == k.shape == v.shape and q.dim() == 4):
         raise ValueError(f"wide_attention needs q, k, v of one shape (B, H, T, d); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if torch.is_autocast_enabled(q.device.type):
-        dtype = torch.get_autocast_dtype(q.device.type)
-    else:
-        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    dtype = attention_dtype(q, k, v)
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"wide_attention takes float32, bfloat16 or float16, got {dtype}")
     q, k, v = (_unit_last(t.to(dtype)) for t in (q, k, v))
-    return WideAttention.apply(q, k, v, blocks or default_blocks(q.shape[-1]))
+    fields = None if blocks is None else [getattr(blocks, f.name) for f in dataclasses.fields(Blocks)]
+    return torch.ops.iattention.wide_attention(q, k, v, fields)[0]

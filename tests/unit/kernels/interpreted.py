@@ -89,6 +89,43 @@ def refuse(kind: str):
     return dict(error=None)
 
 
+def grouped(H: int, G: int):
+    """kernels.attend with mode triton on grouped-query inputs (q: H heads, k and v: G heads) against SDPA's
+    enable_gqa: output and gradients (the kernel reads one key/value head per query head)."""
+    import torch.nn.functional as F
+
+    from iattention.kernels import attend
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, H, 11, 32, generator=g).requires_grad_()
+    k, v = (torch.randn(2, G, 11, 32, generator=g).requires_grad_() for _ in range(2))
+    out = attend(q, k, v, "triton")
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    do = torch.randn(out.shape, generator=g)
+    pairs = zip((out, *torch.autograd.grad(out, (q, k, v), do)), (ref, *torch.autograd.grad(ref, (q, k, v), do)))
+    return dict(max_abs=max((a - b).abs().max().item() for a, b in pairs))
+
+
+def registered_op():
+    """torch.library.opcheck of the forward op (schema, fake tensors, autograd registration, AOT dispatch), and
+    the kernel under torch.compile(fullgraph=True, backend="aot_eager") against eager: output and gradients."""
+    from iattention.kernels import load_kernel
+
+    kernel = load_kernel()
+    q, k, v = inputs(1, 2, 9, 32, torch.float32)
+    torch.library.opcheck(torch.ops.iattention.wide_attention.default, (q, k, v, None))
+    torch.library.opcheck(torch.ops.iattention.wide_attention.default, (q, k, v, [16, 16, 16, 16, 16, 16, 16, 4, 1]))
+    torch._dynamo.reset()
+    compiled = torch.compile(kernel.wide_attention, fullgraph=True, backend="aot_eager")
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    eager = [kernel.wide_attention(q, k, v)]
+    eager += torch.autograd.grad(eager[0], (q, k, v), g)
+    traced = [compiled(q, k, v)]
+    traced += torch.autograd.grad(traced[0], (q, k, v), g)
+    return dict(max_abs=max((a - b).abs().max().item() for a, b in zip(eager, traced)),
+                grad_scale=max(t.abs().max().item() for t in eager))
+
+
 def model(attention: str, n_head: int, n_embd: int, T: int, amp: bool = False):
     """A GPT's loss and gradients with model.attn_kernel=triton (through the dispatch, interpreted) against
     the same weights with attn_kernel=sdpa."""
@@ -96,14 +133,14 @@ def model(attention: str, n_head: int, n_embd: int, T: int, amp: bool = False):
     from iattention.kernels import wide_attention as wa
 
     calls = {"sdpa": 0, "triton": 0}
-    real = wa.WideAttention.apply
+    real = wa.wide_attention
     out = {}
     for kernel in ("sdpa", "triton"):
         def counted(*args, kernel=kernel):  # a spy: counts the kernel's calls, then runs it
             calls[kernel] += 1
             return real(*args)
 
-        wa.WideAttention.apply = counted
+        wa.wide_attention = counted
         cfg = GPTConfig(n_layer=2, n_head=n_head, n_embd=n_embd, vocab_size=50, block_size=T, attention=attention,
                         attn_kernel=kernel)
         torch.manual_seed(0)
@@ -113,7 +150,7 @@ def model(attention: str, n_head: int, n_embd: int, T: int, amp: bool = False):
             loss = m(x, x)[1]
         loss.backward()
         out[kernel] = (loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
-    wa.WideAttention.apply = real
+    wa.wide_attention = real
     (l0, g0), (l1, g1) = out["sdpa"], out["triton"]
     return dict(kernel_calls=calls, loss_sdpa=l0.item(), loss_triton=l1.item(),
                 grad_max_abs=max((g0[n] - g1[n]).abs().max().item() for n in g0),

@@ -45,7 +45,7 @@ def test_forced_triton_where_it_cannot_run_is_one_line(monkeypatch):
 
 def test_the_config_key_is_checked_and_is_not_part_of_a_runs_identity():
     for bad, match in ((dict(attn_kernel="flash"), "unknown model.attn_kernel 'flash'; choose one of auto, sdpa, "
-                                                   "triton"),
+                                                   "math, triton"),
                        (dict(attn_kernel="triton", dropout=0.1), "has no dropout")):
         with pytest.raises(UserError, match=match) as e:
             GPTConfig(n_layer=1, n_head=1, n_embd=16, vocab_size=8, **bad)
@@ -59,13 +59,71 @@ def test_the_default_on_cpu_never_reaches_triton(monkeypatch):
     def refuse(*_):
         raise AssertionError("the Triton kernel ran on CPU under attn_kernel=auto")
 
-    monkeypatch.setattr("iattention.attention.base.triton_causal_attention", refuse)
+    monkeypatch.setattr("iattention.kernels.triton_causal_attention", refuse)
     cfg = GPTConfig(n_layer=1, n_head=1, n_embd=288, vocab_size=16, block_size=8)  # head dim 288 > 256
     x = torch.randint(0, 16, (1, 8), generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)
     loss = GPT(cfg)(x, x)[1]
     torch.manual_seed(0)
     assert torch.equal(loss, GPT(cfg.replace(attn_kernel="sdpa"))(x, x)[1])
+
+
+def _spy_on_math_path(monkeypatch) -> list:
+    calls = []
+    real = kernels.math_causal_attention
+    monkeypatch.setattr(kernels, "math_causal_attention", lambda *a: calls.append(a[0].shape) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("attention, dropout", [("standard", 0.0), ("canonical", 0.0), ("standard", 0.2)])
+def test_a_gpt_through_the_math_path_equals_the_gpt_through_sdpa(monkeypatch, attention, dropout):
+    """model.attn_kernel=math: loss and every gradient of a 2-layer GPT as through SDPA (dropout included: the
+    math path draws SDPA's mask from the same seed on CPU); it runs once per layer in training and never in
+    cached generation."""
+    calls = _spy_on_math_path(monkeypatch)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=16, block_size=12, attention=attention,
+                    dropout=dropout)
+    x = torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(1))
+    results = []
+    for kernel in ("sdpa", "math"):
+        torch.manual_seed(0)
+        model = GPT(cfg.replace(attn_kernel=kernel))
+        loss = model(x, x)[1]
+        loss.backward()
+        results.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))
+    assert len(calls) == 2
+    (l0, g0), (l1, g1) = results
+    assert abs(l0 - l1) <= 1e-5 * abs(l0)
+    assert max((g0[n] - g1[n]).abs().max().item() for n in g0) <= 1e-5
+    from iattention.model.generate import generate
+
+    with torch.no_grad():
+        generate(model.eval(), x[:1, :3], 4, temperature=0.0, use_cache=True)
+    assert len(calls) == 2  # the cached passes ran SDPA
+
+
+def test_the_llama_family_dispatches_through_the_same_point(monkeypatch):
+    """A Llama-family layer (grouped-query attention: 4 query heads, 2 key/value heads) calls kernels.attend:
+    with its attn_kernel set to math the math path runs, with the same loss and gradients as SDPA."""
+    from iattention.config.llama import LlamaConfig
+    from iattention.model.llama import Llama
+
+    calls = _spy_on_math_path(monkeypatch)
+    cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=16, block_size=12)
+    x = torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(1))
+    results = []
+    for kernel in ("sdpa", "math"):
+        torch.manual_seed(0)
+        model = Llama(cfg)
+        for block in model.model.layers:
+            block.self_attn.attn_kernel = kernel
+        loss = model(x, x)[1]
+        loss.backward()
+        results.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))
+    assert calls == [torch.Size([2, 4, 12, 8])] * 2
+    (l0, g0), (l1, g1) = results
+    assert abs(l0 - l1) <= 1e-5 * abs(l0)
+    assert max((g0[n] - g1[n]).abs().max().item() for n in g0) <= 1e-5
 
 
 @pytest.mark.parametrize("attention, n_head, amp", [("standard", 2, False), ("canonical", 1, False),
@@ -80,3 +138,11 @@ def test_a_gpt_through_the_kernel_equals_the_gpt_through_sdpa(interpreted, atten
     tol = 2e-2 if amp else 1e-5
     assert abs(r["loss_triton"] - r["loss_sdpa"]) <= tol * abs(r["loss_sdpa"]), r
     assert r["grad_max_abs"] <= tol * r["grad_scale"], r
+
+
+@pytest.mark.slow
+def test_grouped_query_attention_through_the_kernel_equals_sdpa(interpreted):
+    """The Llama family's shapes through kernels.attend with the Triton kernel (interpreted): 4 query heads
+    on 2 and on 1 key/value heads, output and every gradient as SDPA's enable_gqa."""
+    for G in (2, 1):
+        assert interpreted("grouped", H=4, G=G)["max_abs"] <= 1e-5

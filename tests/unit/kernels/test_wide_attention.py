@@ -75,3 +75,10 @@ def test_mixed_dtypes_are_promoted_and_autocast_casts(interpreted):
 def test_refuses_what_it_cannot_compute(interpreted):
     assert "one shape" in interpreted("refuse", kind="shape")["error"]
     assert "float32, bfloat16 or float16" in interpreted("refuse", kind="dtype")["error"]
+
+
+def test_the_op_passes_opcheck_and_compiles_with_fullgraph(interpreted):
+    """The kernel as a torch op: opcheck (schema, fake tensors, register_autograd, AOT dispatch) with autotuned
+    (here: default) and fixed tiles, and torch.compile(fullgraph=True) equal to eager, forward and backward."""
+    r = interpreted("registered_op")
+    assert r["max_abs"] <= 1e-6 * max(1.0, r["grad_scale"]), r

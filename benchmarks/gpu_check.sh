@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# One prepared GPU check (issue 52 §4): fits a 10-minute device window (<= 8 minutes of steps on an H100) and
+# leaves every log and JSON in one folder. Each step runs under `timeout` and the script goes on past a failing
+# step; summary.txt lists each step's exit status (124: it ran out of its time) and seconds.
+#
+#   1. tests/gpu                                  (pytest -m gpu; junit XML)                   <= 150 s
+#   2. benchmarks/wide_paths.py --T 1024          (§1's rows at T = 1024: SDPA, math, triton)   <= 120 s
+#   3. iattn bench --preset paper --device cuda --compile --heads 1,12                         <= 120 s
+#      (standard attention, one round of 3 windows, no HF reference: BENCH_ARGS to change)
+#   4. pytest tests/e2e -n 8 -vv                  (the e2e layer under pytest-xdist; one line a  <= 70 s
+#      test in e2e.log, so a cut-off run still shows what ran and what failed)
+#
+# On the device machine (the device tool runs this in a copy of the working tree; ../shared does not travel, so
+# the data and the pytest-xdist wheels go in the git-ignored gpu-check/, named in carry; about 15 MB):
+#   mkdir -p gpu-check && cp -r ../shared/data gpu-check/data       # here, once
+#   pip download --no-deps -d gpu-check/wheels pytest-xdist execnet   # here, once (the device has no network)
+#   run(command="bash benchmarks/gpu_check.sh", carry=["gpu-check/data", "gpu-check/wheels"], timeout_s=570)
+# Results come back from $OUT (the device tool's output folder). Without $OUT they go to gpu-check/out-<time>/.
+# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before step 4.
+#
+# Dry run on CPU (what to run before spending GPU time; minutes on 2 cores):
+#   PRESET=tiny bash benchmarks/gpu_check.sh
+# runs every step on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
+# iattn bench --preset tiny --device cpu, and the e2e layer collected under -n 2 plus one file run.
+#
+# Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
+# run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), T_GPU / T_PATHS / T_BENCH /
+# T_E2E (per-step limits in seconds), E2E_WORKERS (default 8), BENCH_ARGS (step 3's extra arguments).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PRESET=${PRESET:-paper}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+fi
+OUT_DIR=${OUT:-$ROOT/gpu-check/out-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT_DIR"
+if [ -z "${DATA:-}" ]; then
+  if [ -d gpu-check/data ]; then DATA=$ROOT/gpu-check/data; else DATA=${IATTN_DATA_DIR:-$ROOT/../shared/data}; fi
+fi
+export IATTN_DATA_DIR=$DATA PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
+SUMMARY=$OUT_DIR/summary.txt
+START=$(date +%s)
+
+step() {  # step NAME LIMIT_SECONDS COMMAND...: runs it under timeout, its output in NAME.log, never stops the script
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  echo "== $name (limit ${limit}s): $*" | tee -a "$SUMMARY"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  local took=$(( $(date +%s) - t0 ))
+  echo "   $name: exit $rc, ${took}s$([ $rc -eq 124 ] && echo ' (timed out)')" | tee -a "$SUMMARY"
+  tail -n 5 "$OUT_DIR/$name.log" | sed 's/^/   | /'
+}
+
+{
+  echo "gpu_check $(date -u +%FT%TZ) preset=$PRESET out=$OUT_DIR data=$DATA"
+  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --porcelain 2>/dev/null | wc -l) changed files"
+} | tee "$SUMMARY"
+"$PYTHON" - >"$OUT_DIR/environment.json" 2>&1 <<'EOF'
+import json, platform, torch
+info = dict(python=platform.python_version(), torch=torch.__version__, cuda=torch.cuda.is_available())
+if torch.cuda.is_available():
+    info.update(device=torch.cuda.get_device_name(), capability=torch.cuda.get_device_capability())
+try:
+    import triton
+    info["triton"] = triton.__version__
+except ImportError:
+    info["triton"] = None
+try:
+    import xdist
+    info["pytest_xdist"] = xdist.__version__
+except ImportError:
+    info["pytest_xdist"] = None
+print(json.dumps(info))
+EOF
+cat "$OUT_DIR/environment.json" | tee -a "$SUMMARY"
+if ! "$PYTHON" -c "import xdist" 2>/dev/null && ls gpu-check/wheels/*.whl >/dev/null 2>&1; then
+  step install-xdist 60 "$PYTHON" -m pip install --no-index --no-deps gpu-check/wheels/*.whl
+fi
+
+if [ "$PRESET" = tiny ]; then  # the dry run on CPU
+  step gpu-tests "${T_GPU:-120}" "$PYTHON" -m pytest tests/gpu -m gpu -rs -p no:cacheprovider \
+    --junitxml="$OUT_DIR/gpu-tests.xml"
+  step wide-paths "${T_PATHS:-240}" "$PYTHON" benchmarks/wide_paths.py --dry --out "$OUT_DIR/wide-paths-dry.json"
+  step bench "${T_BENCH:-300}" "$PYTHON" -m iattention bench --preset tiny --device cpu --heads 1,2 --windows 1 \
+    --steps 1 --rounds 1 --no-reference --json "$OUT_DIR/bench-tiny.json"
+  step e2e "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e -n 2 -p no:cacheprovider -q --co
+  step e2e-one-file "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e/test_names.py -n 2 -p no:cacheprovider -vv \
+    --junitxml="$OUT_DIR/e2e-one-file.xml"
+else
+  step gpu-tests "${T_GPU:-150}" "$PYTHON" -m pytest tests/gpu -m gpu -rs -p no:cacheprovider \
+    --junitxml="$OUT_DIR/gpu-tests.xml"
+  step wide-paths "${T_PATHS:-120}" "$PYTHON" benchmarks/wide_paths.py --T 1024 --out "$OUT_DIR/wide-paths-T1024.json"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  step bench "${T_BENCH:-120}" "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
+    ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} --json "$OUT_DIR/bench-$PRESET.json"
+  step e2e "${T_E2E:-70}" "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv \
+    --junitxml="$OUT_DIR/e2e.xml"
+fi
+echo "total $(( $(date +%s) - START ))s; logs and JSON in $OUT_DIR" | tee -a "$SUMMARY"
