@@ -197,11 +197,15 @@ def test_skip_nonfinite_counts_bad_batches(tmp_path):
 
 
 @pytest.mark.slow
-def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_over(tmp_path):
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_over(tmp_path, arch):
     """Two `iattn train --resume` on one folder: the second gets one line naming the holder's pid;
-    after the holder is killed, the lock is taken over and the run resumes."""
+    after the holder is killed, the lock is taken over and the run resumes. The same for every model family, and an
+    eval of the run's checkpoint while it trains reads a whole checkpoint (never a half-written one)."""
     paths = write_corpus(tmp_path)
-    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.threads": 1, "train.epochs": 1000})
+    family = {"model.arch": "llama", "model.n_kv_head": 1} if arch == "llama" else {}
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.threads": 1, "train.epochs": 1000,
+                                                      "train.ckpt_every_steps": 2, **family})
     out = tmp_path / "run"
     cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -215,6 +219,14 @@ def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_ov
     from iattention.utils.lock import holder
 
     assert holder(out) == str(first.pid)
+    deadline = time.time() + 120
+    while not (out / "last.safetensors").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    evals = [subprocess.run([*CLI, "eval", str(out / "last.safetensors"), "--split", "valid", "--json"],
+                            capture_output=True, text=True) for _ in range(2)]  # while checkpoints are rewritten
+    for ev in evals:
+        assert ev.returncode == 0 and math.isfinite(json.loads(ev.stdout)["ppl"]), ev.stderr
+    assert holder(out) == str(first.pid)  # an eval takes no run lock
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert holder(out) is None  # the kernel released the dead holder's lock
