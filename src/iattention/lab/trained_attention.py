@@ -152,7 +152,10 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
         if canonical:
             from safetensors.torch import save_file  # lazy: only with --canonical
 
-            view = {k[len("blocks."):]: t.contiguous() for k, t in cache.items() if ".attn.canonical." in k}
+            # each tensor its own contiguous copy: safetensors refuses tensors that share memory, and the view's
+            # are views (one head's W is W_QK[0], W_O's blocks are transposes)
+            view = {k[len("blocks."):]: t.clone(memory_format=torch.contiguous_format)
+                    for k, t in cache.items() if ".attn.canonical." in k}
             out.mkdir(parents=True, exist_ok=True)
             path = out / f"{name}-canonical.safetensors"
             write_with(path, lambda tmp, view=view, name=name: save_file(view, str(tmp), metadata={"run": name}))
