@@ -1,5 +1,7 @@
 """Unit tests of iattention.lab.trained_attention."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -46,5 +48,77 @@ def test_inspect_canonical_of_a_standard_run_is_a_one_line_error(tmp_path, capsy
 
     _, run = _run(tmp_path, "std", "standard")
     rc = main(["inspect", run, "--prompt", "the cat", "--out", str(tmp_path / "out"), "--canonical"])
+    one_line_error(capsys, rc, "no canonical view", "convert --to canonical")
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_whose_folders_share_a_name_get_distinct_files_and_rows(tmp_path):
+    """a/r and b/r: each its own canonical file and figure (named with the folder that tells them apart), and
+    spectra.md rows that differ; two runs' checkpoints of one name likewise."""
+    from safetensors.torch import load_file
+
+    from iattention.cli import main
+    from iattention.model.activations import canonical_view
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    model_a, run_a = _run(tmp_path / "a", "r", "canonical")
+    model_b, run_b = _run(tmp_path / "b", "r", "canonical", n_head=2)
+    out = tmp_path / "out"
+    assert main(["inspect", run_a, run_b, "--prompt", "the cat", "--out", str(out), "--canonical"]) == 0
+    for name, model in (("a-r", model_a), ("b-r", model_b)):
+        got = load_file(str(out / f"{name}-canonical.safetensors"))
+        assert torch.equal(got["0.attn.canonical.W_QK"], canonical_view(model)["blocks.0.attn.canonical.W_QK"])
+        assert (out / f"{name}-attention.png").exists()
+    table = (out / "spectra.md").read_text()
+    assert "| a-r (canonical, 3 heads) | 0 |" in table and "| b-r (canonical, 2 heads) | 0 |" in table
+    weights = [next(Path(run).glob("*.safetensors")) for run in (run_a, run_b)]
+    assert weights[0].name == weights[1].name
+    assert main(["inspect", *map(str, weights), "--prompt", "the cat", "--out", str(tmp_path / "w")]) == 0
+    assert {p.name for p in (tmp_path / "w").glob("*-attention.png")} == {f"{d}-r-{weights[0].stem}-attention.png"
+                                                                        for d in "ab"}
+
+
+def test_one_run_given_twice_is_refused_before_writing(tmp_path, capsys):
+    from helpers import one_line_error
+    from iattention.cli import main
+
+    _, run = _run(tmp_path, "canon", "canonical")
+    rc = main(["inspect", run, str(Path(run) / ".." / "canon"), "--prompt", "the", "--out", str(tmp_path / "out")])
+    one_line_error(capsys, rc, run, "canon-attention.png", "give each run once")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("order", ["standard-first", "canonical-first"])
+def test_inspect_canonical_of_a_standard_and_a_canonical_run_writes_the_canonical_one_s_view(tmp_path, capsys, order):
+    """The side-by-side example with --canonical: the canonical run's view, both runs' patterns and spectra,
+    and one line naming the run that has no view; the order of the runs does not matter."""
+    from safetensors.torch import load_file
+
+    from iattention.cli import main
+    from iattention.model.activations import canonical_view
+
+    _, std = _run(tmp_path, "std", "standard")
+    model, canon = _run(tmp_path, "canon", "canonical")
+    runs = [std, canon] if order == "standard-first" else [canon, std]
+    out = tmp_path / "out"
+    assert main(["inspect", *runs, "--prompt", "the cat", "--out", str(out), "--canonical"]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "canonical view" in line]
+    assert len(notes) == 1 and std in notes[0] and "standard" in notes[0] and canon not in notes[0], err
+    got = load_file(str(out / "canon-canonical.safetensors"))
+    assert torch.equal(got["1.attn.canonical.W_QK"], canonical_view(model)["blocks.1.attn.canonical.W_QK"])
+    assert sorted(p.name for p in out.iterdir()) == ["canon-attention.png", "canon-canonical.safetensors",
+                                                      "spectra.md", "spectra.png", "std-attention.png"]
+
+
+def test_inspect_canonical_of_runs_none_of_which_is_canonical_writes_nothing(tmp_path, capsys):
+    from helpers import one_line_error
+    from iattention.cli import main
+
+    (tmp_path / "x").mkdir()
+    _, std = _run(tmp_path, "std", "standard")
+    _, other = _run(tmp_path / "x", "std", "standard")
+    rc = main(["inspect", std, other, "--prompt", "the cat", "--out", str(tmp_path / "out"), "--canonical"])
     one_line_error(capsys, rc, "no canonical view", "convert --to canonical")
     assert not (tmp_path / "out").exists()
