@@ -1,7 +1,8 @@
 """`iattn inspect`: what trained attention does. For each run: its attention patterns on a prompt (every
 layer and head, one figure) and the singular values of every head's W_Q W_K^T and W_V W_O (the
 gauge-invariant quantities I-Attention parameterizes), runs side by side (spectra.png, spectra.md).
-Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant."""
+Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant of both
+families (GPT-2 and Llama: a grouped layer's spectra are per query head, with its group's key/value head)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import torch
 
 from iattention.errors import UserError
 from iattention.interop.load import load_run
-from iattention.model import gpt_only
 from iattention.model.activations import canonical_view, run_with_cache
 from iattention.symmetry.spectra import effective_rank, head_spectra
 from iattention.utils.atomic import write_text, write_with
@@ -189,9 +189,6 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
     loaded = [(run, *load_run(run, data_dir)) for run in runs]
-    for run, model, _ in loaded:
-        gpt_only(model.config, f"iattn inspect ({run})", "for its weights in canonical form run iattn convert "
-                 "--to canonical, and its conditioning is printed there")
     names = run_names(runs)
     views = _canonical_views(loaded, notify) if canonical else [None] * len(loaded)
     seen = []  # per run: (title name, token ids, cache, spectra), all decided before writing
@@ -205,7 +202,11 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
             raise UserError("--prompt is empty after tokenization; give some text")
         _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
         c = model.config
-        seen.append((f"{name} ({c.attention}, {c.n_head} head{'s' * (c.n_head > 1)})", ids, cache,
+        kv = getattr(c, "n_kv_head", c.n_head)  # the Llama family: grouped-query attention
+        heads = f"{c.n_head} head{'s' * (c.n_head > 1)}"
+        if kv != c.n_head:
+            heads += f", {kv} key/value head{'s' * (kv > 1)}"
+        seen.append((f"{name} ({c.attention}, {heads})", ids, cache,
                      [head_spectra(attn.to_heads()) for attn in model.attention_layers]))
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -122,3 +122,28 @@ def test_inspect_canonical_of_runs_none_of_which_is_canonical_writes_nothing(tmp
     rc = main(["inspect", std, other, "--prompt", "the cat", "--out", str(tmp_path / "out"), "--canonical"])
     one_line_error(capsys, rc, "no canonical view", "convert --to canonical")
     assert not (tmp_path / "out").exists()
+
+
+def test_inspect_reads_a_llama_family_run_beside_a_gpt2_one(tmp_path, capsys):
+    """Patterns and spectra of a Llama-family run (GQA, RoPE) beside a GPT-2 run: its figure, its spectra.md
+    rows (one per layer, its query heads' spectra), and with --canonical one line saying it has no view."""
+    from helpers import make_llama
+    from iattention.cli import main
+    from iattention.interop.convert import convert, save_converted
+    from iattention.model.activations import run_with_cache
+    from iattention.symmetry.spectra import head_spectra
+
+    llama, rep = convert(make_llama(dtype=torch.float32, vocab_size=300, n_kv_head=2), "canonical", dtype="float32")
+    save_converted(llama, tmp_path / "llama", "canonical", rep, source="x", data={"tokenizer": "byte"})
+    model, gpt = _run(tmp_path, "gpt", "canonical")
+    out = tmp_path / "out"
+    assert main(["inspect", gpt, str(tmp_path / "llama"), "--prompt", "the cat", "--out", str(out), "--canonical"]) == 0
+    err = capsys.readouterr().err
+    assert "llama has no canonical view" in err and "Llama-family" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["gpt-attention.png", "gpt-canonical.safetensors",
+                                                      "llama-attention.png", "spectra.md", "spectra.png"]
+    table = (out / "spectra.md").read_text()
+    top = head_spectra(llama.attention_layers[1].to_heads())["qk"][:, 0].mean()
+    assert f"| llama (canonical, 4 heads, 2 key/value heads) | 1 | {top:.3g} |" in table, table
+    ids = torch.tensor([list(b"the cat")])
+    assert run_with_cache(llama, ids)[1]["blocks.1.attn.hook_pattern"].shape == (1, 4, 7, 7)
