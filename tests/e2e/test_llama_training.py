@@ -133,6 +133,7 @@ def test_a_trained_llama_exports_to_transformers_with_its_tokenizer_and_card(stu
     assert (got[..., n:] == 0).all()  # the added end-of-text token: a zero row (RMSNorm has no bias to silence it)
     card = (out / "README.md").read_text()
     assert "# Llama exported by iattention" in card and "`LlamaForCausalLM`" in card and "GPT2" not in card
+    assert "Trained as **canonical** attention" in card  # a training run's checkpoint, not a conversion
 
 
 @pytest.mark.parametrize("command", [
