@@ -68,8 +68,9 @@ def test_the_default_on_cpu_never_reaches_triton(monkeypatch):
     assert torch.equal(loss, GPT(cfg.replace(attn_kernel="sdpa"))(x, x)[1])
 
 
-@pytest.mark.parametrize("attention, n_head, amp", [("standard", 2, False), ("canonical", 1, False),
-                                                    ("canonical", 1, True)])
+@pytest.mark.parametrize("attention, n_head, amp", [
+    pytest.param("standard", 2, False, marks=pytest.mark.slow),  # ~3 s under the interpreter
+    ("canonical", 1, False), ("canonical", 1, True)])
 def test_a_gpt_through_the_kernel_equals_the_gpt_through_sdpa(interpreted, attention, n_head, amp):
     """Dispatch end to end (forced triton on CPU under the interpreter): loss and every parameter's gradient
     of a 2-layer GPT as through SDPA; canonical at one head passes the input itself as keys, and under bf16
