@@ -133,10 +133,11 @@ def test_a_trained_llama_exports_to_transformers_with_its_tokenizer_and_card(stu
     assert (got[..., n:] == 0).all()  # the added end-of-text token: a zero row (RMSNorm has no bias to silence it)
     card = (out / "README.md").read_text()
     assert "# Llama exported by iattention" in card and "`LlamaForCausalLM`" in card and "GPT2" not in card
+    assert "Trained as **canonical** attention" in card  # a training run's checkpoint, not a conversion
 
 
 @pytest.mark.parametrize("command", [
-    ["inspect", "{run}", "--prompt", "the", "--out", "{tmp}/i"], ["conditioning", "--checkpoint", "{run}"],
+    ["conditioning", "--checkpoint", "{run}"],
     ["bench", "--preset", "llama-cpu", "--heads", "4"], ["bench", "--preset", "llama-cpu", "--generate", "4"],
     ["scales", "--preset", "llama-cpu", "--arms", "standard"]], ids=lambda c: "-".join(c[:2]))
 def test_the_gpt2_only_tools_refuse_a_llama_in_one_line(study, tmp_path, capsys, command):
@@ -163,11 +164,12 @@ def test_more_heads_than_width_is_named_in_one_line(study, capsys):
     one_line_error(capsys, rc, "--heads 64", "n_embd=32", "no head width")
 
 
-def test_inspect_of_a_gpt2_and_a_llama_run_writes_nothing(study, tmp_path, capsys):
+def test_inspect_shows_a_gpt2_and_a_llama_run_side_by_side(study, tmp_path, capsys):
     gpt = [o for o in study["ov"] if o not in LLAMA]
     assert main(["train", "--preset", "tiny", *gpt, "train.epochs=1", "--out", str(tmp_path / "g")]) == 0
-    capsys.readouterr()
-    rc = main(["inspect", str(tmp_path / "g"), str(study["out"] / "standard-h4-s0"), "--prompt", "the",
-               "--out", str(tmp_path / "i")])
-    one_line_error(capsys, rc, "iattn inspect", "Llama family")
-    assert not (tmp_path / "i").exists()
+    assert main(["inspect", str(tmp_path / "g"), str(study["out"] / "standard-h4-s0"), "--prompt", "the",
+                 "--out", str(tmp_path / "i")]) == 0
+    table = (tmp_path / "i" / "spectra.md").read_text()
+    assert "| g (standard, 2 heads) | 0 |" in table
+    assert "| standard-h4-s0 (standard, 4 heads, 2 key/value heads) | 0 |" in table
+    assert (tmp_path / "i" / "standard-h4-s0-attention.png").exists()

@@ -14,16 +14,20 @@ import time
 
 import torch
 
+from iattention.bench.runner import bench_device, sync
 from iattention.config import model_preset
 from iattention.errors import UserError
 from iattention.interop.hf import to_hf
+from iattention.kernels import prepare as prepare_kernel
 from iattention.model import gpt_only
 from iattention.model.gpt import GPT
 
 
-def _time(fn) -> float:
+def _time(fn, device: torch.device) -> float:
+    sync(device)
     t0 = time.perf_counter()
     fn()
+    sync(device)
     return time.perf_counter() - t0
 
 
@@ -39,27 +43,36 @@ def _cache_bytes(model, kind: str | None, prompt: torch.Tensor) -> int | None:
 
 @torch.no_grad()
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
-                     rounds: int = 3, reference: bool = True, log=print) -> list[dict]:
+                     rounds: int = 3, reference: bool = True, log=print, device: str = "cpu",
+                     attn_kernel: str = "auto") -> list[dict]:
+    """Rows of new tokens/s on `device`; our models run `attn_kernel` (model.attn_kernel) in their
+    full-sequence passes (the prompt, and every step without a cache; cached steps run SDPA), and each row
+    records the kernel that choice gave (HF: sdpa)."""
     shape = model_preset(preset)
     gpt_only(shape, f"iattn bench --generate (preset {preset})", "benchmarks/k_only_cache.py measures the Llama "
              "family's K-only cache against the full one")
     if prompt_len + new_tokens > shape.block_size:
         raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
                         f"ask for at most {shape.block_size - prompt_len} with --generate")
-    prompt = torch.randint(0, shape.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    dev = bench_device(device)
+    shape = shape.replace(dropout=0.0, attn_kernel=attn_kernel)  # decoding is in eval mode: no dropout
+    kernels = {h: prepare_kernel(attn_kernel, dev.type, shape.replace(n_head=h).d_head) for h in heads}
+    prompt = torch.randint(0, shape.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0)).to(dev)
     jobs = []  # (row, callable)
     for h in heads:
         for attention in attentions:
             torch.manual_seed(0)
-            model = GPT(shape.replace(n_head=h, attention=attention)).eval()
+            model = GPT(shape.replace(n_head=h, attention=attention)).to(dev).eval()
             for kind in ("full", "k-only", None):  # None: no cache; k-only: keys alone (model/gpt.py make_cache)
-                jobs.append((dict(model="iattention", attention=attention, n_head=h, kv_cache=kind is not None,
-                                  cache=kind or "none", cache_bytes_per_token=_cache_bytes(model, kind, prompt)),
+                jobs.append((dict(model="iattention", attention=attention, n_head=h, attn_kernel=kernels[h],
+                                  kv_cache=kind is not None, cache=kind or "none",
+                                  cache_bytes_per_token=_cache_bytes(model, kind, prompt)),
                              lambda m=model, k=kind: m.generate(prompt, new_tokens, temperature=0,
                                                                 use_cache=k is not None, cache_kind=k or "full")))
             if reference and attention == "standard":
-                hf = to_hf(model).eval()
-                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, kv_cache=True, cache="full"),
+                hf = to_hf(model).to(dev).eval()
+                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, attn_kernel="sdpa", kv_cache=True,
+                                  cache="full"),
                              lambda hf=hf: hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                                        do_sample=False, use_cache=True, pad_token_id=0)))
     for _, fn in jobs:  # warm-up
@@ -67,7 +80,7 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
     times: list[list[float]] = [[] for _ in jobs]
     for _ in range(rounds):
         for i, (_, fn) in enumerate(jobs):
-            times[i].append(_time(fn))
+            times[i].append(_time(fn, dev))
     rows = []
     for (row, _), ts in zip(jobs, times):
         row = row | dict(new_tokens=new_tokens, prompt_tokens=prompt_len,

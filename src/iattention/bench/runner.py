@@ -34,7 +34,14 @@ class Timing:
     peak_memory_mb: float | None
 
 
-def _sync(device: torch.device) -> None:
+def bench_device(device: str) -> torch.device:
+    """--device as a torch device; a UserError for cuda where none is visible."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
+    return torch.device(device)
+
+
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -62,22 +69,22 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
         step()
     rates = []
     for _ in range(windows):
-        _sync(device)
+        sync(device)
         t = time.perf_counter()
         for _ in range(steps_per_window):
             step()
-        _sync(device)
+        sync(device)
         rates.append(batch * T * steps_per_window / (time.perf_counter() - t))
     model.eval()
     fwd_rates = []
     with torch.no_grad():
         for i in range(warmup + windows):
-            _sync(device)
+            sync(device)
             t = time.perf_counter()
             for _ in range(steps_per_window):
                 with ctx():
                     loss_fn(model, inp, tgt)
-            _sync(device)
+            sync(device)
             if i >= warmup:
                 fwd_rates.append(batch * T * steps_per_window / (time.perf_counter() - t))
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -206,9 +213,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         show_progress = sys.stderr.isatty()
 
     spec = bench_spec(preset)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda but no CUDA device is visible; run on a GPU machine or use --device cpu")
-    dev = torch.device(device)
+    dev = bench_device(device)
     amp = dev.type == "cuda"
     allow_tf32(dev)
     name = device_name(dev)

@@ -80,10 +80,26 @@ def _llama_shape(preset: str) -> LlamaConfig:
     return shape
 
 
+def _preset_family(preset: str | None) -> str | None:
+    """"gpt" or "llama": the family a preset's name says (a Llama shape, or a run preset and its
+    model.arch); None without a preset; a UserError naming both families' presets for an unknown name."""
+    if preset is None:
+        return None
+    if preset in shape_names():
+        return "llama"
+    if preset not in preset_names():
+        raise UserError(f"unknown preset {preset!r}; choose one of {', '.join(preset_names())} (runs), or a "
+                        f"Llama-family shape: {', '.join(shape_names())}")
+    return "llama" if isinstance(model_preset(preset), LlamaConfig) else "gpt"
+
+
 def cmd_params(args) -> None:
 
-    if args.arch == "gpt" and args.preset in preset_names() and isinstance(model_preset(args.preset), LlamaConfig):
-        args.arch = "llama"  # a run preset of the Llama family (llama-cpu) says its own arch
+    family = _preset_family(args.preset)
+    if args.arch == "gpt" and family == "llama":
+        raise UserError(f"preset {args.preset} is a Llama-family model; use --arch llama (or leave out --arch)")
+    if args.arch is None:
+        args.arch = family or "gpt"  # the preset's name says its family; no preset: gpt2-small
     if args.arch == "llama":
         return cmd_llama_params(args)
     args.preset = args.preset or "gpt2-small"
@@ -121,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
-    sp.add_argument("--arch", choices=("gpt", "llama"), default="gpt",
+    sp.add_argument("--arch", choices=("gpt", "llama"), default=None,
                     help="gpt: GPT-2 presets, per variant and head count; llama: a shape-only Llama-family preset "
-                         "(query/key and value/output split, cache bytes per token)")
+                         "(query/key and value/output split, cache bytes per token); default: the preset's family "
+                         "(gpt without --preset)")
     sp.add_argument("--preset", default=None,
                     help=f"model shape: with --arch gpt a preset ({', '.join(preset_names())}; default gpt2-small), "
                          f"with --arch llama one of {', '.join(shape_names())} (default llama-3-8b) or a Llama run "

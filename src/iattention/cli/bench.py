@@ -26,15 +26,19 @@ DEFAULT_DIR = "runs/bench"  # where a result goes without --json: never the repo
 
 def cmd_generation_bench(args) -> None:
 
+    if args.compile:
+        raise UserError("--compile is not used by --generate (generation runs eager); leave out --compile")
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = generation_bench(args.preset, args.attention, args.heads, args.generate, rounds=args.rounds,
-                            reference=not args.no_reference)
-    result = dict(kind="generation", preset=args.preset, device="cpu", device_name=device_name(torch.device("cpu")),
+                            reference=not args.no_reference, device=args.device, attn_kernel=args.attn_kernel)
+    result = dict(kind="generation", preset=args.preset, device=args.device,
+                  device_name=device_name(torch.device(args.device)), attn_kernel_setting=args.attn_kernel,
                   torch=torch.__version__, threads=torch.get_num_threads(), rounds=args.rounds,
                   date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]), rows=rows)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
-        f"cpu-{args.preset}-generate-{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
+        f"{args.device}-{args.preset}-generate{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}-"
+        f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
     write_json(out, result)
     print()
     print(generation_table(rows))
@@ -100,7 +104,8 @@ def register(sub) -> None:
                    help="attention kernel of our models (model.attn_kernel; each row records the one it ran)")
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
-                   help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate")
+                   help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate "
+                        "(on --device, our models with --attn-kernel; --compile is refused)")
     p.add_argument("--json", help=f"result file (default {DEFAULT_DIR}/<device>-<preset>-<date>.json: beside the runs, "
                                   "not in the tracked benchmarks/results/)")
     p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")

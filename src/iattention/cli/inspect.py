@@ -15,18 +15,21 @@ def cmd_inspect(args) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("inspect", help="attention patterns on a prompt and head spectra of trained runs",
-                       description="For each run (run folder, checkpoint, converted or HF GPT-2 folder): its "
+                       description="For each run (run folder, checkpoint, converted or HF folder; GPT-2 or Llama "
+                                   "family): its "
                                    "attention pattern on --prompt for every layer and head, and the singular "
                                    "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "
                                    "iattention.model.activations.run_with_cache(model, ids).")
-    p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run)")
+    p.add_argument("runs", nargs="+", help="runs to inspect (e.g. a standard and a canonical run); files are named "
+                                           "by each run's folder, with the folders above it where two share a name")
     p.add_argument("--prompt", required=True, type=utf8_text, help="text whose attention patterns are drawn")
     p.add_argument("--out", type=out_path, default="inspect",
                    help="folder for the figures and spectra.md (default: inspect)")
     p.add_argument("--canonical", action="store_true",
                    help="also write each run's canonical view, <run>-canonical.safetensors: per layer and head "
                         "the learned and fixed (identity) blocks of W_K and W_O, W_Q, W_V, W_QK = W_Q W_K^T, and "
-                        "W (= W_Q with the aligned block) at one head; canonical runs only. Python: "
+                        "W (= W_Q with the aligned block) at one head; for each run that has one (canonical runs; a "
+                        "note names the others). Python: "
                         "run_with_cache(model, ids, canonical=True)")
     p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
     p.set_defaults(func=cmd_inspect)

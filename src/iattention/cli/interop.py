@@ -49,7 +49,8 @@ def cmd_convert(args) -> None:
         argv = sys.argv[1:] if sys.argv[1:2] == ["convert"] else [
             "convert", "--from", str(args.src), "--to", "hf", "--out", str(args.out)]
         card = dict(source=source_name(args.src), config=src.config.to_dict(), summary=RunFolder(run).read_summary(),
-                    command=card_command(["iattn", *argv], args.src, args.out))
+                    command=card_command(["iattn", *argv], args.src, args.out),
+                    trained="state" in meta)  # a training run's checkpoint (its loop state), not a conversion
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id)

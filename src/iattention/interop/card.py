@@ -31,8 +31,10 @@ def card_command(argv: list[str], src: str, out: str) -> str:
 
 def model_card(*, source: str, config: dict, params_ours: int, params_exported: int, data: dict | None,
                tokenizer: str | None, eos_id: int | None, summary: dict | None, command: str,
-               max_abs_logit_diff: float, eos_silent: bool = True) -> str:
-    """Markdown text of the card; `config` is the source's model config, `summary` its run's summary.json."""
+               max_abs_logit_diff: float, eos_silent: bool = True, trained: bool = True) -> str:
+    """Markdown text of the card; `config` is the source's model config, `summary` its run's summary.json;
+    `trained`: the source is a training run's checkpoint (else a folder `iattn convert` made, or an HF
+    folder: the card says converted, not trained)."""
     attention = config.get("attention", "standard")
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
     llama = config.get("arch") == "llama"  # a Llama-family model (config/llama.py), exported as its family's class
@@ -46,7 +48,8 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
         "---", "library_name: transformers", "pipeline_tag: text-generation",
         f"tags: [{family if llama else 'gpt2'}, iattention]", "---", "",
         f"# {name} exported by iattention", "",
-        f"Trained as **{attention}** attention ({config.get('n_layer')} layers, {heads}, width "
+        f"{'Trained as' if trained else 'Converted to'} **{attention}** attention"
+        f"{'' if trained else ' by `iattn convert`'} ({config.get('n_layer')} layers, {heads}, width "
         f"{config.get('n_embd')}, block size {config.get('block_size')}) and exported as a standard Hugging Face "
         f"`{cls}`" + (f" (canonical attention expanded exactly to standard {name} attention)"
                       if attention != "standard" else "") + ".", "",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import errno
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from iattention.model.gpt import GPT
 from iattention.symmetry import grouped
 from iattention.symmetry.blocks import condition_numbers, select_blocks
 from iattention.symmetry.transforms import canonicalize, expand
-from iattention.utils.atomic import apply_umask, remove_stale, temp_prefix
+from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
 from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
@@ -188,7 +187,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")
         for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
             apply_umask(written, folder=written.is_dir())
-        os.replace(tmp, out)
+        publish_folder(tmp, out)
     except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
         shutil.rmtree(tmp, ignore_errors=True)
         e = as_os_error(e, out)

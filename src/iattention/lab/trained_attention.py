@@ -1,7 +1,8 @@
 """`iattn inspect`: what trained attention does. For each run: its attention patterns on a prompt (every
 layer and head, one figure) and the singular values of every head's W_Q W_K^T and W_V W_O (the
 gauge-invariant quantities I-Attention parameterizes), runs side by side (spectra.png, spectra.md).
-Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant."""
+Built on the model directly (`iattention.model.activations.run_with_cache`), for every variant of both
+families (GPT-2 and Llama: a grouped layer's spectra are per query head, with its group's key/value head)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import torch
 
 from iattention.errors import UserError
 from iattention.interop.load import load_run
-from iattention.model import gpt_only
-from iattention.model.activations import run_with_cache
+from iattention.model.activations import canonical_view, run_with_cache
 from iattention.symmetry.spectra import effective_rank, head_spectra
 from iattention.utils.atomic import write_text, write_with
 
@@ -125,21 +125,74 @@ def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> s
     return "\n".join(lines) + "\n"
 
 
+def run_names(runs: list[str]) -> list[str]:
+    """A distinct file-name stem per run: its folder's name (a checkpoint's stem), with as many of the folders
+    above it, joined by "-", as tell the runs apart (a/r and b/r: a-r and b-r). A UserError for two runs
+    that no folder tells apart (one run given twice)."""
+    keys = []
+    for run in runs:
+        path = Path(run).resolve()
+        parts = path.relative_to(path.anchor).parts
+        keys.append((*parts[:-1], path.name if path.is_dir() else path.stem))
+    for depth in range(1, max(len(key) for key in keys) + 1):
+        names = ["-".join(key[-depth:]) for key in keys]
+        if len(set(names)) == len(names):
+            return names
+    first = {}
+    for run, name in zip(runs, names):
+        if name in first:
+            raise UserError(f"{first[name]} and {run} would both write {name}-attention.png; give each run once "
+                            "(or inspect them into separate --out folders)")
+        first[name] = run
+    return names
+
+
+def _canonical_views(loaded, notify) -> list[dict | None]:
+    """Each run's canonical view (None for a run that has none, said by `notify` in one line each); a
+    UserError when no run has one."""
+    views, refusals = [], []
+    for run, model, _ in loaded:
+        try:
+            views.append(canonical_view(model))
+        except UserError as e:
+            views.append(None)
+            refusals.append((run, e))
+    if len(refusals) == len(loaded):
+        if len(loaded) == 1:
+            raise refusals[0][1]
+        raise UserError(f"the {len(loaded)} runs have no canonical view (only canonical models do); make one "
+                        "with iattn convert --to canonical, or leave out --canonical")
+    for run, e in refusals:
+        notify(f"note: {run} has no canonical view, so only its patterns and spectra are written ({e})")
+    return views
+
+
+def _save_view(view: dict, path: Path, name: str) -> Path:
+    from safetensors.torch import save_file  # lazy: only with --canonical
+
+    # each tensor its own contiguous copy: safetensors refuses tensors that share memory, and the view's
+    # are views (one head's W is W_QK[0], W_O's blocks are transposes)
+    view = {k[len("blocks."):]: t.clone(memory_format=torch.contiguous_format) for k, t in view.items()}
+    write_with(path, lambda tmp: save_file(view, str(tmp), metadata={"run": name}))
+    return path
+
+
 def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None,
                  notify=lambda line: print(line, file=sys.stderr), canonical: bool = False) -> list[Path]:
     """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
-    `notify` says so. `canonical`: also each run's canonical view (`model.activations.canonical_view`: per
-    head the learned and fixed blocks of W_K and W_O, W_Q, W_V, W_QK; W at one head) by name in
-    `<run>-canonical.safetensors`; a UserError for a run that is not canonical."""
+    `notify` says so. Files are named by `run_names` (distinct). `canonical`: also the canonical view
+    (`model.activations.canonical_view`: per head the learned and fixed blocks of W_K and W_O, W_Q, W_V,
+    W_QK; W at one head) by name in `<run>-canonical.safetensors` of each run that has one (`notify` names
+    the others; a UserError when none has). Every run is read and every refusal decided before any file is
+    written."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
-    written, spectra, names = [], [], []
-    loaded = [(run, *load_run(run, data_dir)) for run in runs]  # every run read and checked before any file
-    for run, model, _ in loaded:
-        gpt_only(model.config, f"iattn inspect ({run})", "for its weights in canonical form run iattn convert "
-                 "--to canonical, and its conditioning is printed there")
-    for run, model, tok in loaded:
+    loaded = [(run, *load_run(run, data_dir)) for run in runs]
+    names = run_names(runs)
+    views = _canonical_views(loaded, notify) if canonical else [None] * len(loaded)
+    seen = []  # per run: (title name, token ids, cache, spectra), all decided before writing
+    for (run, model, tok), name in zip(loaded, names):
         ids = tok.encode(prompt)
         if len(ids) > model.config.block_size:
             notify(f"note: the prompt has {len(ids)} tokens; {run} has block size {model.config.block_size}, "
@@ -147,25 +200,26 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
             ids = ids[: model.config.block_size]
         if len(ids) == 0:
             raise UserError("--prompt is empty after tokenization; give some text")
-        _, cache = run_with_cache(model, torch.as_tensor(ids)[None], canonical=canonical)
-        name = Path(run).name if Path(run).is_dir() else Path(run).stem
-        if canonical:
-            from safetensors.torch import save_file  # lazy: only with --canonical
-
-            view = {k[len("blocks."):]: t.contiguous() for k, t in cache.items() if ".attn.canonical." in k}
-            out.mkdir(parents=True, exist_ok=True)
-            path = out / f"{name}-canonical.safetensors"
-            write_with(path, lambda tmp, view=view, name=name: save_file(view, str(tmp), metadata={"run": name}))
-            written.append(path)
+        _, cache = run_with_cache(model, torch.as_tensor(ids)[None])
         c = model.config
-        names.append(f"{name} ({c.attention}, {c.n_head} head{'s' * (c.n_head > 1)})")
+        kv = getattr(c, "n_kv_head", c.n_head)  # the Llama family: grouped-query attention
+        heads = f"{c.n_head} head{'s' * (c.n_head > 1)}"
+        if kv != c.n_head:
+            heads += f", {kv} key/value head{'s' * (kv > 1)}"
+        seen.append((f"{name} ({c.attention}, {heads})", ids, cache,
+                     [head_spectra(attn.to_heads()) for attn in model.attention_layers]))
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (_, model, tok), name, view, (title, ids, cache, _) in zip(loaded, names, views, seen):
+        if view is not None:
+            written.append(_save_view(view, out / f"{name}-canonical.safetensors", name))
+        c = model.config
         fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),
                              [tok.decode([i]) for i in ids], c.n_layer, c.n_head,
-                             f"attention patterns: {names[-1]}\nprompt {short(prompt)} ({len(ids)} tokens; "
+                             f"attention patterns: {title}\nprompt {short(prompt)} ({len(ids)} tokens; "
                              "row = query, column = key, colour = weight 0..1)")
-        out.mkdir(parents=True, exist_ok=True)
         written.append(_save(fig, out / f"{name}-attention.png"))
-        spectra.append([head_spectra(attn.to_heads()) for attn in model.attention_layers])
-    written.append(_save(spectra_figure(names, spectra), out / "spectra.png"))
-    write_text(out / "spectra.md", spectra_table(names, spectra, prompt))
+    titles, spectra = [t for t, *_ in seen], [s for *_, s in seen]
+    written.append(_save(spectra_figure(titles, spectra), out / "spectra.png"))
+    write_text(out / "spectra.md", spectra_table(titles, spectra, prompt))
     return written + [out / "spectra.md"]

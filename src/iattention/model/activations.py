@@ -4,7 +4,9 @@ forward pass (like TransformerLens' `run_with_cache`), built on the model direct
 Names follow TransformerLens: `blocks.{l}.hook_resid_pre` (B, T, d), `blocks.{l}.attn.hook_pattern`
 (B, H, T_query, T_key: softmax of the scores, causal), `blocks.{l}.hook_attn_out` (B, T, d),
 `blocks.{l}.hook_resid_post` (B, T, d), and `ln_final.hook_normalized`. The pattern is recomputed from
-the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with.
+the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with. Both
+families: a Llama-family model's blocks are `model.layers`, its pattern the RoPE'd scores of each query
+head against its group's key head, and `ln_final` its final RMSNorm.
 
 A canonical model's own parameterization (what external tools never see: they get the expanded standard
 model) comes by name from `canonical_view(model)`, or in the cache with `run_with_cache(..., canonical=True)`:
@@ -19,13 +21,29 @@ import math
 import torch
 
 
+def _parts(model):
+    """(blocks, their attention layers, the final norm) of a GPT-2 or a Llama-family model."""
+    if hasattr(model, "transformer"):  # GPT
+        return model.transformer.h, [block.attn for block in model.transformer.h], model.transformer.ln_f
+    return model.model.layers, [block.self_attn for block in model.model.layers], model.model.norm
+
+
 @torch.no_grad()
-def attention_pattern(attn, x: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d)."""
+def attention_pattern(attn, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d). A Llama-family layer
+    (grouped-query, RoPE) also takes the layer's rope = (cos, sin), each (T, rot/2): query head h scores the
+    rotated keys of its key/value head h // (H / G)."""
     B, T, _ = x.shape
-    q, k, _ = attn.qkv(x)
-    q, k = (t.reshape(B, T, attn.n_head, attn.d_head).transpose(1, 2).double() for t in (q, k))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.d_head)
+    H, r = attn.n_head, attn.d_head
+    q, k, _ = attn.qkv(x)  # (B, T, H r), (B, T, G r)
+    G = k.shape[-1] // r
+    q, k = q.reshape(B, T, H, r).transpose(1, 2), k.reshape(B, T, G, r).transpose(1, 2)  # (B, H|G, T, r)
+    if rope is not None:
+        from iattention.attention.rope import apply_rope
+
+        q, k = (apply_rope(t, *rope, attn.rope_layout) for t in (q, k))
+    k = k.repeat_interleave(H // G, dim=1)  # (B, H, T, r): each query head's key head
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(r)
     mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     return scores.masked_fill(~mask, float("-inf")).softmax(-1).to(x.dtype)
 
@@ -36,9 +54,12 @@ def canonical_view(model) -> dict[str, torch.Tensor]:
     from iattention.attention.canonical import CanonicalAttention
     from iattention.errors import UserError
 
-    layers = [block.attn for block in model.transformer.h]
+    layers = model.attention_layers
     if not all(isinstance(attn, CanonicalAttention) for attn in layers):
         variant = getattr(model.config, "attention", type(layers[0]).__name__)
+        if variant == "canonical":  # the Llama family's canonical layers have no view by name yet
+            raise UserError("a Llama-family canonical model has no canonical view yet (only GPT-2 canonical "
+                            "models have one)")
         raise UserError(f"a {variant}-attention model has no canonical view (only canonical models do); "
                         "make one with iattn convert --to canonical")
     return {f"blocks.{layer}.attn.canonical.{name}": t
@@ -51,22 +72,23 @@ def run_with_cache(model, idx: torch.Tensor, canonical: bool = False) -> tuple[t
     also holds the model's canonical view (`canonical_view`; a UserError for a model that is not canonical)."""
     cache: dict[str, torch.Tensor] = canonical_view(model) if canonical else {}
     handles = []
-    for layer, block in enumerate(model.transformer.h):
+    blocks, layers, final_norm = _parts(model)
+    for layer, (block, attn) in enumerate(zip(blocks, layers)):
         def pre(_, args, layer=layer):
             cache[f"blocks.{layer}.hook_resid_pre"] = args[0].detach()
 
         def post(_, args, out, layer=layer):
             cache[f"blocks.{layer}.hook_resid_post"] = out.detach()
 
-        def attn_in(module, args, layer=layer):
-            cache[f"blocks.{layer}.attn.hook_pattern"] = attention_pattern(module, args[0])
+        def attn_in(module, args, kwargs, layer=layer):  # a Llama layer gets rope= from its block
+            cache[f"blocks.{layer}.attn.hook_pattern"] = attention_pattern(module, args[0], kwargs.get("rope"))
 
         def attn_out(_, args, out, layer=layer):
             cache[f"blocks.{layer}.hook_attn_out"] = out.detach()
 
         handles += [block.register_forward_pre_hook(pre), block.register_forward_hook(post),
-                    block.attn.register_forward_pre_hook(attn_in), block.attn.register_forward_hook(attn_out)]
-    handles.append(model.transformer.ln_f.register_forward_hook(
+                    attn.register_forward_pre_hook(attn_in, with_kwargs=True), attn.register_forward_hook(attn_out)]
+    handles.append(final_norm.register_forward_hook(
         lambda _, args, out: cache.__setitem__("ln_final.hook_normalized", out.detach())))
     was_training = model.training
     model.eval()

@@ -133,6 +133,22 @@ def atomic_path(path: str | os.PathLike):
         raise
 
 
+def publish_folder(tmp: Path, out: Path) -> None:
+    """Rename the finished temp folder `tmp` to `out`, which must not exist. When `out` appeared since the
+    caller checked (another process published there first), a UserError says it already exists: `out` is
+    left as it is, and `tmp` for the caller to remove. (A rename onto a folder fails only when that folder
+    is non-empty, onto a file with ENOTDIR: neither is the user's path being wrong.)"""
+    try:
+        if os.path.lexists(out):
+            raise FileExistsError(errno.EEXIST, "exists", str(out))
+        os.rename(tmp, out)
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR) and os.path.lexists(out):
+            raise UserError(f"output {out} already exists (written meanwhile by another process); choose a new "
+                            "--out (nothing is overwritten)") from None
+        raise
+
+
 def write_bytes(path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)

@@ -666,6 +666,7 @@ def test_the_llama_contract_catches_a_broken_variant(monkeypatch, cls, checks, m
         run_llama_contract(cls.variant)
 
 
+@pytest.mark.slow  # the whole Llama contract (seven shapes) on a registered toy: 7 s idle, 25 s on a loaded 2-core CPU
 def test_a_correct_extra_llama_variant_passes_the_contract(monkeypatch):
     monkeypatch.setitem(GROUPED_REGISTRY, LlamaStandardCopy.variant, LlamaStandardCopy)
     run_llama_contract(LlamaStandardCopy.variant)

@@ -29,6 +29,9 @@ def test_the_card_says_what_was_trained_and_how_it_was_exported():
     assert "3.20e-06" in _row(card, "max abs logit difference")
     assert "runs/x" in _row(card, "source") and BASE["command"] in card
     assert "expanded" not in _card(config={**BASE["config"], "attention": "standard"})
+    assert "Trained as **canonical** attention" in card
+    converted = _card(trained=False)
+    assert "Converted to **canonical** attention by `iattn convert`" in converted and "Trained" not in converted
 
 
 def test_the_tokenizer_row_says_what_a_client_gets():
@@ -64,6 +67,7 @@ def test_a_card_written_from_a_run_in_a_tmp_folder_names_the_run_not_the_path(tm
     assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "`canonical-h4-s7`" in _row(card, "source")
+    assert "Converted to **canonical** attention" in card and "Trained" not in card  # a random model, converted
     assert "--from canonical-h4-s7" in card and "--out hf" in card
     assert str(tmp_path) not in card
 

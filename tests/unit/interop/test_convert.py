@@ -95,3 +95,31 @@ def test_a_converted_folder_loads_back_as_the_converted_model_and_is_never_overw
         save_converted(canon, out, "canonical", rep, source="again")
     assert str(out) in str(err.value) and "--out" in str(err.value)
     assert sorted(p.name for p in out.iterdir()) == listing and load_model(out)[1]["source"] == "src.safetensors"
+
+
+@pytest.mark.parametrize("winner", ["folder", "file"])
+def test_a_convert_that_loses_the_race_to_its_out_says_it_already_exists(tmp_path, monkeypatch, winner):
+    """Two converts to one --out: both pass the up-front check; the other publishes first, while this one
+    writes. The loser says the output already exists (not "a non-empty folder where a file is needed"),
+    leaves the winner's output as it was and no temp folder behind."""
+    from iattention.checkpoint import state as ckpt
+
+    canon, rep = convert(make_model(), "canonical", dtype="float64")
+    out = tmp_path / "conv"
+    real = ckpt.save_checkpoint
+
+    def save_then_the_other_publishes(path, *args, **kw):  # between this convert's check and its rename
+        real(path, *args, **kw)
+        if winner == "folder":
+            out.mkdir()
+            (out / "model.safetensors").write_bytes(b"the winner's")
+        else:
+            out.write_bytes(b"the winner's")
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_the_other_publishes)
+    with pytest.raises(UserError) as err:
+        save_converted(canon, out, "canonical", rep, source="x")
+    assert f"output {out} already exists" in str(err.value)
+    winner_file = out / "model.safetensors" if winner == "folder" else out
+    assert winner_file.read_bytes() == b"the winner's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv"]

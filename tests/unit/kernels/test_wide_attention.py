@@ -13,8 +13,8 @@ SMALL = dict(BM=16, BN=16, BK=16, BDV=16, bwd_BM=16, bwd_BN=16, BDC=32)
 FP32_CASES = [  # B, H, T, D, blocks
     pytest.param(2, 3, 5, 64, None, id="B2-H3-T5-d64"),
     pytest.param(1, 1, 1, 64, None, id="T1-d64"),
-    pytest.param(1, 1, 70, 64, SMALL, id="T70-d64-small-tiles"),
-    pytest.param(2, 1, 37, 96, SMALL, id="T37-d96-not-a-power-of-two"),
+    pytest.param(1, 1, 70, 64, SMALL, id="T70-d64-small-tiles", marks=pytest.mark.slow),  # 2-5 s each under the
+    pytest.param(2, 1, 37, 96, SMALL, id="T37-d96-not-a-power-of-two", marks=pytest.mark.slow),  # interpreter
     pytest.param(1, 2, 33, 256, None, id="T33-d256"),
     pytest.param(1, 1, 33, 768, None, id="T33-d768"),
     pytest.param(1, 1, 1, 768, None, id="T1-d768"),
@@ -35,8 +35,8 @@ def test_fp32_matches_the_math_path_to_1e_5(interpreted, B, H, T, D, blocks):
 
 BF16_CASES = [
     pytest.param(1, 2, 33, 96, None, "bfloat16", id="T33-d96-bf16"),
-    pytest.param(1, 1, 70, 64, SMALL, "bfloat16", id="T70-d64-small-tiles-bf16"),
-    pytest.param(1, 1, 33, 768, None, "bfloat16", id="T33-d768-bf16"),
+    pytest.param(1, 1, 70, 64, SMALL, "bfloat16", id="T70-d64-small-tiles-bf16", marks=pytest.mark.slow),  # 5 s
+    pytest.param(1, 1, 33, 768, None, "bfloat16", id="T33-d768-bf16", marks=pytest.mark.slow),  # 3.6 s
     pytest.param(1, 2, 33, 96, None, "float16", id="T33-d96-fp16"),
     pytest.param(1, 1, 70, 1024, None, "bfloat16", id="T70-d1024-bf16", marks=pytest.mark.slow),
 ]

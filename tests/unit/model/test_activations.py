@@ -91,3 +91,42 @@ def test_the_fixed_blocks_are_the_identity_and_one_head_s_W_is_W_Q():
 def test_a_standard_model_has_no_canonical_view_and_says_so():
     with pytest.raises(UserError, match="standard-attention model has no canonical view.*convert --to canonical"):
         run_with_cache(make_model(), torch.zeros(1, 3, dtype=torch.long), canonical=True)
+
+
+LLAMA_SHAPES = [dict(), dict(n_kv_head=1, rot=4, rope_layout="interleaved", qkv_bias=True, o_bias=True),
+                dict(n_head=2, n_kv_head=2, d_head=24)]
+
+
+@pytest.mark.parametrize("canonical", [False, True])
+@pytest.mark.parametrize("kw", LLAMA_SHAPES, ids=["gqa", "mqa-partial-interleaved-bias", "mha-wide"])
+def test_a_llama_s_cached_patterns_reproduce_each_layers_attention_output(kw, canonical):
+    """The Llama family: RoPE'd scores, each query head reading its group's key and value head."""
+    from helpers import make_llama
+    from iattention.symmetry.grouped import canonicalize
+
+    model = make_llama(**kw)
+    model = canonicalize(model) if canonical else model
+    idx = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(0))
+    logits, cache = run_with_cache(model, idx)
+    assert torch.equal(logits, model(idx)[0])
+    c = model.config
+    for layer, block in enumerate(model.model.layers):
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
+        assert pattern.shape == (2, c.n_head, 12, 12) and pattern.triu(1).abs().max() == 0
+        attn = block.self_attn
+        _, _, v = attn.qkv(block.input_layernorm(cache[f"blocks.{layer}.hook_resid_pre"]))
+        v = v.reshape(2, 12, c.n_kv_head, c.d_head).transpose(1, 2).repeat_interleave(c.n_head // c.n_kv_head, 1)
+        y = (pattern @ v).transpose(1, 2).reshape(2, 12, -1)
+        assert (attn.project_out(y) - cache[f"blocks.{layer}.hook_attn_out"]).abs().max() < 1e-12
+        resid_mid = cache[f"blocks.{layer}.hook_resid_pre"] + cache[f"blocks.{layer}.hook_attn_out"]
+        assert torch.allclose(resid_mid + block.mlp(block.post_attention_layernorm(resid_mid)),
+                              cache[f"blocks.{layer}.hook_resid_post"])
+    assert torch.equal(model.lm_head(cache["ln_final.hook_normalized"]), logits)
+
+
+def test_a_llama_canonical_model_s_missing_canonical_view_is_named_as_such():
+    from helpers import make_llama
+    from iattention.symmetry.grouped import canonicalize
+
+    with pytest.raises(UserError, match="Llama-family.*no canonical view.*GPT-2"):
+        canonical_view(canonicalize(make_llama()))

@@ -35,7 +35,10 @@ def _meta(name, attention="standard"):
         return Llama(llama_shape(name).replace(attention=attention))
 
 
-@pytest.mark.parametrize("name", shape_names())
+BIG = ("llama-3-8b", "smollm2-1.7b")  # their canonical builds take 3-8 s even on "meta" (the blocks' index bookkeeping)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n for n in shape_names()])
 def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
     cfg = llama_shape(name)
     std = _meta(name)
@@ -75,3 +78,18 @@ def test_shape_presets_are_not_run_presets(capsys):
         one_line_error(capsys, main(["train", "--preset", name, "--out", "/nonexistent/x"]), name)
     one_line_error(capsys, main(["params", "--arch", "llama", "--preset", "gpt2-small"]), "gpt2-small")
     one_line_error(capsys, main(["params", "--arch", "llama", "--heads", "2"]), "--heads")
+
+
+def test_params_takes_the_family_from_the_preset_name_and_names_the_fix_otherwise(capsys):
+    """`params --preset llama-3-8b` without --arch is the Llama count (the name says the family); --arch gpt with
+    a Llama preset, or a name of neither family, is one line naming the fix."""
+    for name in ("llama-3-8b", "llama-cpu"):
+        assert main(["params", "--preset", name, "--json"]) == 0
+        inferred = json.loads(capsys.readouterr().out)
+        assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
+        assert inferred == json.loads(capsys.readouterr().out) and "n_kv_head" in inferred[0]
+        one_line_error(capsys, main(["params", "--arch", "gpt", "--preset", name]), name, "Llama", "--arch llama")
+    assert main(["params", "--preset", "tiny", "--json"]) == 0  # a GPT-2 preset stays GPT-2
+    assert "n_kv_head" not in json.loads(capsys.readouterr().out)[0]
+    one_line_error(capsys, main(["params", "--preset", "llama-9"]), "unknown preset 'llama-9'", "gpt2-small",
+                   "llama-3-8b")
