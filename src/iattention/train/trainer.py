@@ -74,7 +74,7 @@ class Trainer:
 
     def _interrupted(self) -> None:
         """Ctrl-C: say where --resume takes the run up again, and how to keep mid-epoch progress next time
-        (steps.jsonl keeps every step made; the resumed run rewrites it from its checkpoint on)."""
+        (steps.jsonl keeps every step made; the resumed run cuts it to its checkpoint and appends from there)."""
         s = getattr(self, "state", None)
         self.ckpt.discard_unstarted()
         if s is None or not self.runtime.is_main or s.step == 0:
@@ -129,10 +129,11 @@ class Trainer:
         self.model = build_model(self.cfg.model).to(device)
         self.init_source = self.ckpt.initial_weights(self.model, self.cfg)
         self.optimizer = build_optimizer(self.model, self.cfg.optim, device.type)
-        self.state, self.metrics.records, self.metrics.steps, _ = self.ckpt.start(self.model, self.optimizer)
+        start = self.ckpt.start(self.model, self.optimizer, self.data.steps_per_epoch)
+        self.state = start.state
         self.runtime.ctx.barrier()
         self.train_model = self.runtime.wrap(self.model)
-        self.metrics.open(t, _config_dict(self.cfg))
+        self.metrics.open(t, _config_dict(self.cfg), start)
         self.validator = Validator(self.data.splits, self.data.scored, self.cfg.model.block_size,
                                    t.eval_batch_size, self.runtime, show=not self.quiet)
         return None
