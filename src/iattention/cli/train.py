@@ -28,8 +28,10 @@ def cmd_train(args) -> None:
                 overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    test = ("no test (train.final_test=false)" if summary["test_ppl"] is None else
+            f"test ppl {summary['test_ppl']:.2f}")
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
-          f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  test ppl {summary['test_ppl']:.2f}  "
+          f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  {test}  "
           f"{summary['train_tokens_per_s']:.0f} tok/s  -> {args.out}/summary.json")
 
 

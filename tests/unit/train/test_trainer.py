@@ -114,3 +114,32 @@ def test_a_budget_ending_mid_epoch_stops_at_it_and_extending_it_goes_on_with_tha
         ("start", 0, 0), ("budget", 1, 7), ("budget", 1, 12), ("epoch", 1, spe), ("epoch", 2, 2 * spe)]
     epoch1 = [r for r in json_lines(tmp_path / "ref" / "metrics.jsonl") if r["kind"] == "epoch"][0]
     assert records[3]["train_loss"] == epoch1["train_loss"]  # the whole epoch's mean, not its second part's
+
+
+def test_eval_tokens_caps_training_s_validation_final_test_false_skips_test_and_a_warmup_past_the_budget_warns(
+        run, tmp_path, capsys):
+    """train.eval_tokens=60: every validation of the run scores the first 60 validation tokens (its loss that of
+    the weights there over those tokens), the summary's validation counts say so; train.final_test=false: no
+    test pass (test_ppl null, final_test false); optim.warmup_steps leaving no step to decay in: one warning line."""
+    from iattention.checkpoint.run_folder import RunFolder
+
+    ov = tiny_overrides(run["paths"], tmp_path / "cache", **{
+        "model.n_embd": 16, "model.n_head": 2, "model.block_size": BLOCK, "train.batch_size": BATCH,
+        "train.threads": 1, "train.eval_batch_size": 16, "optim.warmup_steps": 4, "train.max_steps": 4,
+        "train.eval_tokens": 60, "train.final_test": "false"})
+    out = tmp_path / "run"
+    s = train(load_config("tiny", None, ov), out, quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("warning: optim.warmup_steps=4 with a run of 4 steps") == 1, err
+    assert (s["test_ppl"], s["test_loss"], s["final_test"], s["test_word_ppl"]) == (None, None, False, None)
+    assert s["val_tokens_scored"] == 59
+    model = GPT(load_run_config(out).model)
+    ckpt.load_model_state(model, ckpt.load_tensors(out / "last.safetensors"), "last")
+    valid = np.frombuffer(open(run["paths"]["valid"], "rb").read(), dtype=np.uint8).astype(np.int64)
+    nll, count = split_nll(model, valid[:60], BLOCK, 16, DistContext())
+    last = RunFolder(out).read_results()[1][-1]
+    assert (last["step"], count) == (4, 59) and last["val_loss"] == pytest.approx(nll / count, rel=1e-6)
+    train(load_config("tiny", None, [*ov, "train.max_steps=5"]), out, resume=True, quiet=True)
+    assert "warning: optim.warmup_steps" in capsys.readouterr().err  # step 5's lr is still the peak
+    train(load_config("tiny", None, [*ov, "train.max_steps=7"]), out, resume=True, quiet=True)
+    assert "warning" not in capsys.readouterr().err
