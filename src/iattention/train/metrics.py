@@ -6,12 +6,15 @@ TensorBoard and W&B (`sinks.py`); the training throughput in tokens/s. Only the 
 
 from __future__ import annotations
 
+import sys
+
 from tqdm import tqdm
 
 from iattention.checkpoint.run_folder import METRICS, STEPS, RecordLog, RunFolder
 from iattention.config import LoopConfig
 from iattention.train.checkpointer import Start
 from iattention.train.sinks import Sinks
+from iattention.utils.progress import LineProgress, is_terminal
 
 
 class Throughput:
@@ -36,6 +39,7 @@ class Metrics:
         self.steps: list[dict] = []  # steps.jsonl
         self.sinks: Sinks | None = None
         self.bar: tqdm | None = None
+        self.lines: LineProgress | None = None  # the bar's stand-in where output is not a terminal
         self.step_log: RecordLog | None = None
         self.metric_log: RecordLog | None = None
 
@@ -50,9 +54,14 @@ class Metrics:
                 self.metric_log.replace_last(start.relabel)
             self.step_log = self.folder.append_records(STEPS, start.log_step)
 
-    def start_bar(self, total: int, initial: int, quiet: bool) -> None:
-        self.bar = tqdm(total=total, initial=initial, disable=None if self.is_main and not quiet else True,
-                        dynamic_ncols=True, desc=self.folder.name)
+    def start_bar(self, total: int, initial: int, quiet: bool, file=None) -> None:
+        """tqdm's bar of steps on a terminal; elsewhere (a job log, a pipe) progress lines (utils/progress.py)."""
+        file = file or sys.stderr
+        show = self.is_main and not quiet
+        self.bar = tqdm(total=total, initial=initial, disable=None if show else True, dynamic_ncols=True,
+                        desc=self.folder.name, file=file)
+        self.lines = (LineProgress(f"{self.folder.name}: train", total, "steps", file, initial)
+                      if show and not is_terminal(file) else None)
 
     def step(self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float) -> None:
         self.steps.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm))
@@ -60,6 +69,8 @@ class Metrics:
             self.step_log.append(self.steps[-1])
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+        if self.lines is not None:
+            self.lines.update(step, f", loss {loss:.3f}, lr {lr:.2e}, {tokens_per_s:.0f} tok/s")
         self.sinks.step(step, loss, lr, grad_norm)
 
     def record(self, rec: dict) -> dict:

@@ -68,3 +68,29 @@ def test_a_resumed_run_appends_to_the_logs_a_reader_has_open_cut_in_place_at_its
     assert {name: os.stat(tmp_path / name).st_ino for name in (STEPS, METRICS)} == inodes
     assert [r["step"] for r in folder.read_records(STEPS, finished=True)] == [1, 2, 3, 4]
     assert [(r["kind"], r["step"]) for r in folder.read_records(METRICS, finished=True)] == [("start", 0), ("epoch", 4)]
+
+
+def test_training_not_on_a_terminal_prints_progress_lines_not_a_bar(tmp_path, monkeypatch):
+    """The steps' progress where output is a file or pipe (a StringIO): whole lines naming the step of the total,
+    its loss and speed, one per tenth of the run when the least interval allows; none with --quiet."""
+    import io
+
+    from iattention.utils import progress
+
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.0)
+    for quiet in (False, True):
+        out = io.StringIO()
+        m = Metrics(RunFolder(tmp_path))
+        m.open(LoopConfig(tensorboard=False), {}, Start(TrainState(), [], [], resumed=False))
+        m.start_bar(total=20, initial=0, quiet=quiet, file=out)
+        for step in range(1, 21):
+            m.step(step, 2.0, 1e-3, 0.5, tokens_per_s=1000.0)
+        m.close_bar()
+        m.close()
+        lines = out.getvalue().splitlines()
+        assert "\r" not in out.getvalue()
+        if quiet:
+            assert lines == []
+        else:
+            assert [x.split(" steps")[0] for x in lines] == [f"{tmp_path.name}: train: {s}/20" for s in range(2, 20, 2)]
+            assert lines[0].endswith("s") and "loss 2.000, lr 1.00e-03, 1000 tok/s" in lines[0]
