@@ -19,9 +19,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'iattention' has no attribute {name!r}")
 
 
-def load_run(path, data_dir=None):
-    """(model, tokenizer) of a run folder, checkpoint, converted or HF GPT-2 folder: see
-    `iattention.interop.load.load_run`."""
+def load_run(path, data_dir=None, tokenizer=None):
+    """(model, tokenizer) of a run folder, checkpoint, converted or HF GPT-2 folder (`tokenizer`: another spec
+    to use, gpt2, byte or bpe:N): see `iattention.interop.load.load_run`."""
     from iattention.interop.load import load_run as _load_run
 
-    return _load_run(path, data_dir)
+    return _load_run(path, data_dir, tokenizer)

@@ -239,3 +239,89 @@ def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_ov
     os.killpg(third.pid, signal.SIGKILL)
     third.wait()
     assert taken, third.stderr.read()
+
+
+TORN = b'{"step": 99'  # a write cut short, as a crash mid-write (or another writer) leaves one
+
+
+class _Follower:
+    """A `tail -f` of a log: opens the file once, reads what is new as it comes, and records any read that
+    ended inside a record (text after the last newline)."""
+
+    def __init__(self, path):
+        self.path, self.f, self.half, self.inode = path, None, [], None
+
+    def poll(self):
+        if self.f is None:
+            if not self.path.exists():
+                return
+            self.f = open(self.path, "rb")
+            self.inode = os.fstat(self.f.fileno()).st_ino
+        if os.fstat(self.f.fileno()).st_size < self.f.tell():  # cut in place on a resume: tail says so, reads on
+            self.f.seek(0)
+        chunk = self.f.read()
+        if chunk and not chunk.endswith(b"\n") and not chunk.endswith(TORN):  # (TORN: the test's own)
+            self.half.append(chunk[-80:])
+            self.f.seek(-len(chunk), os.SEEK_CUR)
+
+
+@pytest.mark.slow
+def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_file_across_resumes(tmp_path):
+    """steps.jsonl and metrics.jsonl while a run is SIGKILLed at random moments and resumed: a follower
+    polling them never reads half a record, the file it opened is the one every resume appends to, a torn
+    last line (a cut write, put there by hand) does not survive the resume after it, and the finished logs
+    hold each step and each evaluation once, as an uninterrupted run's."""
+    import threading
+
+    paths = write_corpus(tmp_path, n_train=20000)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 2, "train.ckpt_every_steps": 5,
+                                                      "train.eval_every_steps": 7, "train.threads": 1})
+    train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
+    out = tmp_path / "run"
+    cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
+    followers = [_Follower(out / "steps.jsonl"), _Follower(out / "metrics.jsonl")]
+    stop = threading.Event()
+
+    def follow():
+        while not stop.is_set():
+            for f in followers:
+                f.poll()
+            time.sleep(0.001)
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    rng, kills = random.Random(1), 0
+    try:
+        for i in range(5):
+            if i == 2:
+                for f in followers:
+                    with open(f.path, "ab") as log:
+                        log.write(TORN)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            before = len((out / "steps.jsonl").read_bytes()) if (out / "steps.jsonl").exists() else -1
+            deadline = time.time() + 120
+            while time.time() < deadline and proc.poll() is None and (
+                    not (out / "steps.jsonl").exists() or len((out / "steps.jsonl").read_bytes()) <= before):
+                time.sleep(0.005)  # training under way again: a step appended since
+            time.sleep(rng.uniform(0.0, 0.4))
+            proc.send_signal(signal.SIGKILL)
+            kills += proc.wait() == -signal.SIGKILL
+            if (out / "summary.json").exists():
+                break
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        stop.set()
+        reader.join()
+    assert res.returncode == 0, res.stderr
+    assert kills >= 3
+    for f in followers:
+        assert f.half == [], f.half
+        assert f.inode == os.stat(f.path).st_ino  # the file the follower opened before the first kill
+        f.f.close()
+    from iattention.checkpoint.run_folder import RunFolder
+
+    for name in ("steps.jsonl", "metrics.jsonl"):  # a finished run's logs: every line whole, none torn
+        got = RunFolder(out).read_records(name, finished=True)
+        want = RunFolder(tmp_path / "ref").read_records(name, finished=True)
+        assert [r["step"] for r in got] == [r["step"] for r in want], name
+    assert _steps(out) == _steps(tmp_path / "ref")

@@ -368,7 +368,7 @@ def test_a_step_or_token_budget_ends_the_run_and_its_schedule_and_resume_extends
     """train.max_steps=N: N steps (the last epoch partial), every step's lr the schedule's over N (so it
     ends at the budget, not at the epochs' total), an epoch record at step N; --resume with a larger
     train.max_steps or a train.max_tokens budget extends it; a budget at or before the run's step is one line
-    and changes nothing; both budgets at once are one line."""
+    and changes nothing; both budgets at once, or a budget with train.epochs, are one line."""
     from iattention.cli import main
     from iattention.train.schedule import lr_at
 
@@ -411,6 +411,13 @@ def test_a_step_or_token_budget_ends_the_run_and_its_schedule_and_resume_extends
     assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "two"), *ov, "train.max_steps=3",
                  "train.max_tokens=1000"]) == 2
     assert "are two budgets; give one" in capsys.readouterr().err
+    # train.epochs with a budget on one command line: one of them would be ignored, so neither is taken
+    for args in (["--preset", "tiny", *ov], ["--resume"]):
+        out = str(tmp_path / "pair") if args[0] == "--preset" else str(run)
+        assert main(["train", *args, "--out", out, "--quiet", "train.epochs=3", "train.max_steps=50"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("iattn: error:") == 1 and "train.epochs=3 and train.max_steps=50" in err, err
+    assert not (tmp_path / "pair").exists()
 
 
 @pytest.mark.slow

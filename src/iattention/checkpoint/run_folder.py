@@ -1,7 +1,8 @@
 """The run folder: the one owner of every file a run writes and every command reads back.
 
     config.yaml      the resolved run config (written first)
-    metrics.jsonl    one record per evaluation;  steps.jsonl: loss and lr of every optimizer step
+    metrics.jsonl    one record per evaluation;  steps.jsonl: loss and lr of every optimizer step (both
+                     appended a whole line at a time, cut in place to the checkpoint on --resume)
     last.safetensors resumable state;  best.safetensors: best-validation weights
     tokenizer.json   the run's own bpe tokenizer (bpe:N runs)
     arm.json         the study arm a sweep ran it as
@@ -76,27 +77,59 @@ def read_json_object(path: Path, what: str, fix: str, schema: dict | None = None
 
 
 class RecordLog:
-    """An open .jsonl log, appended one record a line, each line flushed to the OS as it is written (a killed
-    process loses none); `sync` puts them on disk (fsync), before a checkpoint that points past them."""
+    """An open .jsonl log (steps.jsonl, metrics.jsonl), appended one record a line. Each line goes to the OS in
+    one write() as it is made: a killed process loses none, and a reader (`tail -f`) never sees half a record;
+    `sync` puts them on disk (fsync), before a checkpoint that points past them. Opened (`RunFolder.
+    append_records`) on the file that is there, cut in place (the same inode: a `tail -f` started before a
+    resume follows it) after the last record a resume starts from; a torn last line goes with what is cut."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_step: float):
         self.path = path
         try:
-            self._f = open(path, "a", encoding="utf-8")
+            data = path.read_bytes() if path.exists() else b""
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
             raise UserError(f"cannot append to {os_error_message(e, path) or f'{path}: {e}'}") from None
+        self._last, self._end = None, 0  # where the last whole line kept starts, and where the kept text ends
+        while self._end < len(data):
+            stop = data.find(b"\n", self._end)
+            if stop < 0:
+                break  # a torn last line: a write a kill cut short (never ours: each line is one write)
+            try:
+                step = json.loads(data[self._end: stop]).get("step", 0)
+            except (ValueError, AttributeError):
+                break
+            if not isinstance(step, int) or step > max_step:
+                break
+            self._last, self._end = self._end, stop + 1
+        if self._end < len(data):
+            os.ftruncate(self._fd, self._end)
+        os.lseek(self._fd, self._end, os.SEEK_SET)
 
     def append(self, record: dict) -> None:
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
+        line = (json.dumps(record) + "\n").encode()
+        done = os.write(self._fd, line)
+        while done < len(line):  # a regular file writes whole unless the disk is full: then the rest, or OSError
+            done += os.write(self._fd, line[done:])
+        self._last, self._end = self._end, self._end + len(line)
+
+    def replace_last(self, record: dict) -> None:
+        """The last line rewritten in place, at its own length (compact JSON padded with spaces) in one write:
+        never torn, nothing after it moves."""
+        assert self._last is not None, "no line to replace"
+        width = self._end - self._last - 1
+        text = json.dumps(record, separators=(",", ":"))
+        if len(text) > width:
+            raise ValueError(f"record {text[:40]}... does not fit the {width} characters of the line it replaces")
+        os.pwrite(self._fd, (text.ljust(width) + "\n").encode(), self._last)
 
     def sync(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class RunFolder:
@@ -185,7 +218,9 @@ class RunFolder:
                                 "not a perplexity (>= 1); restore it, or delete the run folder and rerun")
         if summary["epochs_run"] != len(epochs):
             refuse("epochs_run", summary["epochs_run"], f"{len(epochs)} epoch records")
-        finite = [r for r in epochs if math.isfinite(r["val_ppl"])]
+        # the best weights are chosen at epoch ends, and at a budget's end mid-epoch (kind "budget": an epoch
+        # record until an extension went on with that epoch, trainer.py)
+        finite = [r for r in records if r["kind"] in ("epoch", "budget") and math.isfinite(r["val_ppl"])]
         best = min(finite, key=lambda r: r["val_ppl"]) if finite else None  # the first of equal minima
         want_ppl, want_epoch = (best["val_ppl"], best["epoch"]) if best else (math.inf, 0)
         got = summary["best_val_ppl"]
@@ -221,12 +256,12 @@ class RunFolder:
 
     # ------------------------------------------------------------- metrics.jsonl, steps.jsonl
     def read_records(self, name: str = METRICS, max_step: float = math.inf, finished: bool = False) -> list[dict]:
-        """The records of a .jsonl log up to max_step. metrics.jsonl is rewritten whole and atomically, so any
-        line that is not a JSON object with an integer step, a torn last line too, means the file was damaged:
-        refused, never read as a shorter run. steps.jsonl is appended as a run goes (`append_records`): of an
-        unfinished run, a last line without its newline that is not JSON is an append a kill cut short, left
-        out (it lies past the last checkpoint: the log is synced before each). finished: the run has a summary,
-        so its metrics.jsonl must exist, and an existing log must hold records."""
+        """The records of a .jsonl log up to max_step. Any line that is not a JSON object with the log's keys
+        means the file was damaged: refused, never read as a shorter run, but for one case: steps.jsonl and
+        metrics.jsonl are appended as a run goes (`append_records`), so of an unfinished run, a last line
+        without its newline that is not JSON is an append cut short, left out (it lies past the last
+        checkpoint: the logs are synced before each). finished: the run has a summary, so its metrics.jsonl
+        must exist, and an existing log must hold records."""
         path = self / name
         if not path.exists():
             if finished and name == METRICS:
@@ -241,8 +276,8 @@ class RunFolder:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                if name == STEPS and i == len(lines) - 1 and text_ends and not finished:
-                    break  # an append cut short (steps.jsonl grows as a run goes): the step it held is not kept
+                if name in (STEPS, METRICS) and i == len(lines) - 1 and text_ends and not finished:
+                    break  # an append cut short (the logs grow as a run goes): the record it held is not kept
                 raise UserError(f"{path} is corrupt (line {i + 1} is not JSON); delete it and rerun the run") from None
             bad = _bad_field(rec, LOG_SCHEMAS.get(name, {"step": (int,)}))
             if bad:
@@ -254,13 +289,12 @@ class RunFolder:
     def write_records(self, name: str, records: list[dict]) -> None:
         write_text(self / name, "".join(json.dumps(r) + "\n" for r in records))
 
-    def append_records(self, name: str, records: list[dict]) -> RecordLog:
-        """A log that grows as the run goes (steps.jsonl: `tail -f` follows it, a killed run keeps it): first
-        rewritten whole and atomically to `records` (what the run starts from: a resumed run's log up to its
-        checkpoint, so the steps a crash left past it are not kept twice), then appended one flushed line a
-        record."""
-        self.write_records(name, records)
-        return RecordLog(self / name)
+    def append_records(self, name: str, max_step: float) -> RecordLog:
+        """A log that grows as the run goes (steps.jsonl and metrics.jsonl: `tail -f` follows them, a killed run
+        keeps them), opened to append after its last record up to `max_step` (a resumed run's checkpoint; -1:
+        a fresh run, an empty log): what a crash left past it is cut in place, so no step is kept twice and
+        the file stays the one a reader has open."""
+        return RecordLog(self / name, max_step)
 
     # ------------------------------------------------------------- arm.json
     def read_arm(self) -> dict | None:

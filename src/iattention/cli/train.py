@@ -12,6 +12,7 @@ from iattention.train import load_config, train
 def cmd_train(args) -> None:
 
     overrides = list(args.overrides)
+    _one_budget(overrides)
     saved = RunFolder(args.out).read_config() if args.resume else None
     if not args.preset and not args.config and saved is None:
         raise UserError("give --preset NAME or --config FILE.yaml (see `iattn train --help` for presets)" +
@@ -27,9 +28,25 @@ def cmd_train(args) -> None:
                 overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    test = ("no test (train.final_test=false)" if summary["test_ppl"] is None else
+            f"test ppl {summary['test_ppl']:.2f}")
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
-          f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  test ppl {summary['test_ppl']:.2f}  "
+          f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  {test}  "
           f"{summary['train_tokens_per_s']:.0f} tok/s  -> {args.out}/summary.json")
+
+
+def _one_budget(overrides: list[str]) -> None:
+    """train.epochs given together with a step or token budget on one command line: refused, since one of them
+    would be ignored. (A preset's or YAML file's train.epochs is replaced by a budget given, docs/training.md.)"""
+    given = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.strip() in {f"train.{k}" for k in BUDGET_KEYS}:
+            given[key.strip()] = value.strip()
+    budgets = [f"{k}={v}" for k, v in given.items() if k != "train.epochs" and v not in ("0", "")]
+    if "train.epochs" in given and budgets:
+        raise UserError(f"train.epochs={given['train.epochs']} and {budgets[0]} are two lengths for one run (a budget "
+                        f"in steps or tokens replaces train.epochs); give one")
 
 
 def register(sub) -> None:

@@ -71,6 +71,11 @@ class LoopConfig:
     eval_every_steps: int = 0  # extra validation evals between epochs (0: only at epoch ends)
     ckpt_every_steps: int = 0  # extra resumable checkpoints between epochs
     eval_batch_size: int = 32
+    # The validation a run makes as it trains (each epoch's, each eval_every_steps one, the best checkpoint's
+    # choice) on the first this many tokens of the validation split only (0: all of it). data.valid_tokens
+    # cuts the split itself, for every command that reads it (iattn eval too); this cuts only training's passes.
+    eval_tokens: int = 0
+    final_test: bool = True  # False: no test-split evaluation at the end (the summary's test_ppl is null)
     patience: int = 0  # early stopping after this many epochs without improvement (0: off)
     compile: bool = False
     device: str = "auto"  # auto | cpu | cuda
@@ -92,7 +97,7 @@ class LoopConfig:
                   ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
         checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
                     f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads",
-                                              "max_steps", "max_tokens")]
+                                              "max_steps", "max_tokens", "eval_tokens")]
         # C integers underneath: torch's seed is a 64-bit integer, its thread count a C int.
         checks += [("seed", self.seed < 2**63, "< 2^63 (a 64-bit seed)", "train.seed=0"),
                    ("threads", self.threads <= MAX_THREADS, f"<= {MAX_THREADS}", "train.threads=0")]

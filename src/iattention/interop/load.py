@@ -60,15 +60,19 @@ def is_hf_folder(path: Path) -> bool:
     return "model_type" in obj  # ours (beside a converted model.safetensors) has none
 
 
-def _data_spec_beside(folder: Path) -> dict | None:
+# How a user names the tokenizer: the CLI's flag, or load_run's keyword argument (API_TOKENIZER) from Python.
+CLI_TOKENIZER, API_TOKENIZER = "--tokenizer", "load_run(..., tokenizer=SPEC)"
+
+
+def _data_spec_beside(folder: Path, flag: str = CLI_TOKENIZER) -> dict | None:
     f = folder / DATA_SPEC_FILE
     if not f.exists():
         return None
-    return read_json_object(f, "the model's data spec", "delete it and pass --tokenizer (gpt2, byte or bpe:N)",
+    return read_json_object(f, "the model's data spec", f"delete it and pass {flag} (gpt2, byte or bpe:N)",
                             schema={"tokenizer": (str,)})
 
 
-def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
+def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
     """(model in eval mode, data spec, metadata) from an HF GPT-2 folder or any iattention checkpoint.
 
     The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF folder without
@@ -79,8 +83,8 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
     if is_hf_folder(path):
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
         if model_type != "gpt2":  # a Llama-family folder (or a one-line refusal): no tokenizer we know
-            return load_hf_llama(path), _data_spec_beside(path), {"source": str(path)}
-        spec = _data_spec_beside(path)
+            return load_hf_llama(path), _data_spec_beside(path, flag), {"source": str(path)}
+        spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):
             raise UserError(f"{path / DATA_SPEC_FILE} is corrupt (the model's data spec: key {TOKENIZER_ID!r}: "
@@ -90,7 +94,7 @@ def load_any(path: str | Path) -> tuple[GPT, dict | None, dict]:
     folder = path if path.is_dir() else path.parent
     if path.is_dir():
         _check_beside(folder, meta)
-    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder)
+    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag)
     return model, dict(data) if data else None, meta
 
 
@@ -108,12 +112,13 @@ def _check_beside(folder: Path, meta: dict) -> None:
                                 f"{', '.join(map(str, differ[:3]))}); delete {name} or convert again")
 
 
-def data_config_for(data: dict | None, source: str, tokenizer: str | None = None, **paths):
+def data_config_for(data: dict | None, source: str, tokenizer: str | None = None, flag: str = CLI_TOKENIZER,
+                    **paths):
     """The DataConfig to tokenize with: the model's own spec, `tokenizer` overriding its tokenizer,
-    `paths` (data_dir, tokenizer_file) overriding where files are read."""
+    `paths` (data_dir, tokenizer_file) overriding where files are read; `flag`: how the caller names it."""
 
     if data is None and tokenizer is None:
-        raise UserError(f"{source} does not say which tokenizer it was trained with; pass --tokenizer "
+        raise UserError(f"{source} does not say which tokenizer it was trained with; pass {flag} "
                         "(gpt2, byte or bpe:N)")
     spec = {k: v for k, v in (data or {}).items() if k in DataConfig.__dataclass_fields__}
     if tokenizer:
@@ -135,7 +140,8 @@ def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = N
     return None
 
 
-def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, override: str | None = None) -> None:
+def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, override: str | None = None,
+                    flag: str = CLI_TOKENIZER) -> None:
     """The tokenizer found for a model (its folder's tokenizer.json, or one rebuilt from its data) must be the
     one it was trained with, as its checkpoint or export recorded it (`tokenizer_identity`): a tokenizer.json
     copied in from another run, a train file changed under a bpe:N run, or an export's iattention-data.json
@@ -150,18 +156,19 @@ def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, overr
     if now != recorded:
         raise UserError(f"{source} was trained with tokenizer {recorded}, but the tokenizer found for it is {now} "
                         "(a tokenizer.json or data spec beside it, or the train data of a bpe:N tokenizer, changed "
-                        "since); restore the model's own tokenizer.json and data spec, or pass --tokenizer to use "
+                        f"since); restore the model's own tokenizer.json and data spec, or pass {flag} to use "
                         "another tokenizer on purpose")
 
 
-def load_run(path: str | Path, data_dir: str | None = None):
+def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | None = None):
     """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
-    rebuilt from its data spec; GPT-2's BPE for an HF folder). `data_dir` overrides where data files are
-    read (default: $IATTN_DATA_DIR, else the folder the run recorded)."""
+    rebuilt from its data spec; GPT-2's BPE for an HF folder), or the spec `tokenizer` names (gpt2, byte,
+    bpe:N), as `iattn eval --tokenizer` does. `data_dir` overrides where data files are read (default:
+    $IATTN_DATA_DIR, else the folder the run recorded). Its errors name the keyword, not the CLI's flag."""
 
-    model, data, meta = load_any(path)
-    tok = kept_tokenizer(path, data) or tokenizer_of(data_config_for(data, str(path),
-                                                                     data_dir=data_dir_told(data_dir)))
-    check_tokenizer(tok, meta, data, path)
+    model, data, meta = load_any(path, API_TOKENIZER)
+    tok = kept_tokenizer(path, data, tokenizer) or tokenizer_of(
+        data_config_for(data, str(path), tokenizer, API_TOKENIZER, data_dir=data_dir_told(data_dir)))
+    check_tokenizer(tok, meta, data, path, tokenizer, API_TOKENIZER)
     return model, tok

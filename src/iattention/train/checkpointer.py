@@ -6,6 +6,7 @@ return), the checks a resume makes (config, data fingerprints, logs against the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -29,6 +30,12 @@ class Start(NamedTuple):
     records: list[dict]  # metrics.jsonl up to the checkpoint's step
     steps: list[dict]  # steps.jsonl up to it
     resumed: bool = True
+    relabel: dict | None = None  # metrics.jsonl's last record, to rewrite so (an epoch a budget ended, reopened)
+
+    @property
+    def log_step(self) -> float:
+        """The step the logs are kept up to (-1: a fresh run's logs start empty)."""
+        return self.state.step if self.resumed else -1
 
 
 class Checkpointer:
@@ -93,22 +100,26 @@ class Checkpointer:
         """`train.init_from` loaded into the fresh model; what was loaded (None: a fresh initialisation)."""
         return load_initial_weights(model, cfg.train.init_from, cfg) if cfg.train.init_from else None
 
-    def start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Start:
+    def start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int = 0) -> Start:
         """last.safetensors loaded into `model` and `optimizer` with the logs it had written, on --resume
         where there is one; else a fresh run (whose config.yaml is written now)."""
         fresh = Start(TrainState(), [], [], resumed=False)
         if not self.ctx.is_main:
-            return self._load_last(model, optimizer) if self.resume and (self.folder / LAST).exists() else fresh
+            return (self._load_last(model, optimizer, steps_per_epoch) if self.resume and (self.folder / LAST).exists()
+                    else fresh)
         if self.resume and self.out.is_dir():
             self.folder.clean_temp()
         if self.resume and (self.folder / LAST).exists():
-            resumed = self._load_last(model, optimizer)
+            resumed = self._load_last(model, optimizer, steps_per_epoch)
             if self.extending:  # the longer run's config; its summary comes when it ends
+                s = resumed.state
                 epochs = not self.budget or self.budget.startswith("train.epochs=")
-                span = (f"{resumed.state.epoch} to {self.config['train']['epochs']} epochs" if epochs else
-                        f"step {resumed.state.step} to {self.total_steps} steps")
-                print(f"iattn: extending {self.out} from {span} ({self.budget or 'train.epochs'}; the schedule is "
-                      "recomputed over the new total)", file=sys.stderr)
+                span = (f"{s.epoch} to {self.config['train']['epochs']} epochs" if epochs and not s.batch else
+                        f"step {s.step} to " + (f"{self.config['train']['epochs']} epochs" if epochs else
+                                                f"{self.total_steps} steps"))
+                goes_on = f"; epoch {s.epoch + 1} goes on from batch {s.batch}/{steps_per_epoch}" if s.batch else ""
+                print(f"iattn: extending {self.out} from {span} ({self.budget or 'train.epochs'}{goes_on}; the "
+                      "schedule is recomputed over the new total)", file=sys.stderr)
                 self.folder.write_config(self.config)
                 self.folder.drop_summary()
                 resumed.state.stopped_early = False
@@ -118,7 +129,7 @@ class Checkpointer:
         self.folder.write_config(self.config)
         return fresh
 
-    def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Start:
+    def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int = 0) -> Start:
         path = self.folder / LAST
         meta = ckpt.read_meta(path)
         diff = config_mismatch(meta.get("config"), self.config)
@@ -131,9 +142,35 @@ class Checkpointer:
         ckpt.load_optimizer_state(optimizer, tensors, meta, path)
         state = ckpt.read_state(path, meta, TrainState)
         resumed = Start(state, self.folder.read_records(METRICS, state.step),
-                          self.folder.read_records(STEPS, state.step))
+                        self.folder.read_records(STEPS, state.step))
+        resumed = self._reopen(resumed, steps_per_epoch)
         self._check_logs(resumed)
         return resumed
+
+    def _reopen(self, resumed: Start, steps_per_epoch: int) -> Start:
+        """A budget that ended mid-epoch closed that epoch early (its record, the best weights, patience); a run
+        going on past that step (an extension) goes on with the same epoch, from the batch it had reached, as
+        an uninterrupted run would: never a new epoch. Its evaluation at the budget's end stays in
+        metrics.jsonl as kind "budget" (a candidate for the best weights, as it was), no longer an epoch's."""
+        s, records = resumed.state, resumed.records
+        last = records[-1] if records else None
+        if (s.batch or s.step >= self.total_steps or last is None or last["step"] != s.step
+                or last["kind"] not in ("epoch", "budget") or last["epoch"] != s.epoch):
+            return resumed
+        began = max((r["step"] for r in records if r["kind"] == "epoch" and r["epoch"] < s.epoch), default=0)
+        done = s.step - began
+        if not 0 < done < steps_per_epoch:
+            return resumed
+        logged = [r["loss"] for r in resumed.steps if r["step"] > began]
+        finite = [x for x in logged if math.isfinite(x)]
+        if len(logged) != done:  # no steps.jsonl: the epoch's mean loss as its record has it
+            finite = [last["train_loss"] or 0.0] * done if last.get("train_loss") is not None else []
+        sum_ = 0.0
+        for x in finite:  # in the order the loop added them: the same float
+            sum_ += x
+        s.reopen_epoch(done, sum_, len(finite))
+        budget = {**last, "kind": "budget"}
+        return resumed._replace(records=[*records[:-1], budget], relabel=budget if last["kind"] == "epoch" else None)
 
     def _check_fingerprints(self, path: Path, meta: dict) -> None:
         """The data a checkpoint trained on must be the data it resumes on: an edited file, another tokenizer

@@ -1,15 +1,20 @@
-"""A run's numbers as it trains: the records of metrics.jsonl (one per evaluation, rewritten whole at each
-evaluation and checkpoint) and steps.jsonl (one per optimizer step, appended and flushed as each step ends:
-`tail -f` follows it, a killed run keeps it), written through the run folder; the progress bar (tqdm);
+"""A run's numbers as it trains: the records of metrics.jsonl (one per evaluation) and steps.jsonl (one per
+optimizer step), each appended as a whole line in one write as it is made (`tail -f` follows them, across a
+--resume too: the file is cut in place to the checkpoint, never replaced; a killed run keeps them), synced
+to disk before each checkpoint, written through the run folder; the progress bar (tqdm);
 TensorBoard and W&B (`sinks.py`); the training throughput in tokens/s. Only the main process writes."""
 
 from __future__ import annotations
+
+import sys
 
 from tqdm import tqdm
 
 from iattention.checkpoint.run_folder import METRICS, STEPS, RecordLog, RunFolder
 from iattention.config import LoopConfig
+from iattention.train.checkpointer import Start
 from iattention.train.sinks import Sinks
+from iattention.utils.progress import LineProgress, is_terminal
 
 
 class Throughput:
@@ -34,18 +39,29 @@ class Metrics:
         self.steps: list[dict] = []  # steps.jsonl
         self.sinks: Sinks | None = None
         self.bar: tqdm | None = None
+        self.lines: LineProgress | None = None  # the bar's stand-in where output is not a terminal
         self.step_log: RecordLog | None = None
+        self.metric_log: RecordLog | None = None
 
-    def open(self, t: LoopConfig, config: dict) -> None:
-        """TensorBoard and W&B as `train.*` asks, and steps.jsonl (as the run starts: `self.steps`) open to
-        append (nothing on other processes)."""
+    def open(self, t: LoopConfig, config: dict, start: Start) -> None:
+        """TensorBoard and W&B as `train.*` asks, and the logs as the run starts (`start`: a fresh run's empty
+        ones, or a resumed run's up to its checkpoint) open to append (nothing on other processes)."""
+        self.records, self.steps = list(start.records), list(start.steps)
         self.sinks = Sinks(self.folder.path, t.tensorboard, t.wandb, config, self.folder.name, main=self.is_main)
         if self.is_main:
-            self.step_log = self.folder.append_records(STEPS, self.steps)
+            self.metric_log = self.folder.append_records(METRICS, start.log_step)
+            if start.relabel is not None:
+                self.metric_log.replace_last(start.relabel)
+            self.step_log = self.folder.append_records(STEPS, start.log_step)
 
-    def start_bar(self, total: int, initial: int, quiet: bool) -> None:
-        self.bar = tqdm(total=total, initial=initial, disable=None if self.is_main and not quiet else True,
-                        dynamic_ncols=True, desc=self.folder.name)
+    def start_bar(self, total: int, initial: int, quiet: bool, file=None) -> None:
+        """tqdm's bar of steps on a terminal; elsewhere (a job log, a pipe) progress lines (utils/progress.py)."""
+        file = file or sys.stderr
+        show = self.is_main and not quiet
+        self.bar = tqdm(total=total, initial=initial, disable=None if show else True, dynamic_ncols=True,
+                        desc=self.folder.name, file=file)
+        self.lines = (LineProgress(f"{self.folder.name}: train", total, "steps", file, initial)
+                      if show and not is_terminal(file) else None)
 
     def step(self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float) -> None:
         self.steps.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm))
@@ -53,11 +69,15 @@ class Metrics:
             self.step_log.append(self.steps[-1])
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+        if self.lines is not None:
+            self.lines.update(step, f", loss {loss:.3f}, lr {lr:.2e}, {tokens_per_s:.0f} tok/s")
         self.sinks.step(step, loss, lr, grad_norm)
 
     def record(self, rec: dict) -> dict:
         """One evaluation record (kind start, step or epoch)."""
         self.records.append(rec)
+        if self.metric_log is not None:
+            self.metric_log.append(rec)
         self.sinks.record(rec)
         return rec
 
@@ -70,21 +90,18 @@ class Metrics:
             self.bar.write(line)
 
     def save(self) -> None:
-        """metrics.jsonl whole and atomically (the run folder's write), steps.jsonl's appended lines on disk:
-        what a checkpoint saved next may point to."""
-        if self.is_main:
-            self.folder.write_records(METRICS, self.records)
-            if self.step_log is not None:
-                self.step_log.sync()
-            else:
-                self.folder.write_records(STEPS, self.steps)
+        """Both logs' appended lines on disk: what a checkpoint saved next may point to."""
+        for log in (self.metric_log, self.step_log):
+            if log is not None:
+                log.sync()
 
     def close_bar(self) -> None:
         self.bar.close()
 
     def close_log(self) -> None:
-        if self.step_log is not None:
-            self.step_log.close()
+        for log in (self.metric_log, self.step_log):
+            if log is not None:
+                log.close()
 
     def close(self) -> None:
         self.close_log()

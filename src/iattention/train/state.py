@@ -50,3 +50,12 @@ class TrainState:
         if patience and self.bad_epochs >= patience:
             self.stopped_early = True
         return False
+
+    def reopen_epoch(self, batch: int, loss_sum: float, loss_count: int) -> None:
+        """Undo the close of an epoch that a budget ended after `batch` of its batches, so the run goes on with
+        it: its running loss back, and the patience it used (a best there stays the best so far)."""
+        if self.best_epoch != self.epoch:
+            self.bad_epochs = max(0, self.bad_epochs - 1)
+        self.epoch -= 1
+        self.batch, self.run_loss_sum, self.run_loss_count = batch, loss_sum, loss_count
+        self.stopped_early = False

@@ -74,7 +74,7 @@ class Trainer:
 
     def _interrupted(self) -> None:
         """Ctrl-C: say where --resume takes the run up again, and how to keep mid-epoch progress next time
-        (steps.jsonl keeps every step made; the resumed run rewrites it from its checkpoint on)."""
+        (steps.jsonl keeps every step made; the resumed run cuts it to its checkpoint and appends from there)."""
         s = getattr(self, "state", None)
         self.ckpt.discard_unstarted()
         if s is None or not self.runtime.is_main or s.step == 0:
@@ -120,6 +120,11 @@ class Trainer:
                                    self.total_steps, t.budget())
         if finished is not None:
             return finished
+        warmup = self.cfg.optim.warmup_steps
+        if warmup + 1 >= self.total_steps and self.runtime.is_main:  # the last step's lr is then the peak's
+            print(f"iattn: warning: optim.warmup_steps={warmup} with a run of {self.total_steps} steps "
+                  f"({t.budget()}): the learning rate rises and never decays; lower optim.warmup_steps",
+                  file=sys.stderr)
         device = self.runtime.device
         torch.manual_seed(t.seed)
         check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.runtime.world)), device)
@@ -129,10 +134,11 @@ class Trainer:
         self.model = build_model(self.cfg.model).to(device)
         self.init_source = self.ckpt.initial_weights(self.model, self.cfg)
         self.optimizer = build_optimizer(self.model, self.cfg.optim, device.type)
-        self.state, self.metrics.records, self.metrics.steps, _ = self.ckpt.start(self.model, self.optimizer)
+        start = self.ckpt.start(self.model, self.optimizer, self.data.steps_per_epoch)
+        self.state = start.state
         self.runtime.ctx.barrier()
         self.train_model = self.runtime.wrap(self.model)
-        self.metrics.open(t, _config_dict(self.cfg))
+        self.metrics.open(t, _config_dict(self.cfg), start)
         self.validator = Validator(self.data.splits, self.data.scored, self.cfg.model.block_size,
                                    t.eval_batch_size, self.runtime, show=not self.quiet)
         return None
@@ -225,15 +231,18 @@ class Trainer:
     def _finish(self) -> dict:
         """Test perplexity of the best-validation weights, and the summary that marks the run finished."""
         s = self.state
-        self.ckpt.load_best(self.model)
-        test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test",
-                                                  "best weights")
+        test_loss = test_ppl = None
+        if self.cfg.train.final_test:
+            self.ckpt.load_best(self.model)
+            test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test",
+                                                      "best weights")
         s.wall_time += time.time() - self._t0
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
             best_val_loss=s.best_val_loss, best_val_ppl=exp_loss(s.best_val_loss), best_epoch=s.best_epoch,
-            test_loss=test_loss, test_ppl=test_ppl, **self.validator.units(s.best_val_loss, test_loss),
+            test_loss=test_loss, test_ppl=test_ppl, final_test=self.cfg.train.final_test,
+            **self.validator.units(s.best_val_loss, test_loss),
             epochs_run=s.epoch, steps=s.step, stopped_early=s.stopped_early, skipped_batches=s.skipped,
             eval_dtype=self.runtime.eval_dtype, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9),

@@ -32,11 +32,13 @@ class Validator:
         text = self.scored[split]
         return per_unit(loss * text.tokens, text) or dict(NO_UNITS)
 
-    def units(self, best_val_loss: float, test_loss: float) -> dict:
-        """The summary's tokenizer-free metrics of the best validation and of test, and what they count."""
+    def units(self, best_val_loss: float, test_loss: float | None) -> dict:
+        """The summary's tokenizer-free metrics of the best validation and of test (None each where test was
+        not run), and what they count."""
         out = {}
         for split, prefix, loss in (("valid", "best_val", best_val_loss), ("test", "test", test_loss)):
-            text, m, short = self.scored[split], self.per_unit(split, loss), "val" if split == "valid" else split
+            text, short = self.scored[split], "val" if split == "valid" else split
+            m = self.per_unit(split, loss) if loss is not None else dict(NO_UNITS)
             out.update({f"{prefix}_word_ppl": m["word_ppl"], f"{prefix}_byte_ppl": m["byte_ppl"],
                         f"{prefix}_bits_per_byte": m["bits_per_byte"], f"{short}_tokens_scored": text.tokens,
                         f"{short}_words": text.words, f"{short}_bytes": text.bytes})

@@ -55,11 +55,14 @@ def test_a_corrupt_file_is_one_line_naming_it(tmp_path, name, content):
     assert name in message and "\n" not in message
 
 
-def test_a_torn_last_log_line_is_refused_not_read_as_a_shorter_run(tmp_path):
+def test_a_torn_last_log_line_of_a_finished_run_is_refused_not_read_as_a_shorter_run(tmp_path):
+    """metrics.jsonl is appended as a run goes: of a running (or killed) run a torn last line is an append cut
+    short and left out; a finished run's log was synced whole before its summary, so there it is damage."""
     first = '{"kind": "epoch", "step": 1, "epoch": 1, "val_ppl": 9.0}\n'
     (tmp_path / "metrics.jsonl").write_text(first + '{"step": 2, "val')
+    assert [r["step"] for r in RunFolder(tmp_path).read_records()] == [1]
     with pytest.raises(UserError, match="metrics.jsonl is corrupt \\(line 2"):
-        RunFolder(tmp_path).read_records()
+        RunFolder(tmp_path).read_records(finished=True)
 
 
 def test_a_corrupt_config_names_the_fix(tmp_path):
@@ -403,23 +406,28 @@ def test_a_log_of_another_name_needs_only_an_integer_step(tmp_path):
     tells(err, str(path), "line 1", "key 'step': str '1'", "delete it and rerun the run")
 
 
-def test_an_appended_log_starts_from_the_records_given_and_a_torn_last_append_is_left_out(tmp_path):
-    """append_records rewrites steps.jsonl to the run's starting records (what a crash left past them goes),
-    then each append is on disk at once; a last line cut short by a kill is left out of an unfinished run's
-    log, refused in a finished one's and in metrics.jsonl (rewritten whole, never appended)."""
-    from iattention.checkpoint.run_folder import METRICS, STEPS
+def test_an_appended_log_is_cut_in_place_to_the_step_given_and_a_torn_last_append_is_left_out(tmp_path):
+    """append_records opens steps.jsonl where it is (the same file: a `tail -f` follows it), cut after the
+    records up to the step given (what a crash left past them goes, a torn line too), then each append is one
+    whole line at once; a last line cut short is left out of an unfinished run's log, refused in a finished
+    one's."""
+    from iattention.checkpoint.run_folder import STEPS
 
     folder = RunFolder(tmp_path)
-    (tmp_path / STEPS).write_text("".join(json.dumps(dict(step=i, loss=1.0, lr=0.1)) + "\n" for i in (1, 2, 3)))
-    log = folder.append_records(STEPS, [dict(step=1, loss=1.0, lr=0.1)])
+    (tmp_path / STEPS).write_text("".join(json.dumps(dict(step=i, loss=1.0, lr=0.1)) + "\n" for i in (1, 2, 3))
+                                  + '{"step": 4, "lo')
+    inode = (tmp_path / STEPS).stat().st_ino
+    log = folder.append_records(STEPS, 1)
+    assert (tmp_path / STEPS).read_text() == json.dumps(dict(step=1, loss=1.0, lr=0.1)) + "\n"
     log.append(dict(step=2, loss=0.5, lr=0.2))
     assert [r["step"] for r in folder.read_records(STEPS)] == [1, 2]  # read while the log is open
     log.close()
+    assert (tmp_path / STEPS).stat().st_ino == inode
     with open(tmp_path / STEPS, "a") as f:
         f.write('{"step": 3, "lo')
     assert [r["step"] for r in folder.read_records(STEPS)] == [1, 2]
     with pytest.raises(UserError, match="line 3 is not JSON"):
         folder.read_records(STEPS, finished=True)
-    (tmp_path / METRICS).write_text(json.dumps(dict(kind="start", step=0, epoch=0, val_ppl=9.0)) + '\n{"kind')
-    with pytest.raises(UserError, match="line 2 is not JSON"):
-        folder.read_records(METRICS)
+    log = folder.append_records(STEPS, -1)  # a fresh run: the log starts empty
+    log.close()
+    assert (tmp_path / STEPS).read_text() == "" and (tmp_path / STEPS).stat().st_ino == inode

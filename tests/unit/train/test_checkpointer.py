@@ -6,14 +6,13 @@ import pytest
 import torch
 
 from helpers import tiny_overrides, write_corpus
-from iattention.checkpoint.run_folder import CONFIG, STEPS, SUMMARY, RunFolder
+from iattention.checkpoint.run_folder import CONFIG, METRICS, STEPS, SUMMARY, RunFolder
 from iattention.errors import UserError
 from iattention.model.gpt import GPT
 from iattention.train import load_config
 from iattention.train.checkpointer import Checkpointer
 from iattention.train.corpus import load_run_data
 from iattention.train.distributed import DistContext
-from iattention.train.metrics import Metrics
 from iattention.train.optim import build_optimizer
 from iattention.train.state import TrainState
 from iattention.train.trainer import _config_dict
@@ -49,11 +48,10 @@ def _leave_a_run(cfg, data, folder, epochs_done: int, summary_epochs: int | None
     ck, _, model, opt = _parts(cfg, data, folder, _config_dict(cfg), resume=False)
     assert ck.start(model, opt).resumed is False  # a fresh run: config.yaml written now
     state = TrainState(step=epochs_done, epoch=epochs_done, best_val_loss=3.0, best_epoch=1, stopped_early=True)
-    metrics = Metrics(RunFolder(folder))
-    for e in range(1, epochs_done + 1):
-        metrics.steps.append(dict(step=e, loss=3.0, lr=1e-3, grad_norm=1.0))
-        metrics.records.append(dict(kind="epoch", step=e, epoch=e, val_ppl=20.0))
-    metrics.save()
+    RunFolder(folder).write_records(STEPS, [dict(step=e, loss=3.0, lr=1e-3, grad_norm=1.0)
+                                            for e in range(1, epochs_done + 1)])
+    RunFolder(folder).write_records(METRICS, [dict(kind="epoch", step=e, epoch=e, val_ppl=20.0)
+                                              for e in range(1, epochs_done + 1)])
     ck.save_last(model, opt, state)
     if summary_epochs is not None:
         RunFolder(folder).write_summary(dict(config=_config_dict(cfg), attention="standard", n_head=2, seed=0,

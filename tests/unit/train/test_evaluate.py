@@ -106,3 +106,22 @@ def test_an_evaluation_shows_windows_scored_of_windows_a_bar_on_a_terminal_one_l
     shown = term.getvalue()
     assert shown.startswith("\reval test:") and f"/{n} [" in shown and "win/s]" in shown, shown  # count, ETA
     assert "windows in" not in shown  # the bar, not the line
+
+
+def test_an_evaluation_not_on_a_terminal_prints_a_line_per_tenth_at_the_rate_allowed(monkeypatch):
+    """Output to a file or pipe (a StringIO: no terminal): a long pass shows progress lines, not only its last:
+    one per tenth of the windows when the least interval allows (0 s here), none between when it does not
+    (an hour), and then its final line either way."""
+    import io
+
+    from iattention.utils import progress
+
+    for interval, want in ((0.0, 9), (3600.0, 0)):
+        monkeypatch.setattr(progress, "LINE_INTERVAL_S", interval)
+        out = io.StringIO()
+        with progress.EvalProgress("eval valid", 100, file=out) as bar:
+            for _ in range(50):
+                bar.update(2)
+        lines = out.getvalue().splitlines()
+        assert [x.split(" windows")[0] for x in lines[:-1]] == [f"eval valid: {10 * i}/100" for i in range(1, want + 1)]
+        assert lines[-1].startswith("eval valid: 100/100 windows in ") and len(lines) == want + 1

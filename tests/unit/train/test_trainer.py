@@ -21,6 +21,10 @@ from iattention.train.trainer import load_run_config, train
 EPOCHS, BATCH, BLOCK = 3, 4, 8
 
 
+def json_lines(path):
+    return [json.loads(x) for x in open(path)]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("trainer")
@@ -81,3 +85,61 @@ def test_a_finished_run_resumed_returns_its_summary_and_trains_nothing(run):
     again = train(run["cfg"], run["out"], resume=True, quiet=True)
     assert again["steps"] == run["summary"]["steps"] and again["test_ppl"] == run["summary"]["test_ppl"]
     assert written() == files
+
+
+def test_a_budget_ending_mid_epoch_stops_at_it_and_extending_it_goes_on_with_that_epoch(run, tmp_path):
+    """train.max_steps=7 (an epoch is 19 steps) makes 7 steps and closes epoch 1 there; --resume to 12 steps,
+    then to train.epochs=2, goes on with epoch 1 from its 8th batch (never a new epoch): with a flat learning
+    rate the steps are those of an uninterrupted 2-epoch run, loss for loss, the epochs run are 2 (not 4), and
+    the evaluation at each budget's end stays as kind "budget", the summary's best agreeing with the log."""
+    from iattention.checkpoint.run_folder import RunFolder
+
+    flat = {"optim.warmup_steps": 0, "optim.min_lr_ratio": 1.0}  # the same lr whatever the budget
+    ov = tiny_overrides(run["paths"], tmp_path / "cache", **{
+        "model.n_embd": 16, "model.n_head": 2, "model.block_size": BLOCK, "train.batch_size": BATCH,
+        "train.threads": 1, "train.eval_batch_size": 16, **flat})
+    ref = train(load_config("tiny", None, [*ov, "train.epochs=2"]), tmp_path / "ref", quiet=True)
+    spe = ref["steps"] // 2
+    out = tmp_path / "run"
+    first = train(load_config("tiny", None, [*ov, "train.max_steps=7"]), out, quiet=True)
+    assert 7 < spe and first["steps"] == 7 and first["epochs_run"] == 1
+    assert [r["step"] for r in RunFolder(out).read_records("steps.jsonl")] == list(range(1, 8))
+    train(load_config("tiny", None, [*ov, "train.max_steps=12"]), out, resume=True, quiet=True)
+    done = train(load_config("tiny", None, [*ov, "train.epochs=2"]), out, resume=True, quiet=True)
+    assert (done["steps"], done["epochs_run"]) == (ref["steps"], 2)
+    loss = {p: [r["loss"] for r in RunFolder(p).read_records("steps.jsonl")] for p in (out, tmp_path / "ref")}
+    assert loss[out] == loss[tmp_path / "ref"]
+    summary, records = RunFolder(out).read_results()  # the summary checked against the log
+    assert [(r["kind"], r["epoch"], r["step"]) for r in records] == [
+        ("start", 0, 0), ("budget", 1, 7), ("budget", 1, 12), ("epoch", 1, spe), ("epoch", 2, 2 * spe)]
+    epoch1 = [r for r in json_lines(tmp_path / "ref" / "metrics.jsonl") if r["kind"] == "epoch"][0]
+    assert records[3]["train_loss"] == epoch1["train_loss"]  # the whole epoch's mean, not its second part's
+
+
+def test_eval_tokens_caps_training_s_validation_final_test_false_skips_test_and_a_warmup_past_the_budget_warns(
+        run, tmp_path, capsys):
+    """train.eval_tokens=60: every validation of the run scores the first 60 validation tokens (its loss that of
+    the weights there over those tokens), the summary's validation counts say so; train.final_test=false: no
+    test pass (test_ppl null, final_test false); optim.warmup_steps leaving no step to decay in: one warning line."""
+    from iattention.checkpoint.run_folder import RunFolder
+
+    ov = tiny_overrides(run["paths"], tmp_path / "cache", **{
+        "model.n_embd": 16, "model.n_head": 2, "model.block_size": BLOCK, "train.batch_size": BATCH,
+        "train.threads": 1, "train.eval_batch_size": 16, "optim.warmup_steps": 4, "train.max_steps": 4,
+        "train.eval_tokens": 60, "train.final_test": "false"})
+    out = tmp_path / "run"
+    s = train(load_config("tiny", None, ov), out, quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("warning: optim.warmup_steps=4 with a run of 4 steps") == 1, err
+    assert (s["test_ppl"], s["test_loss"], s["final_test"], s["test_word_ppl"]) == (None, None, False, None)
+    assert s["val_tokens_scored"] == 59
+    model = GPT(load_run_config(out).model)
+    ckpt.load_model_state(model, ckpt.load_tensors(out / "last.safetensors"), "last")
+    valid = np.frombuffer(open(run["paths"]["valid"], "rb").read(), dtype=np.uint8).astype(np.int64)
+    nll, count = split_nll(model, valid[:60], BLOCK, 16, DistContext())
+    last = RunFolder(out).read_results()[1][-1]
+    assert (last["step"], count) == (4, 59) and last["val_loss"] == pytest.approx(nll / count, rel=1e-6)
+    train(load_config("tiny", None, [*ov, "train.max_steps=5"]), out, resume=True, quiet=True)
+    assert "warning: optim.warmup_steps" in capsys.readouterr().err  # step 5's lr is still the peak
+    train(load_config("tiny", None, [*ov, "train.max_steps=7"]), out, resume=True, quiet=True)
+    assert "warning" not in capsys.readouterr().err
