@@ -51,3 +51,18 @@ def test_report_refuses_a_missing_declared_plan(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--declared", str(tmp_path / "PLAN.md")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("iattn: error: --declared") and "no such file" in err and "\n" not in err
+
+
+def test_compare_of_runs_without_a_final_test_prints_its_table(tmp_path, capsys):
+    """`iattn compare ... train.final_test=false`: the runs have no test perplexity, and the table said so with a
+    traceback (a None formatted as a float)."""
+    from helpers import tiny_overrides, write_corpus
+    from iattention.cli import main
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.max_steps": 2, "train.final_test": "false",
+                                                      "train.eval_tokens": 2000})
+    assert main(["compare", "--preset", "tiny", "--heads", "1", "--arms", "standard", "--out", str(tmp_path / "c"),
+                 *ov]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("standard ")]
+    assert len(row) == 1 and "not run" in row[0]

@@ -77,8 +77,9 @@ def print_summary_table(summaries: list[dict], out) -> None:
     print(f"{'arm':<{width}} {'heads':>5} {'seed':>4} {'params':>11} {'best val ppl':>12} {'epoch of best':>13} "
           f"{'test ppl':>9} {'tok/s':>7}")
     for s in summaries:
+        test = "not run" if s.get("test_ppl") is None else f"{s['test_ppl']:.2f}"  # train.final_test=false
         print(f"{s['_arm']:<{width}} {s['n_head']:>5} {s['seed']:>4} {s['params']:>11,} {s['best_val_ppl']:>12.2f} "
-              f"{s['best_epoch']:>13} {s['test_ppl']:>9.2f} {s['train_tokens_per_s']:>7.0f}")
+              f"{s['best_epoch']:>13} {test:>9} {s['train_tokens_per_s']:>7.0f}")
     tb = ", tb/" if any(s["config"]["train"].get("tensorboard") for s in summaries) else ""
     print(f"\nrun folders: {out}/<arm>-h<heads>-s<seed>/ (metrics.jsonl, summary.json{tb})")
 
