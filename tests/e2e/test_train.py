@@ -472,3 +472,34 @@ def test_ctrl_c_mid_epoch_keeps_the_steps_and_says_how_to_keep_mid_epoch_progres
     assert "Traceback" not in err and "train.ckpt_every_steps=N" in err, err
     if epoch == 1:  # still in the first epoch: no checkpoint yet
         assert "no checkpoint was written yet; --resume starts the run over" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_every_attention_kernel_on_cpu_trains_alike_or_is_one_line(tmp_path, arch):
+    """model.attn_kernel = auto, sdpa, math or triton, with and without Triton's interpreter, for either model family:
+    a run whose validation loss equals SDPA's (the kernels compute one function), or one line saying why not (triton
+    on a CPU without the interpreter). The Llama family had no attn_kernel key (an unknown-key error)."""
+    from iattention.kernels import TRITON_INSTALLED
+
+    paths = write_corpus(tmp_path)
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"model.arch": arch, "model.dropout": 0, "train.max_steps": 2,
+                                                      "optim.warmup_steps": 0,
+                                                      "train.eval_tokens": 500, "train.final_test": "false"})
+    losses = {}
+    for interpret in ("0", "1"):
+        for kernel in ("auto", "sdpa", "math", "triton"):
+            out = tmp_path / f"{kernel}-{interpret}"
+            res = subprocess.run([sys.executable, "-m", "iattention", "train", "--preset", "tiny", "--out", str(out),
+                                  "--quiet", *ov, f"model.attn_kernel={kernel}"], capture_output=True, text=True,
+                                 env={**os.environ, "TRITON_INTERPRET": interpret})
+            if kernel == "triton" and (interpret == "0" or not TRITON_INSTALLED):
+                assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+                assert res.stderr.startswith("iattn: error: model.attn_kernel=triton") and not out.exists()
+                continue
+            assert res.returncode == 0, res.stderr
+            losses[kernel, interpret] = json.loads((out / "summary.json").read_text())["best_val_loss"]
+    ref = losses["sdpa", "0"]
+    assert len(losses) == (8 if TRITON_INSTALLED else 6) - 1
+    for key, loss in losses.items():
+        assert abs(loss - ref) <= 1e-4 * abs(ref), (key, loss, ref)

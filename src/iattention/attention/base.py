@@ -72,7 +72,7 @@ class CausalSelfAttention(nn.Module):
         self.n_embd = config.n_embd
         self.d_head = config.d_head
         self.dropout = config.dropout
-        self.attn_kernel = getattr(config, "attn_kernel", "auto")  # kernels/__init__.py
+        self.attn_kernel = config.attn_kernel  # kernels/__init__.py
         self.resid_dropout = nn.Dropout(config.dropout)
 
     @classmethod

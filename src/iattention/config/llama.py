@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from iattention.attention.registry import GROUPED_REGISTRY
 from iattention.attention.rope import LAYOUTS
+from iattention.config.model import check_kernel_and_dropout
 from iattention.errors import UserError
 
 ARCH = "llama"  # the `arch` key a saved Llama config carries (a GPTConfig has none)
@@ -28,6 +29,7 @@ class LlamaConfig:
     block_size: the longest sequence (transformers' max_position_embeddings, or Mistral's sliding window if shorter).
     family: the transformers class an export writes (FAMILIES: "llama", "qwen2", "mistral"); sliding_window
     (Mistral's, 0: none) and max_positions (max_position_embeddings, 0: block_size) are kept for that export.
+    attn_kernel: which attention kernel runs (auto | sdpa | math | triton), as GPTConfig's (kernels/__init__.py).
     """
 
     n_layer: int = 2
@@ -52,6 +54,7 @@ class LlamaConfig:
     family: str = "llama"
     sliding_window: int = 0
     max_positions: int = 0
+    attn_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.d_head and isinstance(self.n_embd, int) and isinstance(self.n_head, int) and self.n_head > 0:
@@ -85,8 +88,7 @@ class LlamaConfig:
                             f"{', '.join(GROUPED_REGISTRY)}")
         if self.family not in FAMILY_NAMES:
             raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_kernel_and_dropout(self.attn_kernel, self.dropout)
         for name, example in (("rope_theta", "10000"), ("rms_eps", "1e-6")):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):

@@ -52,6 +52,18 @@ def upgrade_override_key(key: str, note=None) -> str:
     return key
 
 
+def check_kernel_and_dropout(attn_kernel, dropout) -> None:
+    """model.attn_kernel and model.dropout, for either model family: a known kernel, a dropout in [0, 1), and no
+    dropout with the Triton kernel (it has none)."""
+    if attn_kernel not in ATTN_KERNELS:
+        raise UserError(f"unknown model.attn_kernel {attn_kernel!r}; choose one of {', '.join(ATTN_KERNELS)}")
+    if attn_kernel == "triton" and isinstance(dropout, (int, float)) and dropout:
+        raise UserError(f"model.attn_kernel=triton has no dropout (model.dropout={dropout!r}); set model.dropout=0 "
+                        "or model.attn_kernel=auto")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        raise UserError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
 @dataclass
 class GPTConfig:
     """GPT-2 architecture: learned positions, pre-LayerNorm, GELU MLP, tied embeddings.
@@ -126,14 +138,7 @@ class GPTConfig:
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
             raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
-        if self.attn_kernel not in ATTN_KERNELS:
-            raise UserError(f"unknown model.attn_kernel {self.attn_kernel!r}; choose one of {', '.join(ATTN_KERNELS)}")
-        d = self.dropout
-        if self.attn_kernel == "triton" and isinstance(d, (int, float)) and d:
-            raise UserError(f"model.attn_kernel=triton has no dropout (model.dropout={d!r}); set model.dropout=0 or "
-                            "model.attn_kernel=auto")
-        if not isinstance(d, (int, float)) or isinstance(d, bool) or not 0.0 <= d < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_kernel_and_dropout(self.attn_kernel, self.dropout)
 
     @property
     def d_head(self) -> int:

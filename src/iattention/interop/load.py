@@ -40,9 +40,10 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
+    # the kernel a run trained with says where it ran, not what it computes: here, whatever runs here
     if model_cfg.get("arch") == ARCH:
-        model = Llama(LlamaConfig.from_dict(model_cfg))
-    else:  # the kernel a run trained with says where it ran, not what it computes: here, whatever runs here
+        model = Llama(LlamaConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
+    else:
         model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
     tensors = ckpt.load_tensors(path)
     wte = tensors.get("model/transformer.wte.weight", tensors.get("model/model.embed_tokens.weight"))

@@ -129,8 +129,8 @@ class Trainer:
         torch.manual_seed(t.seed)
         check_fits_in_memory(self.cfg.model, max(1, t.batch_size // (t.grad_accum * self.runtime.world)), device)
         m = self.cfg.model  # the attention kernel checked (one line), auto's table read and the kernel loaded
-        # before compile (the Llama family has no attn_kernel key: it runs auto)
-        prepare_kernel(getattr(m, "attn_kernel", "auto"), device.type, m.d_head, m.dropout)
+        # before compile (either model family)
+        prepare_kernel(m.attn_kernel, device.type, m.d_head, m.dropout)
         self.model = build_model(self.cfg.model).to(device)
         self.init_source = self.ckpt.initial_weights(self.model, self.cfg)
         self.optimizer = build_optimizer(self.model, self.cfg.optim, device.type)
