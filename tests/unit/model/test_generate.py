@@ -24,6 +24,32 @@ def test_greedy_generation_with_cache_equals_without(attention, heads):
     assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate constant sequence
 
 
+def _k_only_cases():
+    from helpers import make_llama
+    from iattention.symmetry.grouped import canonicalize as canonical_llama
+    from iattention.symmetry.transforms import canonicalize
+
+    return {"gpt2-one-canonical-head": lambda: canonicalize(make_model(n_head=1), block="pivoted"),
+            "gpt2-three-heads": lambda: make_model(n_head=3),
+            "llama-gqa-wide-heads": lambda: make_llama(n_head=4, n_kv_head=2, d_head=16),
+            "llama-gqa-canonical": lambda: canonical_llama(make_llama(n_head=4, n_kv_head=2, d_head=16))}
+
+
+@pytest.mark.parametrize("case", list(_k_only_cases()))
+def test_k_only_generation_past_the_block_gives_the_full_caches_tokens(case):
+    """The K-only cache on a canonical one-head GPT-2, on grouped-query Llama models (standard and canonical), and
+    past block_size (where each cache starts over from the last block_size tokens): the same sampled tokens as the
+    full cache and as no cache, from one seed."""
+    model = _k_only_cases()[case]()
+    prompt = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(1))
+    n = model.config.block_size + 7
+    runs = [model.generate(prompt, n, temperature=1.0, generator=torch.Generator().manual_seed(5), **kw)
+            for kw in (dict(cache_kind="k-only"), dict(cache_kind="full"), dict(use_cache=False))]
+    assert runs[0].shape == (2, 5 + n)
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[1], runs[2])
+    assert len(set(runs[0][0, 5:].tolist())) > 3  # sampled, not one token repeated
+
+
 def test_seeded_sampling_is_reproducible_and_seeds_differ():
     model = make_model(attention="canonical", n_head=3)
     prompt = torch.zeros(1, 3, dtype=torch.long)
