@@ -98,6 +98,17 @@ def test_init_from_the_other_family_is_refused_in_one_line(study, capsys):
     assert not (study["root"] / "bad" / "summary.json").exists()
 
 
+def test_resume_into_the_other_family_is_refused_in_one_line(study, capsys):
+    """`--resume model.arch=gpt` on a Llama run (or the reverse) was "unknown config key model.n_kv_head" (or
+    model.bias), naming neither family; now one line naming both, and the run is left as it was."""
+    run = study["out"] / "standard-h4-s0"
+    before = (run / "metrics.jsonl").read_bytes()
+    rc = main(["train", "--out", str(run), "--resume", "model.arch=gpt", "train.epochs=9"])
+    one_line_error(capsys, rc, "this run trains a Llama-family model; model.arch=gpt would make it a GPT-2 one",
+                   "new --out")
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
 def test_compare_refuses_head_counts_the_key_value_heads_do_not_divide(study, capsys):
     rc = main(["compare", "--preset", "tiny", "--heads", "4,3", "--out", str(study["root"] / "no"), *study["ov"]])
     one_line_error(capsys, rc, "--heads 3", "n_kv_head=2", "multiples of 2")

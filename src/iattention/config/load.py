@@ -193,6 +193,13 @@ def load_config(preset: str | None = None, config_file: str | None = None, overr
                                          "hold a mapping of sections (model:, data:, optim:, train:)"), note))
     for o in overrides:
         raw = _merge(raw, parse_override(o, note))
+    if base is not None:
+        was, now = (((d or {}).get("model") or {}).get("arch", "gpt") for d in (base, raw))
+        if was != now:
+            names = {"gpt": "GPT-2", LLAMA_ARCH: "Llama-family"}
+            raise UserError(f"this run trains a {names.get(was, was)} model; model.arch={now} would make it a "
+                            f"{names.get(now, now)} one: a run keeps its model family, so train that in a new --out "
+                            "(or drop model.arch)")
     cfg = _build(raw)
     source = cfg.train.init_from
     if source and source != ((base or {}).get("train") or {}).get("init_from"):
