@@ -192,3 +192,36 @@ def test_gpt2_tokenizer_exports_to_transformers_with_the_same_ids(tmp_path):
     text = " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : <unk> Chronicles ( Japanese : 戦場のヴァルキュリア3 )"
     assert theirs(text)["input_ids"] == ours.encode(text).tolist()
     assert theirs.eos_token_id == theirs.bos_token_id == 50256 and len(theirs) == 50257
+
+
+@pytest.mark.parametrize("kind,kw", [("GPT2", dict(n_layer=2, n_head=4, n_embd=32, vocab_size=67, n_positions=16)),
+                                     ("GPT2", dict(n_layer=1, n_head=2, n_embd=32, vocab_size=67, n_positions=16,
+                                                   n_inner=48)),
+                                     ("Llama", dict(num_key_value_heads=2, tie_word_embeddings=False)),
+                                     ("Qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True)),
+                                     ("Mistral", dict(num_key_value_heads=2, head_dim=12))])
+def test_params_from_an_hf_folder_counts_its_model(tmp_path, capsys, kind, kw):
+    """`iattn params --from DIR` reads the folder's config.json (no weights): its standard row is the number of
+    parameters transformers builds for that config, and canonical removes what it removes in a converted model."""
+    import json
+
+    import transformers
+
+    from iattention.cli import main
+
+    base = {} if kind == "GPT2" else dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                          num_attention_heads=4, max_position_embeddings=32)
+    hf = getattr(transformers, f"{kind}LMHeadModel" if kind == "GPT2" else f"{kind}ForCausalLM")(
+        getattr(transformers, f"{kind}Config")(**{**base, **kw}))
+    hf.save_pretrained(tmp_path / "hf")
+    assert main(["params", "--from", str(tmp_path / "hf"), "--json"]) == 0
+    rows = {(r["attention"], r["n_head"]): r for r in json.loads(capsys.readouterr().out)}
+    heads = hf.config.num_attention_heads
+    assert rows["standard", heads]["params"] == sum(p.numel() for p in hf.parameters())
+    from iattention.interop.convert import convert
+    from iattention.interop.load import load_any
+
+    src, _, _ = load_any(tmp_path / "hf")
+    canonical, _ = convert(src, "canonical", dtype="float64")
+    assert rows["canonical", heads]["params"] == sum(p.numel() for p in canonical.parameters()) - (
+        canonical.config.padded_vocab_size - canonical.config.vocab_size) * canonical.config.n_embd

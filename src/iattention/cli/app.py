@@ -38,10 +38,10 @@ def cmd_llama_params(args) -> None:
         raise UserError("--heads is for GPT presets; a Llama preset has its own head counts (the published ones, "
                         "or llama-cpu's n_head; runs at other counts: iattn compare --preset llama-cpu --heads N)")
     preset = args.preset or "llama-3-8b"
-    shape = _llama_shape(preset)
+    shape = args.shape or _llama_shape(preset)
     std = llama_standard_param_count(shape)
     full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
-    pub = published_count(preset) if preset in shape_names() else None
+    pub = published_count(preset) if preset in shape_names() and not args.shape else None
     rows = []
     for attention, cls in GROUPED_REGISTRY.items():
         removed = cls.removed_params(shape)
@@ -55,7 +55,8 @@ def cmd_llama_params(args) -> None:
         print(json.dumps(rows, indent=2))
         return
     only = " (shape only)" if preset in shape_names() else ""
-    print(f"preset {preset}{only}: {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
+    name = f"{args.source}/config.json ({shape.family})" if args.shape else f"preset {preset}{only}"
+    print(f"{name}: {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
           f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_ff}, vocab "
           f"{shape.vocab_size}, {'tied' if shape.tie_embeddings else 'untied'} head"
           f"{', q/k/v bias' if shape.qkv_bias else ''}; published total: {f'{pub:,}' if pub else 'not stated'}")
@@ -93,8 +94,36 @@ def _preset_family(preset: str | None) -> str | None:
     return "llama" if isinstance(model_preset(preset), LlamaConfig) else "gpt"
 
 
+def _shape_from(folder: str):
+    """("gpt" or "llama", the shape) that an HF model folder's config.json describes, no weights read."""
+    from pathlib import Path
+
+    from iattention.checkpoint.run_folder import read_json_object
+    from iattention.config import GPTConfig
+    from iattention.interop.hf import read_hf_config
+    from iattention.interop.hf_llama import shape_from_folder
+
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        raise UserError(f"--from {folder}: no config.json there; give a Hugging Face model folder")
+    kind = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
+                            schema={"model_type": (str,)})["model_type"]
+    if kind != "gpt2":
+        return "llama", shape_from_folder(path)
+    c = read_hf_config(path)
+    n_inner = c.get("n_inner")
+    mlp_hidden = 0 if n_inner in (None, 4 * c["n_embd"]) else n_inner
+    return "gpt", GPTConfig(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
+                            block_size=c["n_positions"], mlp_hidden=mlp_hidden)
+
+
 def cmd_params(args) -> None:
 
+    args.shape = None
+    if args.source:
+        if args.preset or args.arch:
+            raise UserError("--from reads the model's own config.json; drop --preset and --arch")
+        args.arch, args.shape = _shape_from(args.source)
     family = _preset_family(args.preset)
     if args.arch == "gpt" and family == "llama":
         raise UserError(f"preset {args.preset} is a Llama-family model; use --arch llama (or leave out --arch)")
@@ -103,7 +132,7 @@ def cmd_params(args) -> None:
     if args.arch == "llama":
         return cmd_llama_params(args)
     args.preset = args.preset or "gpt2-small"
-    shape = model_preset(args.preset)
+    shape = args.shape or model_preset(args.preset)
     rows = []
     check_heads(args.heads or [], shape.n_embd, args.preset)
     for heads in args.heads or default_heads(shape):
@@ -117,7 +146,8 @@ def cmd_params(args) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"preset {args.preset}: learned parameters (true vocabulary, tied embeddings)")
+    name = f"{args.source}/config.json (gpt2)" if args.shape else f"preset {args.preset}"
+    print(f"{name}: learned parameters (true vocabulary, tied embeddings)")
     print(f"{'attention':<11} {'heads':>5} {'d_head':>6} {'params':>13} {'removed':>12} {'fully reduced':>14}")
     for r in rows:
         print(f"{r['attention']:<11} {r['n_head']:>5} {r['d_head']:>6} {r['params']:>13,} {r['removed']:>12,} "
@@ -145,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"model shape: with --arch gpt a preset ({', '.join(preset_names())}; default gpt2-small), "
                          f"with --arch llama one of {', '.join(shape_names())} (default llama-3-8b) or a Llama run "
                          "preset (llama-cpu)")
+    sp.add_argument("--from", dest="source", default=None, metavar="DIR",
+                    help="count the model a Hugging Face folder's config.json describes (gpt2, llama, qwen2, "
+                         "mistral; no weights read) instead of a preset")
     sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -151,6 +151,22 @@ def _check_llama_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> N
                             "or re-save the model with save_pretrained")
 
 
+def shape_from_folder(folder: Path) -> LlamaConfig:
+    """The shape a Llama-family folder's config.json describes (checked as `read_llama_config` checks it), for
+    counting: no weights read, no transformers needed (these families rotate whole heads)."""
+    cfg = read_llama_config(folder)
+    family = cfg["model_type"]
+    n_head, d = cfg["num_attention_heads"], cfg["hidden_size"]
+    d_head = cfg.get("head_dim") or d // n_head
+    bias = bool(cfg.get("attention_bias", False))
+    return LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
+                       n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
+                       d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
+                       qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
+                       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
+                       family=family)
+
+
 def config_from_hf(hf, family: str) -> LlamaConfig:
     """Our config for a loaded transformers model (its rotary width from its inv_freq)."""
     c = hf.config
