@@ -22,8 +22,9 @@ LAYOUTS = ("half", "interleaved")
 
 
 def default_inv_freq(rot: int, theta: float) -> torch.Tensor:
-    """theta_k = theta^(-2k / rot), k < rot/2, float32 (transformers' "default" rope_type)."""
-    return 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float) / rot))
+    """theta_k = theta^(-2k / rot), k < rot/2, float32 (transformers' "default" rope_type), on the CPU even inside a
+    `torch.device("meta")` context: a model built there keeps real frequencies (they are never loaded)."""
+    return 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float, device="cpu") / rot))
 
 
 def llama3_inv_freq(rot: int, theta: float, factor: float, low_freq_factor: float, high_freq_factor: float,
@@ -68,7 +69,7 @@ class RotaryEmbedding(nn.Module):
         # nn.Module.to / half / bfloat16 / double / cuda / to_empty all go through _apply: let them move the
         # buffer, then restore the exact float32 values on its (new) device.
         super()._apply(fn, recurse)
-        if not self._exact.is_meta:  # a shape-only (meta) model has no values to keep
+        if not self._exact.is_meta:  # frequencies given as meta tensors have no values to keep
             self.inv_freq = self._exact.to(self.inv_freq.device)
         return self
 

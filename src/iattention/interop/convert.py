@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import errno
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -147,7 +148,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     beyond the model itself (source config, summary, command; interop/card.py); `tokenizer_id`: the
     source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json."""
     out = Path(out)
-    if out.exists():
+    if os.path.lexists(out):  # a dangling symlink too: it is not ours to replace
         raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
     parent = out.parent if str(out.parent) else Path(".")
     try:

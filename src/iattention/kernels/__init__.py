@@ -4,7 +4,7 @@
 flash kernel past head dim 256 on CUDA), registered as the torch op `iattention::wide_attention` so that
 torch.compile traces it. `math_path.py`: the same attention as two matrix products and a masked softmax in
 plain torch ops, which torch.compile fuses. `auto.py` and `auto_table.json`: what `auto` picks from
-measurements. This package never imports triton unless that kernel is chosen.
+measurements. This package imports triton only when that kernel may run (chosen, or `auto` on CUDA).
 
 model.attn_kernel:
   auto   -- on a device the table lists (`auto.py`), the path measured fastest for the pass's head dim and

@@ -96,3 +96,15 @@ def test_module_casts_keep_the_frequencies_exact_float32(cast):
     # and the angles the tables are made from are float32 ones, cast only at the end
     cos, _ = model[0](torch.arange(4096), torch.float64)
     assert torch.equal(cos, (torch.arange(4096).float()[:, None] * inv).cos().double())
+
+
+def test_a_model_built_on_the_meta_device_gets_exact_frequencies_from_to_empty():
+    """Build on meta, then to_empty (how large models are materialised): the frequencies are not loaded from any
+    checkpoint (non-persistent), so they must come out exact, not uninitialised memory."""
+    ref = llama3_inv_freq(64, 500000.0, 8.0, 1.0, 4.0, 8192)
+    with torch.device("meta"):
+        model = torch.nn.Sequential(RotaryEmbedding(llama3_inv_freq(64, 500000.0, 8.0, 1.0, 4.0, 8192)),
+                                    torch.nn.Linear(4, 4))
+    assert model[1].weight.is_meta
+    model = model.to_empty(device="cpu").bfloat16()
+    assert model[0].inv_freq.dtype == torch.float32 and torch.equal(model[0].inv_freq, ref)
