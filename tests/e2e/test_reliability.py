@@ -245,11 +245,14 @@ TORN = b'{"step": 99'  # a write cut short, as a crash mid-write (or another wri
 
 
 class _Follower:
-    """A `tail -f` of a log: opens the file once, reads what is new as it comes, and records any read that
-    ended inside a record (text after the last newline)."""
+    """A `tail -f` of a log: opens the file once, reads what is new as it comes, and records any read that ended
+    inside a record which the live writer was writing and then completed itself (text after the last newline,
+    finished later with no kill in between). Not a half read: a killed writer's torn tail (the kernel stops a write
+    between pages for SIGKILL, so a record crossing a page boundary can be cut), which the next resume cuts away,
+    nor that tail read again before the next writer cuts it (it lies below the size the file had at its start)."""
 
-    def __init__(self, path):
-        self.path, self.f, self.half, self.inode = path, None, [], None
+    def __init__(self, path, state):
+        self.path, self.f, self.half, self.inode, self.state, self.pending = path, None, [], None, state, None
 
     def poll(self):
         if self.f is None:
@@ -259,10 +262,19 @@ class _Follower:
             self.inode = os.fstat(self.f.fileno()).st_ino
         if os.fstat(self.f.fileno()).st_size < self.f.tell():  # cut in place on a resume: tail says so, reads on
             self.f.seek(0)
+            self.pending = None
+        at = self.f.tell()
         chunk = self.f.read()
-        if chunk and not chunk.endswith(b"\n") and not chunk.endswith(TORN):  # (TORN: the test's own)
-            self.half.append(chunk[-80:])
+        if not chunk:
+            return
+        if not chunk.endswith(b"\n"):  # inside a record: read it again next time
+            if at + len(chunk) > self.state["start"].get(self.path, 0):  # being written by the live writer
+                self.pending = (self.state["kills"], chunk[-80:])
             self.f.seek(-len(chunk), os.SEEK_CUR)
+            return
+        if self.pending and self.pending[0] == self.state["kills"]:  # that writer completed what was read half
+            self.half.append(self.pending[1])
+        self.pending = None
 
 
 @pytest.mark.slow
@@ -279,7 +291,12 @@ def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_
     train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
     out = tmp_path / "run"
     cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
-    followers = [_Follower(out / "steps.jsonl"), _Follower(out / "metrics.jsonl")]
+    # kills: raised just before each SIGKILL; start: each log's size when the current writer started
+    state = {"kills": 0, "start": {}}
+    followers = [_Follower(out / "steps.jsonl", state), _Follower(out / "metrics.jsonl", state)]
+
+    def starting():
+        state["start"] = {f.path: f.path.stat().st_size if f.path.exists() else 0 for f in followers}
     stop = threading.Event()
 
     def follow():
@@ -297,6 +314,7 @@ def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_
                 for f in followers:
                     with open(f.path, "ab") as log:
                         log.write(TORN)
+            starting()
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             before = len((out / "steps.jsonl").read_bytes()) if (out / "steps.jsonl").exists() else -1
             deadline = time.time() + 120
@@ -304,10 +322,12 @@ def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_
                     not (out / "steps.jsonl").exists() or len((out / "steps.jsonl").read_bytes()) <= before):
                 time.sleep(0.005)  # training under way again: a step appended since
             time.sleep(rng.uniform(0.0, 0.4))
+            state["kills"] += 1
             proc.send_signal(signal.SIGKILL)
             kills += proc.wait() == -signal.SIGKILL
             if (out / "summary.json").exists():
                 break
+        starting()
         res = subprocess.run(cmd, capture_output=True, text=True)
     finally:
         stop.set()
