@@ -88,6 +88,22 @@ def test_init_from_a_llama_checkpoint_starts_at_its_validation_loss(study, targe
     assert summary["started_from"]["to_attention"] == target
 
 
+def test_init_from_a_llama_checkpoint_takes_another_block_and_names_every_difference_at_once(study, capsys):
+    """RoPE has no position weights: a run may start from a Llama source at another block_size (it had to equal
+    the source's, 8192 for SmolLM2). Other differences come in one line, all of them, the vocabulary with the
+    tokenizer that fixes it (they came one per try, and the vocabulary advice contradicted itself)."""
+    src = study["out"] / "standard-h4-s0"
+    base = [*study["ov"], "model.n_head=4", "train.epochs=1", f"train.init_from={src}"]
+    summary = train(load_config("tiny", None, [*base, "model.block_size=16"]), study["root"] / "ft-block", quiet=True)
+    assert summary["config"]["model"]["block_size"] == 16 and summary["started_from"]["source"] == str(src)
+    rc = main(["train", "--preset", "tiny", *base, "model.d_ff=64", "model.n_kv_head=1", "data.tokenizer=bpe:300",
+               "--out", str(study["root"] / "bad-fit")])
+    one_line_error(capsys, rc, "model.n_kv_head (source 2, run 1), model.d_ff (source 48, run 64)",
+                   "the tokenizer (source byte, run bpe:300)",
+                   "set model.n_kv_head=2 model.d_ff=48; data.tokenizer=byte")
+    assert not (study["root"] / "bad-fit" / "summary.json").exists()
+
+
 def test_init_from_the_other_family_is_refused_in_one_line(study, capsys):
     llama_run = study["out"] / "standard-h4-s0"
     gpt = [o for o in study["ov"] if o not in LLAMA]

@@ -19,10 +19,32 @@ from iattention.model.llama import Llama
 from iattention.symmetry import grouped
 from iattention.symmetry.transforms import canonicalize, expand
 
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "bias")
-LLAMA_SHAPE_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "d_ff", "vocab_size", "block_size", "rot",
-                    "rope_layout", "rope_theta", "rope_type", "rope_scaling", "rms_eps", "qkv_bias", "o_bias",
-                    "tie_embeddings")
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias")
+# no block_size: RoPE has no position weights, so a run may train at any block (a source's max_position_embeddings,
+# 8192 for SmolLM2, says how far it was trained, not what it holds)
+LLAMA_SHAPE_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "d_ff", "rot", "rope_layout", "rope_theta",
+                    "rope_type", "rope_scaling", "rms_eps", "qkv_bias", "o_bias", "tie_embeddings")
+
+
+def _check_fits(source: str, want, have, data: dict | None, cfg, llama: bool) -> None:
+    """Every way the source differs from the run, in one line: the model keys to set, and the tokenizer (which
+    fixes the vocabulary: model.vocab_size follows the run's tokenizer, so it is not a key to set)."""
+    keys = [k for k in (LLAMA_SHAPE_KEYS if llama else SHAPE_KEYS) if getattr(want, k) != getattr(have, k)]
+    problems, fixes = [], []
+    if keys:
+        problems.append(", ".join(f"model.{k} (source {getattr(have, k)}, run {getattr(want, k)})" for k in keys))
+        fixes.append("set " + " ".join(f"model.{k}={getattr(have, k)}" for k in keys))
+    tokenizer = (data or {}).get("tokenizer")
+    if tokenizer and tokenizer != cfg.data.tokenizer:
+        problems.append(f"the tokenizer (source {tokenizer}, run {cfg.data.tokenizer})")
+        fixes.append(f"data.tokenizer={tokenizer}")
+    elif want.vocab_size != have.vocab_size:
+        problems.append(f"the vocabulary (source {have.vocab_size:,} tokens, the run's tokenizer {cfg.data.tokenizer} "
+                        f"{want.vocab_size:,})")
+        fixes.append("train with the tokenizer the source was trained with (data.tokenizer)")
+    if problems:
+        raise UserError(f"train.init_from={source} differs from the run in {'; '.join(problems)}: "
+                        f"{'; '.join(fixes)} (or use the preset the source was trained with)")
 
 
 @torch.no_grad()
@@ -36,14 +58,7 @@ def load_initial_weights(model: GPT | Llama, source: str, cfg) -> dict:
         fix = "drop model.arch=llama" if llama else "set model.arch=llama and the source's shape"
         raise UserError(f"train.init_from={source} holds {kinds[1]} model, the run trains {kinds[0]} one; start from "
                         f"a model of the run's family, or {fix}")
-    for key in LLAMA_SHAPE_KEYS if llama else SHAPE_KEYS:
-        if getattr(want, key) != getattr(have, key):
-            raise UserError(f"train.init_from={source} has model.{key}={getattr(have, key)}, the run has "
-                            f"{getattr(want, key)}; set model.{key}={getattr(have, key)} (or use the preset the "
-                            "source was trained with)")
-    if data and data.get("tokenizer") and data["tokenizer"] != cfg.data.tokenizer:
-        raise UserError(f"train.init_from={source} was trained with tokenizer {data['tokenizer']}, the run uses "
-                        f"{cfg.data.tokenizer}; set data.tokenizer={data['tokenizer']}")
+    _check_fits(source, want, have, data, cfg, llama)
     target = want.attention
     if llama:  # the family's two variants: both full-class, moved exactly either way
         moved = src if target == have.attention else (grouped.expand(src) if target == "standard"
