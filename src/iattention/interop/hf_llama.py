@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -253,7 +254,14 @@ def load_hf_llama(path: str | Path) -> Llama:
         if keys:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
                             f"{FAMILIES[family]} with its config.json; re-save the model with save_pretrained")
-    return from_hf_llama(hf.eval(), family)
+    model = from_hf_llama(hf.eval(), family)
+    c = model.config
+    if c.sliding_window and c.sliding_window < c.max_positions:
+        print(f"iattn: note: {path} attends within a sliding window of {c.sliding_window} of its {c.max_positions} "
+              f"positions; iattention has no window mask, so it runs this model on blocks of {c.sliding_window} "
+              f"tokens (block_size {c.block_size}: the same as transformers up to {c.sliding_window} tokens, not "
+              "on longer contexts)", file=sys.stderr)
+    return model
 
 
 def _strict_error():

@@ -272,3 +272,21 @@ def test_a_tied_config_with_its_own_head_loads_as_transformers_does(tmp_path):
     with torch.no_grad():
         assert torch.equal(ours.model.embed_tokens.weight, hf.model.embed_tokens.weight)
         assert (ours(_x())[0] - ref(_x()).logits).abs().max().item() <= 1e-12
+
+
+def test_a_sliding_window_mistral_says_it_runs_on_blocks_of_its_window(tmp_path, capsys):
+    """A Mistral whose sliding window (16) is shorter than its positions (32) runs here on blocks of 16, where it
+    equals transformers; that was silent (a perplexity at 16-token blocks read as the model's own). Now one note."""
+    hf, folder = _saved(tmp_path, "Mistral", sliding_window=16)
+    capsys.readouterr()  # transformers' own progress bars
+    ours, _, _ = load_any(folder)
+    err = capsys.readouterr().err
+    assert "sliding window of 16 of its 32 positions" in err and err.count("\n") == 1
+    assert ours.config.block_size == 16
+    x = torch.randint(0, 67, (2, 16), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (ours(x)[0] - hf(x).logits).abs().max().item() <= 1e-9
+    _saved(tmp_path, "Mistral", name="no-window", sliding_window=None)
+    capsys.readouterr()
+    load_any(tmp_path / "no-window")
+    assert capsys.readouterr().err == ""
