@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from iattention.utils.atomic import apply_umask, remove_stale, temp_prefix
 from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 @torch.no_grad()
@@ -106,11 +107,30 @@ def grouped_conditioning(model) -> dict[str, list]:
     c = model.config
     out: dict[str, list] = {}
     for attn in grouped.expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
-        hw = attn.to_heads().to(torch.float64)
-        for block in ("pivoted", "aligned"):
-            blocks = grouped.select_blocks(hw, c.rot, c.rope_layout, block)
-            for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
-                out.setdefault(f"{block} {what}", []).append(v.tolist())
+        for key, v in layer_conditioning(attn.to_heads().to(torch.float64), c).items():
+            out.setdefault(key, []).append(v)
+    return out
+
+
+def conditioning_parts(layer: dict[str, list]) -> list[str]:
+    """One layer's layer_conditioning as printed: the worst KV group's numbers, pivoted | aligned."""
+    parts = []
+    if "pivoted rotary" in layer:
+        parts.append(f"rotary pivot ratio min {min(layer['pivoted rotary']):.3g} | {min(layer['aligned rotary']):.3g}")
+    for what in ("pass", "output"):
+        if f"pivoted {what}" in layer:
+            parts.append(f"{what} cond max {max(layer[f'pivoted {what}']):.3g} | "
+                         f"{max(layer[f'aligned {what}']):.3g}")
+    return parts
+
+
+def layer_conditioning(hw, c) -> dict[str, list]:
+    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (GroupedHeadWeights, float64)."""
+    out = {}
+    for block in ("pivoted", "aligned"):
+        blocks = grouped.select_blocks(hw, c.rot, c.rope_layout, block)
+        for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
+            out[f"{block} {what}"] = v.tolist()
     return out
 
 
@@ -147,18 +167,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
     beyond the model itself (source config, summary, command; interop/card.py); `tokenizer_id`: the
     source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json."""
-    out = Path(out)
-    if out.exists():
-        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
-        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
-    except (PermissionError, FileExistsError, NotADirectoryError):
-        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
-    try:
+    with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
             if tokenizer is not None:
@@ -186,6 +195,26 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+
+
+@contextmanager
+def staged_folder(out: str | Path):
+    """Yield a temp sibling folder of `out` (`.NAME.iattn-PID.xxxx.conv`) to write a model into; when the block
+    ends it gets the umask's modes and is renamed to `out` in one step, and on any error (a full disk, a kill's
+    leftovers found by the next run) it is removed: no half-written folder ever carries the name `out`."""
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
+        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
+    except (PermissionError, FileExistsError, NotADirectoryError):
+        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
+    try:
+        yield tmp
         for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
             apply_umask(written, folder=written.is_dir())
         os.replace(tmp, out)

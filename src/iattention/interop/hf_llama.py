@@ -11,6 +11,7 @@ sliding-window Qwen2, RoPE types that rescale cos/sin.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from pathlib import Path
@@ -153,7 +154,18 @@ def _check_llama_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> N
 
 def config_from_hf(hf, family: str) -> LlamaConfig:
     """Our config for a loaded transformers model (its rotary width from its inv_freq)."""
-    c = hf.config
+    return llama_config_of(hf.config, hf.model.rotary_emb, _tied(hf), family)
+
+
+def rotary_of(hf_config, family: str):
+    """transformers' own rotary embedding module for a config (its inv_freq, without building the model)."""
+    name = FAMILIES[family].removesuffix("ForCausalLM")
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    return getattr(module, f"{name}RotaryEmbedding")(hf_config)
+
+
+def llama_config_of(c, rotary, tied: bool, family: str) -> LlamaConfig:
+    """Our config for a transformers config `c`, its rotary embedding module and whether the head is tied."""
     where = f"this {family} model"
     if getattr(c, "mlp_bias", False):
         raise UserError(f"{where} has MLP biases (mlp_bias=true), which iattention's SwiGLU does not hold")
@@ -166,7 +178,6 @@ def config_from_hf(hf, family: str) -> LlamaConfig:
     rope_type = rope.pop("rope_type", "default")
     theta = float(rope.pop("rope_theta"))
     rope.pop("partial_rotary_factor", None)  # Llama ignores it; the width comes from inv_freq
-    rotary = hf.model.rotary_emb
     if getattr(rotary, "attention_scaling", 1.0) != 1.0:
         raise UserError(f"{where} uses rope_type {rope_type!r}, which scales cos/sin; iattention reproduces "
                         "'default' and 'llama3'")
@@ -181,7 +192,7 @@ def config_from_hf(hf, family: str) -> LlamaConfig:
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, rms_eps=float(c.rms_norm_eps),
         qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
-        tie_embeddings=_tied(hf), family=family, sliding_window=window or 0,
+        tie_embeddings=tied, family=family, sliding_window=window or 0,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
