@@ -124,11 +124,12 @@ def conditioning_parts(layer: dict[str, list]) -> list[str]:
     return parts
 
 
-def layer_conditioning(hw, c) -> dict[str, list]:
-    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (GroupedHeadWeights, float64)."""
+def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
+    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (GroupedHeadWeights, float64);
+    `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
     out = {}
     for block in ("pivoted", "aligned"):
-        blocks = grouped.select_blocks(hw, c.rot, c.rope_layout, block)
+        blocks = (known or {}).get(block) or grouped.select_blocks(hw, c.rot, c.rope_layout, block)
         for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
             out[f"{block} {what}"] = v.tolist()
     return out

@@ -421,18 +421,19 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: Ll
             attn_state = {k.removeprefix(src_prefix + lp + "self_attn."): v
                           for k, v in source.read(src_attn_names).items()}
             src_attn = _layer_module(src_cfg, attn_state)
+            chosen = None
             if out_cfg.attention == src_cfg.attention:
                 dst = _layer_module(out_cfg, attn_state)
             elif out_cfg.attention == "canonical":
                 dst = _layer_module(out_cfg)
-                grouped.canonicalize_layer(src_attn, dst, src_cfg, block, layer)
+                chosen = {block: grouped.canonicalize_layer(src_attn, dst, src_cfg, block, layer)}
             else:  # to standard: the assembled matrices
                 dst = _layer_module(out_cfg)
                 dst.load_heads(src_attn.to_heads())
             rounded = _cast(dst.state_dict(), dtype)
             result = check(src_attn, dst, rounded)
             if out_cfg.attention == "canonical":
-                result.update(layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg))
+                result.update(layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen))
             results.append(result)
             rest = [n for n in src_names if ".self_attn." not in n]
             tensors = source.read(rest)
