@@ -15,7 +15,19 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import DTYPES, TARGETS, conditioning_parts, convert, save_converted
+from iattention.interop.convert import (
+    DTYPES,
+    SOURCE_TOLERANCE,
+    TARGETS,
+    TOLERANCE,
+    check_failures,
+    conditioning_parts,
+    convert,
+    probe_batch,
+    refuse_or_warn,
+    save_converted,
+)
+from iattention.interop.hf import hf_logits
 from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
@@ -66,7 +78,10 @@ def cmd_convert(args) -> None:
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
-    model, rep = convert(src, args.to, block=args.block, dtype=dtype)
+    reference = hf_logits(src_path, probe_batch(src)) if is_hf_folder(src_path) else None  # GPT-2 here
+    model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
+    _print_report(args, src, rep, dtype)
+    refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)
     card = None
     if args.to == "hf":
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
@@ -77,6 +92,10 @@ def cmd_convert(args) -> None:
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id)
+    print(f"written to {args.out}")
+
+
+def _print_report(args, src, rep, dtype: str) -> None:
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{dtype}] at {args.out}")
     if rep.conditioning and "pivoted output" in rep.conditioning:  # a Llama-family model
@@ -99,6 +118,14 @@ def cmd_convert(args) -> None:
           f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
     print(f"max abs logit difference on the probe batch: {rep.max_abs_logit_diff:.3e} "
           f"(relative {rep.max_rel_logit_diff:.3e})")
+    if rep.source_load is None:
+        print("source load: not checked: the source is an iattention checkpoint, for which there is no transformers "
+              "reference")
+    else:
+        print(f"source load (ours vs transformers, float64 logits on the probe batch): {rep.source_load:.3e} "
+              f"relative (tolerance {SOURCE_TOLERANCE:.0e})")
+    print(f"conversion (converted vs source, float64 logits on the probe batch): {rep.max_rel_logit_diff:.3e} "
+          f"relative (tolerance {TOLERANCE[DTYPES[dtype]]:.0e})")
 
 
 def register(sub) -> None:
@@ -106,10 +133,13 @@ def register(sub) -> None:
     p = sub.add_parser("convert",
                        help="exact conversion: HF GPT-2 / Llama / Qwen2 / Mistral, standard <-> canonical",
                        description="Read an HF GPT-2, Llama, Qwen2 or Mistral folder or an iattention checkpoint and "
-                                   "write it as a "
-                                   "canonical (I-Attention) or standard iattention model, or as an HF folder. "
-                                   "Prints block condition numbers, parameter counts and the logit difference "
-                                   "on a fixed probe batch.")
+                                   "write it as a canonical (I-Attention) or standard iattention model, or as an HF "
+                                   "folder. A Llama-family folder (one file or sharded) streams one layer at a time "
+                                   "through bounded memory, and back (--to hf of such a converted folder). Prints "
+                                   "block condition numbers, parameter counts and two checks on float64 logits: "
+                                   "source load (ours vs the folder's transformers class) and conversion (converted "
+                                   "vs source; per layer for a model too big to hold). A check over its tolerance "
+                                   "writes nothing and exits 2 unless --force (docs/conversion.md).")
     p.add_argument("--from", dest="src", required=True, help="HF folder (config.json) or iattention checkpoint")
     p.add_argument("--to", required=True, choices=TARGETS)
     p.add_argument("--block", default="pivoted", choices=BLOCKS,

@@ -49,6 +49,13 @@ def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
     return {"key": np.stack(keys), "output": np.stack(outs)}
 
 
+# The checks' tolerances (relative, on float64 logits or layer outputs): `conversion` (converted vs source) by output
+# dtype, the rounding of the learned blocks to it (float64: the algebra's own error); `source load` (our model of
+# an HF folder vs the folder's own transformers class, both float64 from the same weights).
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+SOURCE_TOLERANCE = 1e-9
+
+
 @dataclass
 class ConversionReport:
     params_before: int
@@ -56,6 +63,26 @@ class ConversionReport:
     max_abs_logit_diff: float
     max_rel_logit_diff: float
     conditioning: dict | None
+    source_load: float | None = None  # ours vs transformers on the probe batch (an HF source only)
+
+
+def check_failures(source_load: float | None, conversion: float, dtype: torch.dtype) -> list[str]:
+    """The checks over their tolerance, each as said in one line ('source load 3.1e-03 > 1e-09')."""
+    bad = []
+    if source_load is not None and not source_load <= SOURCE_TOLERANCE:
+        bad.append(f"source load {source_load:.3e} > {SOURCE_TOLERANCE:.0e}")
+    if not conversion <= TOLERANCE[dtype]:
+        bad.append(f"conversion {conversion:.3e} > {TOLERANCE[dtype]:.0e} ({str(dtype).removeprefix('torch.')})")
+    return bad
+
+
+def refuse_or_warn(bad: list[str], out, force: bool, say=print) -> None:
+    """Over a tolerance: one line and nothing written (exit 2), or with --force a warning."""
+    if bad and not force:
+        raise UserError(f"the conversion check failed ({'; '.join(bad)}), so nothing was written to {out}; "
+                        "pass --force to write it anyway")
+    if bad:
+        say(f"warning: the conversion check failed ({'; '.join(bad)}); written anyway (--force)")
 
 
 def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
@@ -64,14 +91,25 @@ def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
-    """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype."""
+def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", reference: torch.Tensor | None = None):
+    """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype. `reference`:
+    the source's logits on probe_batch(src) from its own transformers class in float64 (an HF source), for the
+    report's source_load."""
     if to not in TARGETS:
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if grouped.is_grouped(src):
-        return convert_grouped(src, to, block, dtype)
+        out, rep = convert_grouped(src, to, block, dtype)
+    else:
+        out, rep = _convert_gpt(src, to, block, dtype)
+    if reference is not None:
+        ours = copy.deepcopy(src).double().eval()(probe_batch(src))[0][..., :reference.shape[-1]]
+        rep.source_load = ((ours - reference).abs().max() / reference.abs().max()).item()
+    return out, rep
+
+
+def _convert_gpt(src: GPT, to: str, block: str, dtype: str):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]

@@ -41,7 +41,16 @@ from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import read_json_object
 from iattention.config.llama import ARCH, LlamaConfig
 from iattention.errors import UserError
-from iattention.interop.convert import DTYPES, conditioning_parts, layer_conditioning, staged_folder
+from iattention.interop.convert import (
+    DTYPES,
+    SOURCE_TOLERANCE,
+    TOLERANCE,
+    check_failures,
+    conditioning_parts,
+    layer_conditioning,
+    refuse_or_warn,
+    staged_folder,
+)
 from iattention.interop.hf import INDEX, _weight_files
 from iattention.interop.hf_llama import (
     CONFIGS,
@@ -63,10 +72,6 @@ from iattention.utils.faults import fault_point
 SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (decimal GB)
 WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
 PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 normal
-# The tolerances: `conversion` by output dtype (the rounding of the learned blocks to it; float64: the algebra's
-# own error), `source load` (ours against transformers, both float64 from the same weights).
-TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
-SOURCE_TOLERANCE = 1e-9
 # What a model folder holds beside its weights, copied through so the output is complete.
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
           "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json")
@@ -311,13 +316,8 @@ class StreamReport:
         return TOLERANCE[self.dtype]
 
     def failures(self) -> list[str]:
-        bad = []
-        if self.source_load is not None and not self.source_load <= SOURCE_TOLERANCE:
-            bad.append(f"source load {self.source_load:.3e} > {SOURCE_TOLERANCE:.0e}")
-        conv = self.conversion if self.conversion is not None else self.worst[1]
-        if not conv <= self.tolerance:
-            bad.append(f"conversion {conv:.3e} > {self.tolerance:.0e} ({dtype_name(self.dtype)})")
-        return bad
+        return check_failures(self.source_load, self.conversion if self.conversion is not None else self.worst[1],
+                              self.dtype)
 
     def lines(self) -> list[str]:
         c = self.config
@@ -529,12 +529,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
 def _judge(report: StreamReport, force: bool, say) -> None:
     for line in report.lines():
         say(line)
-    bad = report.failures()
-    if bad and not force:
-        raise UserError(f"the conversion check failed ({'; '.join(bad)}), so nothing was written to {report.out}; "
-                        "pass --force to write it anyway")
-    if bad:
-        say(f"warning: the conversion check failed ({'; '.join(bad)}); written anyway (--force)")
+    refuse_or_warn(report.failures(), report.out, force, say)
 
 
 def is_streamed_source(path: str | Path) -> bool:
