@@ -71,6 +71,7 @@ from iattention.utils.faults import fault_point
 
 SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (decimal GB)
 WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
+COPY_BYTES = 64 * 2**20  # untouched tensors are copied in slices of this size
 PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 normal
 # What a model folder holds beside its weights, copied through so the output is complete.
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
@@ -135,6 +136,21 @@ class Source:
                 raise UserError(f"cannot read {self.folder / name} ({str(e).splitlines()[0][:80]}); {_RESAVE}") \
                     from None
         return out
+
+    def chunks(self, name: str, max_bytes: int):
+        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
+        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
+        shape = self.shapes[name]
+        row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
+        step = max(1, max_bytes // max(row, 1))
+        for start in range(0, max(shape[0], 1) if shape else 1, step):
+            try:
+                with self._open(self.where[name]) as f:
+                    sl = f.get_slice(name)
+                    yield sl[start:start + step] if shape else sl[:]
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / self.where[name]} ({str(e).splitlines()[0][:80]}); "
+                                f"{_RESAVE}") from None
 
     def float_dtype(self, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
         """The one floating dtype of the weights; another dtype, or two, is one line."""
@@ -224,10 +240,14 @@ class ShardWriter:
         return self.folder / self.names[shard]
 
     def put(self, name: str, tensor: torch.Tensor) -> None:
-        want, (shape, dtype) = self.plan[self._next]
-        if name != want or list(tensor.shape) != shape or tensor.dtype != dtype:
-            raise RuntimeError(f"tensor {name} {list(tensor.shape)} {tensor.dtype} written where {want} {shape} "
-                               f"{dtype} was planned")
+        self.put_chunks(name, [tensor], list(tensor.shape), tensor.dtype)
+
+    def put_chunks(self, name: str, chunks, shape: list[int], dtype: torch.dtype) -> None:
+        """The next planned tensor, given as row slices in order (each written as it comes)."""
+        want, (planned, planned_dtype) = self.plan[self._next]
+        if name != want or shape != planned or dtype != planned_dtype:
+            raise RuntimeError(f"tensor {name} {shape} {dtype} written where {want} {planned} {planned_dtype} was "
+                               "planned")
         shard = next(s for s, idx in enumerate(self.shards) if self._next in idx)
         if self._file is None:
             raw = self._header(shard, self.metadata)
@@ -235,7 +255,14 @@ class ShardWriter:
             self._lengths.append(length)
             self._file = open(self._path(shard), "wb")
             self._file.write(struct.pack("<Q", length) + raw + b" " * (length - len(raw)))
-        self._file.write(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        rows = 0
+        for chunk in chunks:
+            if chunk.dtype != dtype or list(chunk.shape[1:]) != shape[1:]:
+                raise RuntimeError(f"a slice of {name} is {list(chunk.shape)} {chunk.dtype}")
+            rows += chunk.shape[0] if chunk.dim() else 1
+            self._file.write(chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        if rows != (shape[0] if shape else 1):
+            raise RuntimeError(f"{name}: {rows} rows written of {shape}")
         fault_point("convert_write", torn=self._path(shard))
         fault_point("disk_full", torn=self._path(shard))
         self._next += 1
@@ -411,9 +438,8 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: Ll
         for layer, names in _groups(plan, out_prefix):
             src_names = [src_prefix + n.removeprefix(out_prefix) for n in names]
             if layer is None:
-                tensors = source.read(src_names)
                 for name, src_name in zip(names, src_names):
-                    writer.put(name, tensors.pop(src_name).to(dtype))
+                    _copy(source, writer, name, src_name, dtype)
                 continue
             lp = f"model.layers.{layer}."
             src_attn_names = [k for k in source.where if k.startswith(src_prefix + lp + "self_attn.")
@@ -435,17 +461,21 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: Ll
             if out_cfg.attention == "canonical":
                 result.update(layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen))
             results.append(result)
-            rest = [n for n in src_names if ".self_attn." not in n]
-            tensors = source.read(rest)
             for name in names:
                 local = name.removeprefix(out_prefix + lp)
                 if local.startswith("self_attn."):
                     writer.put(name, rounded[local.removeprefix("self_attn.")])
                 else:
-                    writer.put(name, tensors.pop(src_prefix + lp + local).to(dtype))
-            del src_attn, dst, rounded, tensors
+                    _copy(source, writer, name, src_prefix + lp + local, dtype)
+            del src_attn, dst, rounded
             bar.update(1)
     return results
+
+
+def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: torch.dtype) -> None:
+    """An untouched tensor (embedding, norm, MLP), cast to dtype, copied in slices of at most COPY_BYTES."""
+    chunks = (c.to(dtype) for c in source.chunks(src_name, COPY_BYTES))
+    writer.put_chunks(name, chunks, source.shapes[src_name], dtype)
 
 
 def _whole_fits(cfg: LlamaConfig) -> tuple[bool, str]:

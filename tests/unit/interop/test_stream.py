@@ -116,7 +116,9 @@ def test_round_trip_through_canonical_loads_in_transformers_with_the_source_logi
     assert (tmp_path / "back" / "tokenizer_config.json").exists()
 
 
-def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path):
+def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, monkeypatch):
+    """...copied in slices (COPY_BYTES made small here: the embedding goes in 8 slices, a norm in 2)."""
+    monkeypatch.setattr(stream, "COPY_BYTES", 600)
     hf_folder(tmp_path / "src", "Qwen2", dtype=torch.bfloat16, num_key_value_heads=2, tie_word_embeddings=True)
     rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "out", say=quiet)
     src, out = load_file(str(tmp_path / "src" / "model.safetensors")), load_file(str(tmp_path / "out" /
