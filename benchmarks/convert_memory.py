@@ -116,7 +116,8 @@ def main() -> None:
         build(args.shape, args.work / args.shape / "src")
         return
     if args.table:
-        print(table(json.loads(args.table.read_text())))
+        records = json.loads(args.table.read_text())
+        print(table(records) + "\n\nPaper estimate for the full models (`estimate()`):\n\n" + estimate(records))
         return
     work = args.work / args.shape
     src = work / "src"
@@ -164,6 +165,34 @@ def main() -> None:
         run(f"whole-model converter ({args.old_src}, ulimit -v {args.old_limit_gib:g} GiB)",
             [*iattn, "--from", str(src), "--to", "canonical", "--out", str(old)], old,
             limit=int(args.old_limit_gib * 2**20), tree=args.old_src)
+
+
+# The full models a one-layer shape stands for: (layers, published parameter count).
+FULL = {"llama-3-8b-2layers": ("Llama-3-8B", 32, 8_030_261_248), "llama-3-70b-1layer": ("Llama-3-70B", 80,
+                                                                                        70_553_706_496)}
+
+
+def estimate(records: list[dict]) -> str:
+    """The paper estimate for the full models, from the last bf16 `to canonical` run of each one-layer shape:
+    every layer of a shape has the same tensors, and the embedding and head are the full model's, so the peak is
+    the measured one; the time is at most the measured time x (layers / layers measured), which counts the fixed
+    part (start, embedding and head) that many times over; bytes read are the published parameters in bf16,
+    bytes written add the measured per-layer growth (canonical's int64 block permutations)."""
+    rows = ["| model | bytes read | bytes written | peak RSS | time (upper bound) | from |",
+            "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for shape, (name, layers, params) in FULL.items():
+        runs = [r for r in records if r["shape"] == shape and r["run"] == "to canonical (bf16)" and r["rc"] == 0]
+        if not runs:
+            continue
+        r = runs[-1]
+        measured = SHAPES[shape][1]["num_hidden_layers"]
+        growth = (r["output_gb"] - r["source_gb"]) / measured
+        read = params * 2 / 1e9
+        seconds = r["seconds"] * layers / measured
+        rows.append(f"| {name} | {read:.1f} GB | {read + growth * layers:.1f} GB | {r['peak_rss_gib']:.2f} GiB | "
+                    f"{seconds / 60:.0f} min | {shape}: {r['seconds']:.1f} s at load {r['load_before']:.1f}, "
+                    f"{growth * 1e3:.1f} MB/layer more written |")
+    return "\n".join(rows)
 
 
 def table(records: list[dict]) -> str:
