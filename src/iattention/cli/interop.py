@@ -28,6 +28,7 @@ from iattention.interop.convert import (
     save_converted,
 )
 from iattention.interop.hf import hf_logits
+from iattention.interop.hf_llama import hf_llama_logits
 from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
@@ -50,8 +51,9 @@ def cmd_convert(args) -> None:
     check_out_folder(args.out)
     src_path = Path(args.src)
     shard = parse_size(args.shard_size)
-    if args.to != "hf" and is_hf_folder(src_path) and read_json_object(
-            src_path / "config.json", "a model config", "re-save the model").get("model_type") != "gpt2":
+    model_type = read_json_object(src_path / "config.json", "a model config", "re-save the model").get(
+        "model_type") if is_hf_folder(src_path) else None
+    if args.to != "hf" and model_type not in (None, "gpt2"):
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force)
         return
@@ -78,7 +80,9 @@ def cmd_convert(args) -> None:
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
-    reference = hf_logits(src_path, probe_batch(src)) if is_hf_folder(src_path) else None  # GPT-2 here
+    reference = None  # an HF folder's own transformers class in float64
+    if model_type is not None:
+        reference = (hf_logits if model_type == "gpt2" else hf_llama_logits)(src_path, probe_batch(src))
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
     _print_report(args, src, rep, dtype)
     refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)

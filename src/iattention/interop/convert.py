@@ -109,6 +109,13 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", r
     return out, rep
 
 
+def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
+    """The logits of a converted model (ours or transformers'), its weights as stored (rounded to its dtype) but
+    the arithmetic in float64: the conversion check measures the conversion, not a bf16 forward pass."""
+    out = copy.deepcopy(model).double().eval()(x)
+    return out.logits if hasattr(out, "logits") else out[0]
+
+
 def _convert_gpt(src: GPT, to: str, block: str, dtype: str):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
@@ -118,18 +125,14 @@ def _convert_gpt(src: GPT, to: str, block: str, dtype: str):
         out = canonicalize(src64, block=block).to(DTYPES[dtype])
         c = block_conditioning(src64, block)
         cond = {k: v.tolist() for k, v in c.items()}
-        logits = out(x)[0].double()
         after = out.num_params()
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
-        logits = out(x)[0].double()
         after = out.num_params()
     else:
-
         out = to_hf(src64).to(DTYPES[dtype])
-        logits = out(x).logits.double()
         after = sum(p.numel() for p in out.parameters())
-    diff = (logits - ref).abs().max().item()
+    diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:  # every logit zero (e.g. an all-zero model): no relative difference to report
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
@@ -186,9 +189,11 @@ def convert_grouped(src, to: str, block: str, dtype: str):
     elif to == "standard":
         out = grouped.expand(src64).to(DTYPES[dtype])
     else:
-        out = to_hf_llama(src64).to(DTYPES[dtype])
-    logits = out(x)[0] if to != "hf" else out(x).logits
-    diff = (logits.double() - ref).abs().max().item()
+        out = to_hf_llama(src64)
+        inv_freq = out.model.rotary_emb.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32
+        out = out.to(DTYPES[dtype])
+        out.model.rotary_emb.inv_freq = inv_freq
+    diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:
         raise UserError("the source model's logits are all zero on the probe batch, so the conversion cannot be "

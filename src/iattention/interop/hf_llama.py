@@ -251,6 +251,15 @@ def load_hf_llama(path: str | Path) -> Llama:
     return from_hf_llama(hf.eval(), family)
 
 
+@torch.no_grad()
+def hf_llama_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
+    """The logits of a Llama-family folder's own transformers class in float64 on tokens x (the reference a
+    conversion's source is checked against; the folder was read by load_hf_llama first)."""
+    family = read_llama_config(Path(path))["model_type"]
+    hf = getattr(_transformers_v5(), FAMILIES[family]).from_pretrained(str(path), dtype=torch.float64)
+    return hf.eval()(x).logits
+
+
 def _strict_error():
     """huggingface_hub's config-validation error (not a ValueError: a type it finds wrong in config.json would
     otherwise escape as a traceback); Exception's subclass that nothing raises where it is missing."""

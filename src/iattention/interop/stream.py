@@ -64,7 +64,7 @@ from iattention.interop.hf_llama import (
     read_llama_config,
     rotary_of,
 )
-from iattention.interop.load import DATA_SPEC_FILE, load_any
+from iattention.interop.load import DATA_SPEC_FILE, is_hf_folder, load_any
 from iattention.model.llama import Llama, inv_freq_of
 from iattention.symmetry import grouped
 from iattention.utils.faults import fault_point
@@ -566,7 +566,7 @@ def is_streamed_source(path: str | Path) -> bool:
     """A folder of ours holding a Llama-family model without a data spec (converted from an HF folder): `--to hf`
     streams it."""
     path = Path(path)
-    if not path.is_dir() or (path / DATA_SPEC_FILE).exists():
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or is_hf_folder(path):
         return False
     files = _our_files(path)
     if not files:
