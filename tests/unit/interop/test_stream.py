@@ -215,3 +215,13 @@ def test_a_conversion_killed_mid_write_leaves_no_finished_looking_folder(tmp_pat
     assert len(left) == 1 and left[0].startswith(".out.iattn-") and left[0].endswith(".conv")  # a temp, by name
     stream.hf_to_ours(tmp_path / "src", tmp_path / "out", shard_bytes=20_000, say=quiet)  # the rerun clears it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_to_standard_streams_the_source_tensors_unchanged(tmp_path):
+    hf_folder(tmp_path / "src", "Mistral", dtype=torch.bfloat16, num_key_value_heads=2, sliding_window=None)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "standard", say=quiet)
+    src = load_file(str(tmp_path / "src" / "model.safetensors"))
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert sorted(out) == sorted(f"model/{k}" for k in src)
+    assert all(torch.equal(out[f"model/{k}"], v) for k, v in src.items())
+    assert load_any(tmp_path / "out")[0].config.attention == "standard"
