@@ -387,17 +387,25 @@ class LayerCheck:
         self.rope = RotaryEmbedding(inv_freq_of(cfg))(torch.arange(T), torch.float64)
 
     @torch.no_grad()
-    def __call__(self, src, dst, rounded: dict[str, torch.Tensor]) -> dict[str, float]:
-        """`src`, `dst`: float64 layers of one function; `rounded`: dst's state as written. dst is left holding the
-        rounded weights."""
-        ref = src(self.x, rope=self.rope)
+    def reference(self, src) -> torch.Tensor:
+        """The source layer's output on the probe (float64)."""
+        return src(self.x, rope=self.rope)
+
+    @torch.no_grad()
+    def __call__(self, ref: torch.Tensor, dst, rounded: dict[str, torch.Tensor]) -> dict[str, float]:
+        """`ref`: the source layer's output; `dst`: the converted layer in float64; `rounded`: dst's state as
+        written. dst is left holding the rounded weights."""
         algebra = relative(dst(self.x, rope=self.rope), ref)
         dst.load_state_dict({k: v.to(torch.float64) if v.is_floating_point() else v for k, v in rounded.items()})
         return {"algebra": algebra, "rounded": relative(dst(self.x, rope=self.rope), ref)}
 
 
 def _layer_module(cfg: LlamaConfig, state: dict[str, torch.Tensor] | None = None):
-    attn = build_grouped_attention(cfg).to(torch.float64).eval()
+    """A float64 attention layer of `cfg`, uninitialised (built on the meta device: no random init to pay for)
+    unless `state` is given; its caller loads every weight and buffer (load_heads and set_blocks, or `state`)."""
+    with torch.device("meta"):
+        attn = build_grouped_attention(cfg)
+    attn = attn.to_empty(device="cpu").to(torch.float64).eval()
     if state is not None:
         attn.load_state_dict({k: v.to(torch.float64) if v.is_floating_point() else v for k, v in state.items()})
     return attn
@@ -447,27 +455,26 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: Ll
             attn_state = {k.removeprefix(src_prefix + lp + "self_attn."): v
                           for k, v in source.read(src_attn_names).items()}
             src_attn = _layer_module(src_cfg, attn_state)
-            chosen = None
+            ref, cond = check.reference(src_attn), {}
             if out_cfg.attention == src_cfg.attention:
                 dst = _layer_module(out_cfg, attn_state)
             elif out_cfg.attention == "canonical":
                 dst = _layer_module(out_cfg)
                 chosen = {block: grouped.canonicalize_layer(src_attn, dst, src_cfg, block, layer)}
+                cond = layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen)
             else:  # to standard: the assembled matrices
                 dst = _layer_module(out_cfg)
                 dst.load_heads(src_attn.to_heads())
+            del src_attn, attn_state  # one float64 copy of the layer fewer while the converted one is checked
             rounded = _cast(dst.state_dict(), dtype)
-            result = check(src_attn, dst, rounded)
-            if out_cfg.attention == "canonical":
-                result.update(layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen))
-            results.append(result)
+            results.append({**check(ref, dst, rounded), **cond})
             for name in names:
                 local = name.removeprefix(out_prefix + lp)
                 if local.startswith("self_attn."):
                     writer.put(name, rounded[local.removeprefix("self_attn.")])
                 else:
                     _copy(source, writer, name, src_prefix + lp + local, dtype)
-            del src_attn, dst, rounded
+            del dst, rounded
             bar.update(1)
     return results
 
