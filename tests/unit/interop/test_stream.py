@@ -24,6 +24,7 @@ from iattention.symmetry import grouped
 
 tf = pytest.importorskip("transformers")
 tf.utils.logging.set_verbosity_error()
+_ = tf.LlamaForCausalLM, tf.Qwen2ForCausalLM, tf.MistralForCausalLM  # transformers' lazy imports, at collection
 
 BASE = dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
             max_position_embeddings=32)
