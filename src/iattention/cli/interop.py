@@ -2,27 +2,64 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import DTYPES, TARGETS, convert, save_converted
-from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
+from iattention.interop.convert import (
+    DTYPES,
+    SOURCE_TOLERANCE,
+    TARGETS,
+    TOLERANCE,
+    check_failures,
+    conditioning_parts,
+    convert,
+    probe_batch,
+    refuse_or_warn,
+    save_converted,
+)
+from iattention.interop.hf import hf_logits
+from iattention.interop.hf_llama import hf_llama_logits
+from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
+from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '500MB', '1GiB' or a number of bytes -> bytes (decimal units, as save_pretrained's max_shard_size)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).upper() if m else None
+    if m is None or unit not in _UNITS or float(m.group(1)) * _UNITS[unit] < 1:
+        raise UserError(f"--shard-size {text!r} is not a size; give e.g. 500MB or 2GB")
+    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def cmd_convert(args) -> None:
     if Path(args.out).exists():  # before the minutes of loading and converting, not after them
         raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
     check_out_folder(args.out)
+    src_path = Path(args.src)
+    shard = parse_size(args.shard_size)
+    model_type = read_json_object(src_path / "config.json", "a model config", "re-save the model").get(
+        "model_type") if is_hf_folder(src_path) else None
+    if args.to != "hf" and model_type not in (None, "gpt2"):
+        hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
+                   force=args.force)
+        return
+    if args.to == "hf" and is_streamed_source(src_path):
+        ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force)
+        return
     src, data, meta = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
@@ -42,7 +79,13 @@ def cmd_convert(args) -> None:
         tokenizer = None
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
-    model, rep = convert(src, args.to, block=args.block, dtype=args.dtype)
+    dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
+    reference = None  # an HF folder's own transformers class in float64
+    if model_type is not None:
+        reference = (hf_logits if model_type == "gpt2" else hf_llama_logits)(src_path, probe_batch(src))
+    model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
+    _print_report(args, src, rep, dtype)
+    refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)
     card = None
     if args.to == "hf":
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
@@ -54,20 +97,17 @@ def cmd_convert(args) -> None:
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id)
+    print(f"written to {args.out}")
+
+
+def _print_report(args, src, rep, dtype: str) -> None:
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
-          f"{args.to} [{args.dtype}] at {args.out}")
+          f"{args.to} [{dtype}] at {args.out}")
     if rep.conditioning and "pivoted output" in rep.conditioning:  # a Llama-family model
         print(f"fixed blocks per layer (worst KV group), {args.block} blocks used; pivoted | aligned:")
         cond = rep.conditioning
         for layer in range(len(cond["pivoted output"])):
-            parts = []
-            if "pivoted rotary" in cond:
-                parts.append(f"rotary pivot ratio min {min(cond['pivoted rotary'][layer]):.3g} | "
-                             f"{min(cond['aligned rotary'][layer]):.3g}")
-            for what in ("pass", "output"):
-                if f"pivoted {what}" in cond:
-                    parts.append(f"{what} cond max {max(cond[f'pivoted {what}'][layer]):.3g} | "
-                                 f"{max(cond[f'aligned {what}'][layer]):.3g}")
+            parts = conditioning_parts({k: v[layer] for k, v in cond.items()})
             print(f"  layer {layer:>2}: " + "; ".join(parts))
     elif rep.conditioning:
         print(f"condition numbers of the fixed {args.block} blocks (per layer: max over heads; median):")
@@ -83,6 +123,14 @@ def cmd_convert(args) -> None:
           f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
     print(f"max abs logit difference on the probe batch: {rep.max_abs_logit_diff:.3e} "
           f"(relative {rep.max_rel_logit_diff:.3e})")
+    if rep.source_load is None:
+        print("source load: not checked: the source is an iattention checkpoint, for which there is no transformers "
+              "reference")
+    else:
+        print(f"source load (ours vs transformers, float64 logits on the probe batch): {rep.source_load:.3e} "
+              f"relative (tolerance {SOURCE_TOLERANCE:.0e})")
+    print(f"conversion (converted vs source, float64 logits on the probe batch): {rep.max_rel_logit_diff:.3e} "
+          f"relative (tolerance {TOLERANCE[DTYPES[dtype]]:.0e})")
 
 
 def register(sub) -> None:
@@ -90,16 +138,25 @@ def register(sub) -> None:
     p = sub.add_parser("convert",
                        help="exact conversion: HF GPT-2 / Llama / Qwen2 / Mistral, standard <-> canonical",
                        description="Read an HF GPT-2, Llama, Qwen2 or Mistral folder or an iattention checkpoint and "
-                                   "write it as a "
-                                   "canonical (I-Attention) or standard iattention model, or as an HF folder. "
-                                   "Prints block condition numbers, parameter counts and the logit difference "
-                                   "on a fixed probe batch.")
+                                   "write it as a canonical (I-Attention) or standard iattention model, or as an HF "
+                                   "folder. A Llama-family folder (one file or sharded) streams one layer at a time "
+                                   "through bounded memory, and back (--to hf of such a converted folder). Prints "
+                                   "block condition numbers, parameter counts and two checks on float64 logits: "
+                                   "source load (ours vs the folder's transformers class) and conversion (converted "
+                                   "vs source; per layer for a model too big to hold). A check over its tolerance "
+                                   "writes nothing and exits 2 unless --force (docs/conversion.md).")
     p.add_argument("--from", dest="src", required=True, help="HF folder (config.json) or iattention checkpoint")
     p.add_argument("--to", required=True, choices=TARGETS)
     p.add_argument("--block", default="pivoted", choices=BLOCKS,
                    help="which r rows/columns become the identity (default pivoted: the best-conditioned ones, "
                         "see docs/conversion.md)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                   help="the output's dtype (default: the source's)")
+    p.add_argument("--shard-size", default="2GB", metavar="SIZE",
+                   help="largest safetensors file of a Llama-family output, as save_pretrained's max_shard_size "
+                        "(e.g. 500MB, 2GB; default 2GB): more is written as shards with an index")
+    p.add_argument("--force", action="store_true",
+                   help="write the output even when a conversion check exceeds its tolerance")
     p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
     p.add_argument("--out", type=out_path, required=True, help="output folder (must not exist)")
     add_data_flags(p)

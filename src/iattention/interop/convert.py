@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, t
 from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 @torch.no_grad()
@@ -48,6 +49,13 @@ def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
     return {"key": np.stack(keys), "output": np.stack(outs)}
 
 
+# The checks' tolerances (relative, on float64 logits or layer outputs): `conversion` (converted vs source) by output
+# dtype, the rounding of the learned blocks to it (float64: the algebra's own error); `source load` (our model of
+# an HF folder vs the folder's own transformers class, both float64 from the same weights).
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+SOURCE_TOLERANCE = 1e-9
+
+
 @dataclass
 class ConversionReport:
     params_before: int
@@ -55,6 +63,26 @@ class ConversionReport:
     max_abs_logit_diff: float
     max_rel_logit_diff: float
     conditioning: dict | None
+    source_load: float | None = None  # ours vs transformers on the probe batch (an HF source only)
+
+
+def check_failures(source_load: float | None, conversion: float, dtype: torch.dtype) -> list[str]:
+    """The checks over their tolerance, each as said in one line ('source load 3.1e-03 > 1e-09')."""
+    bad = []
+    if source_load is not None and not source_load <= SOURCE_TOLERANCE:
+        bad.append(f"source load {source_load:.3e} > {SOURCE_TOLERANCE:.0e}")
+    if not conversion <= TOLERANCE[dtype]:
+        bad.append(f"conversion {conversion:.3e} > {TOLERANCE[dtype]:.0e} ({str(dtype).removeprefix('torch.')})")
+    return bad
+
+
+def refuse_or_warn(bad: list[str], out, force: bool, say=print) -> None:
+    """Over a tolerance: one line and nothing written (exit 2), or with --force a warning."""
+    if bad and not force:
+        raise UserError(f"the conversion check failed ({'; '.join(bad)}), so nothing was written to {out}; "
+                        "pass --force to write it anyway")
+    if bad:
+        say(f"warning: the conversion check failed ({'; '.join(bad)}); written anyway (--force)")
 
 
 def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
@@ -63,14 +91,32 @@ def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
-    """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype."""
+def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", reference: torch.Tensor | None = None):
+    """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype. `reference`:
+    the source's logits on probe_batch(src) from its own transformers class in float64 (an HF source), for the
+    report's source_load."""
     if to not in TARGETS:
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if grouped.is_grouped(src):
-        return convert_grouped(src, to, block, dtype)
+        out, rep = convert_grouped(src, to, block, dtype)
+    else:
+        out, rep = _convert_gpt(src, to, block, dtype)
+    if reference is not None:
+        ours = copy.deepcopy(src).double().eval()(probe_batch(src))[0][..., :reference.shape[-1]]
+        rep.source_load = ((ours - reference).abs().max() / reference.abs().max()).item()
+    return out, rep
+
+
+def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
+    """The logits of a converted model (ours or transformers'), its weights as stored (rounded to its dtype) but
+    the arithmetic in float64: the conversion check measures the conversion, not a bf16 forward pass."""
+    out = copy.deepcopy(model).double().eval()(x)
+    return out.logits if hasattr(out, "logits") else out[0]
+
+
+def _convert_gpt(src: GPT, to: str, block: str, dtype: str):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]
@@ -79,18 +125,14 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32"):
         out = canonicalize(src64, block=block).to(DTYPES[dtype])
         c = block_conditioning(src64, block)
         cond = {k: v.tolist() for k, v in c.items()}
-        logits = out(x)[0].double()
         after = out.num_params()
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
-        logits = out(x)[0].double()
         after = out.num_params()
     else:
-
         out = to_hf(src64).to(DTYPES[dtype])
-        logits = out(x).logits.double()
         after = sum(p.numel() for p in out.parameters())
-    diff = (logits - ref).abs().max().item()
+    diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:  # every logit zero (e.g. an all-zero model): no relative difference to report
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
@@ -106,11 +148,31 @@ def grouped_conditioning(model) -> dict[str, list]:
     c = model.config
     out: dict[str, list] = {}
     for attn in grouped.expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
-        hw = attn.to_heads().to(torch.float64)
-        for block in ("pivoted", "aligned"):
-            blocks = grouped.select_blocks(hw, c.rot, c.rope_layout, block)
-            for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
-                out.setdefault(f"{block} {what}", []).append(v.tolist())
+        for key, v in layer_conditioning(attn.to_heads().to(torch.float64), c).items():
+            out.setdefault(key, []).append(v)
+    return out
+
+
+def conditioning_parts(layer: dict[str, list]) -> list[str]:
+    """One layer's layer_conditioning as printed: the worst KV group's numbers, pivoted | aligned."""
+    parts = []
+    if "pivoted rotary" in layer:
+        parts.append(f"rotary pivot ratio min {min(layer['pivoted rotary']):.3g} | {min(layer['aligned rotary']):.3g}")
+    for what in ("pass", "output"):
+        if f"pivoted {what}" in layer:
+            parts.append(f"{what} cond max {max(layer[f'pivoted {what}']):.3g} | "
+                         f"{max(layer[f'aligned {what}']):.3g}")
+    return parts
+
+
+def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
+    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (GroupedHeadWeights, float64);
+    `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
+    out = {}
+    for block in ("pivoted", "aligned"):
+        blocks = (known or {}).get(block) or grouped.select_blocks(hw, c.rot, c.rope_layout, block)
+        for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
+            out[f"{block} {what}"] = v.tolist()
     return out
 
 
@@ -127,9 +189,11 @@ def convert_grouped(src, to: str, block: str, dtype: str):
     elif to == "standard":
         out = grouped.expand(src64).to(DTYPES[dtype])
     else:
-        out = to_hf_llama(src64).to(DTYPES[dtype])
-    logits = out(x)[0] if to != "hf" else out(x).logits
-    diff = (logits.double() - ref).abs().max().item()
+        out = to_hf_llama(src64)
+        inv_freq = out.model.rotary_emb.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32
+        out = out.to(DTYPES[dtype])
+        out.model.rotary_emb.inv_freq = inv_freq
+    diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:
         raise UserError("the source model's logits are all zero on the probe batch, so the conversion cannot be "
@@ -147,18 +211,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
     beyond the model itself (source config, summary, command; interop/card.py); `tokenizer_id`: the
     source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json."""
-    out = Path(out)
-    if os.path.lexists(out):  # a dangling symlink too: it is not ours to replace
-        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
-        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
-    except (PermissionError, FileExistsError, NotADirectoryError):
-        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
-    try:
+    with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
             if tokenizer is not None:
@@ -186,6 +239,26 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+
+
+@contextmanager
+def staged_folder(out: str | Path):
+    """Yield a temp sibling folder of `out` (`.NAME.iattn-PID.xxxx.conv`) to write a model into; when the block
+    ends it gets the umask's modes and is renamed to `out` in one step, and on any error (a full disk, a kill's
+    leftovers found by the next run) it is removed: no half-written folder ever carries the name `out`."""
+    out = Path(out)
+    if os.path.lexists(out):  # a dangling symlink too: it is not ours to replace
+        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
+        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
+    except (PermissionError, FileExistsError, NotADirectoryError):
+        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
+    try:
+        yield tmp
         for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
             apply_umask(written, folder=written.is_dir())
         publish_folder(tmp, out)

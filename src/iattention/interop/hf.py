@@ -193,6 +193,13 @@ def _check_supported(hc) -> None:
                         "block only")
 
 
+@torch.no_grad()
+def hf_logits(path, x: torch.Tensor) -> torch.Tensor:
+    """The logits of an HF GPT-2 folder's own transformers class in float64 on tokens x: the reference a
+    conversion's source is checked against."""
+    return _load_hf(path).double().eval()(x).logits
+
+
 def from_hf(model_or_path) -> GPT:
     """A transformers GPT2LMHeadModel (object or local folder) -> standard-attention GPT, same logits."""
     hf = _load_hf(model_or_path)

@@ -11,6 +11,7 @@ sliding-window Qwen2, RoPE types that rescale cos/sin.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 import sys
@@ -170,7 +171,18 @@ def shape_from_folder(folder: Path) -> LlamaConfig:
 
 def config_from_hf(hf, family: str) -> LlamaConfig:
     """Our config for a loaded transformers model (its rotary width from its inv_freq)."""
-    c = hf.config
+    return llama_config_of(hf.config, hf.model.rotary_emb, _tied(hf), family)
+
+
+def rotary_of(hf_config, family: str):
+    """transformers' own rotary embedding module for a config (its inv_freq, without building the model)."""
+    name = FAMILIES[family].removesuffix("ForCausalLM")
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    return getattr(module, f"{name}RotaryEmbedding")(hf_config)
+
+
+def llama_config_of(c, rotary, tied: bool, family: str) -> LlamaConfig:
+    """Our config for a transformers config `c`, its rotary embedding module and whether the head is tied."""
     where = f"this {family} model"
     if getattr(c, "mlp_bias", False):
         raise UserError(f"{where} has MLP biases (mlp_bias=true), which iattention's SwiGLU does not hold")
@@ -183,7 +195,6 @@ def config_from_hf(hf, family: str) -> LlamaConfig:
     rope_type = rope.pop("rope_type", "default")
     theta = float(rope.pop("rope_theta"))
     rope.pop("partial_rotary_factor", None)  # Llama ignores it; the width comes from inv_freq
-    rotary = hf.model.rotary_emb
     if getattr(rotary, "attention_scaling", 1.0) != 1.0:
         raise UserError(f"{where} uses rope_type {rope_type!r}, which scales cos/sin; iattention reproduces "
                         "'default' and 'llama3'")
@@ -198,7 +209,7 @@ def config_from_hf(hf, family: str) -> LlamaConfig:
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, rms_eps=float(c.rms_norm_eps),
         qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
-        tie_embeddings=_tied(hf), family=family, sliding_window=window or 0,
+        tie_embeddings=tied, family=family, sliding_window=window or 0,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
@@ -262,6 +273,15 @@ def load_hf_llama(path: str | Path) -> Llama:
               f"tokens (block_size {c.block_size}: the same as transformers up to {c.sliding_window} tokens, not "
               "on longer contexts)", file=sys.stderr)
     return model
+
+
+@torch.no_grad()
+def hf_llama_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
+    """The logits of a Llama-family folder's own transformers class in float64 on tokens x (the reference a
+    conversion's source is checked against; the folder was read by load_hf_llama first)."""
+    family = read_llama_config(Path(path))["model_type"]
+    hf = getattr(_transformers_v5(), FAMILIES[family]).from_pretrained(str(path), dtype=torch.float64)
+    return hf.eval()(x).logits
 
 
 def _strict_error():

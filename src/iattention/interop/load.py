@@ -14,7 +14,7 @@ from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
-from iattention.interop.hf import from_hf
+from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_llama import load_hf_llama
 from iattention.model.gpt import GPT
 from iattention.model.llama import Llama
@@ -30,8 +30,12 @@ HF_DATA_SPEC = {"dataset": "wikitext-2-v1", "tokenizer": "gpt2"}  # GPT-2's own 
 def load_model(path: str | Path) -> tuple[GPT, dict]:
     """(model in eval mode, metadata) from an iattention .safetensors file; never unpickles."""
     path = Path(path)
+    shards = None
     if path.is_dir():
         found = RunFolder(path).weights()
+        if found is None and (path / INDEX).is_file():  # a sharded converted folder (iattn convert --shard-size)
+            shards = [path / f for f in _weight_files(path)]
+            found = shards[0]
         if found is None:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
         path = found
@@ -45,7 +49,12 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         model = Llama(LlamaConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
     else:
         model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
-    tensors = ckpt.load_tensors(path)
+    tensors = {}
+    for file in shards or [path]:
+        if not file.is_file():
+            raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
+                            "folder again, or convert again")
+        tensors.update(ckpt.load_tensors(file))
     wte = tensors.get("model/transformer.wte.weight", tensors.get("model/model.embed_tokens.weight"))
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused

@@ -172,14 +172,22 @@ def canonicalize(model, block: str = "pivoted"):
     out = type(model)(model.config.replace(attention="canonical")).to(_dtype(model))
     out.train(model.training)
     _copy_non_attention(model, out)
-    c = model.config
     for layer, (src, dst) in enumerate(zip(model.attention_layers, out.attention_layers)):
-        hw = src.to_heads().to(torch.float64)
-        blocks = select_blocks(hw, c.rot, c.rope_layout, block)
-        A, S = canonical_gauge(hw, c.rot, c.rope_layout, blocks, layer)
-        dst.set_blocks(blocks)
-        dst.load_heads(gauge(hw, A, S))
+        canonicalize_layer(src, dst, model.config, block, layer)
     return out
+
+
+@torch.no_grad()
+def canonicalize_layer(src, dst, c, block: str = "pivoted", layer: int = 0) -> dict[str, torch.Tensor]:
+    """One layer's canonical form: `dst` (a canonical attention layer of config `c`) gets the function of `src`
+    (any variant), the algebra in float64 (what `canonicalize` does for every layer; a streaming conversion calls
+    it one layer at a time). Returns the blocks it fixed (select_blocks)."""
+    hw = src.to_heads().to(torch.float64)
+    blocks = select_blocks(hw, c.rot, c.rope_layout, block)
+    A, S = canonical_gauge(hw, c.rot, c.rope_layout, blocks, layer)
+    dst.set_blocks(blocks)
+    dst.load_heads(gauge(hw, A, S))
+    return blocks
 
 
 @torch.no_grad()

@@ -2,18 +2,20 @@
 `point` (after tearing the given temp file in half, to simulate a write cut short). Unset: no effect.
 
 Points: ckpt_write (a checkpoint's temp file is written, not yet renamed), eval (inside an evaluation),
-step (right after an optimizer step).
+step (right after an optimizer step), convert_write (a streaming conversion wrote a tensor into its temp folder).
+disk_full is no kill: its N-th hit (after a conversion's tensor write) raises ENOSPC, as a full disk would.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from pathlib import Path
 
 from iattention.errors import UserError
 
-POINTS = ("ckpt_write", "eval", "step")
+POINTS = ("ckpt_write", "eval", "step", "convert_write", "disk_full")
 _hits: dict[str, int] = {}
 
 
@@ -37,6 +39,8 @@ def fault_point(name: str, torn: Path | None = None) -> None:
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == spec[1]:
+        if name == "disk_full":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(torn))
         if torn is not None and torn.exists():
             os.truncate(torn, torn.stat().st_size // 2)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -2,12 +2,23 @@
 says what really changed (parameters, logit difference), the source is left as it was, and a converted
 folder is written whole or not at all and loads back as the same model."""
 
+import copy
+
 import pytest
 import torch
 
+from fixtures import hf_gpt2
 from helpers import make_model
 from iattention.errors import UserError
-from iattention.interop.convert import block_conditioning, convert, probe_batch, save_converted
+from iattention.interop.convert import (
+    block_conditioning,
+    check_failures,
+    convert,
+    probe_batch,
+    refuse_or_warn,
+    save_converted,
+)
+from iattention.interop.hf import from_hf, hf_logits
 from iattention.interop.load import load_model
 from iattention.symmetry import param_count
 
@@ -43,7 +54,8 @@ def test_the_report_s_difference_is_the_cast_s_own():
     out, rep = convert(src, "canonical", dtype="float32")
     assert next(out.parameters()).dtype == torch.float32
     x = probe_batch(src)
-    got = (_logits(out, x) - _logits(src, x)).abs().max().item()
+    # the rounded weights, evaluated in float64: what the rounding to float32 costs, not a float32 forward pass
+    got = (_logits(copy.deepcopy(out).double(), x) - _logits(src, x)).abs().max().item()
     assert rep.max_abs_logit_diff == pytest.approx(got, rel=1e-6) and got > 0  # float32 rounding, reported
     assert rep.max_rel_logit_diff == pytest.approx(got / _logits(src, x).abs().max().item(), rel=1e-6)
 
@@ -123,3 +135,23 @@ def test_a_convert_that_loses_the_race_to_its_out_says_it_already_exists(tmp_pat
     winner_file = out / "model.safetensors" if winner == "folder" else out
     assert winner_file.read_bytes() == b"the winner's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conv"]
+
+
+def test_an_hf_source_is_checked_against_its_own_transformers_class(tmp_path):
+    """source load: our model of an HF GPT-2 folder against transformers' GPT2LMHeadModel of the same folder, both
+    float64 (<= 1e-12); a reference that differs (one bias moved) is named over its tolerance, and refused."""
+    pytest.importorskip("transformers")
+    hf = hf_gpt2(n_layer=1, n_embd=32, n_head=2)
+    hf.save_pretrained(str(tmp_path / "a"))
+    src = from_hf(tmp_path / "a")
+    _, rep = convert(src, "canonical", dtype="float64", reference=hf_logits(tmp_path / "a", probe_batch(src)))
+    assert rep.source_load <= 1e-12 and check_failures(rep.source_load, rep.max_rel_logit_diff, torch.float64) == []
+    with torch.no_grad():
+        hf.transformer.ln_f.bias[3] += 0.5
+    hf.save_pretrained(str(tmp_path / "b"))
+    _, rep = convert(src, "canonical", dtype="float64", reference=hf_logits(tmp_path / "b", probe_batch(src)))
+    bad = check_failures(rep.source_load, rep.max_rel_logit_diff, torch.float64)
+    assert len(bad) == 1 and bad[0].startswith("source load") and "> 1e-09" in bad[0]
+    with pytest.raises(UserError) as err:
+        refuse_or_warn(bad, tmp_path / "out", force=False)
+    assert "nothing was written" in str(err.value) and "--force" in str(err.value)

@@ -1,0 +1,635 @@
+"""Streaming conversion of Llama-family models through bounded memory: an HF Llama / Qwen2 / Mistral folder (one
+safetensors file or an index's shards) to our canonical or standard checkpoint folder (`--to canonical`,
+`--to standard`), and an iattention Llama-family folder back to an HF folder (`--to hf`).
+
+Tensors are read lazily (safetensors `safe_open`, one layer's at a time, each file closed again so its pages are
+let go); each layer's gauge algebra runs in float64 (`symmetry.grouped.canonicalize_layer`, what the whole-model
+`canonicalize` runs per layer); embeddings, norms and MLPs are only cast to the output dtype (by default the
+source's, so untouched). The output is written as it is made: every shard's safetensors header is laid out first
+(the output's names, dtypes and shapes follow from the config), then each tensor's bytes are appended; peak memory
+is one layer plus the largest tensor (the embedding), not the model. `safetensors.save_file` takes every tensor
+of a file at once, so this module writes the (documented, 8-byte-length + JSON header + data) format itself, read
+back by safetensors' own reader in the tests. Shards and index as `save_pretrained` names them; the output lands
+in a temp sibling folder renamed at the end (`convert.staged_folder`).
+
+Exactness: every layer's attention output on a random float64 probe, converted layer against source layer, both in
+float64 (the algebra's error) and with the converted weights rounded to the output dtype (what the rounding
+costs), the worst layer reported. When the model is small enough (`WHOLE_CHECK_BYTES` of float64 weights), the
+whole model's logits too: the source folder's own transformers class in float64 is the reference (`source load`:
+ours against it), and the converted model against ours (`conversion`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from tqdm import tqdm
+
+from iattention.attention.registry import build_grouped_attention
+from iattention.attention.rope import RotaryEmbedding
+from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.run_folder import read_json_object
+from iattention.config.llama import ARCH, LlamaConfig
+from iattention.errors import UserError
+from iattention.interop.convert import (
+    DTYPES,
+    SOURCE_TOLERANCE,
+    TOLERANCE,
+    check_failures,
+    conditioning_parts,
+    layer_conditioning,
+    refuse_or_warn,
+    staged_folder,
+)
+from iattention.interop.hf import INDEX, _weight_files
+from iattention.interop.hf_llama import (
+    CONFIGS,
+    FAMILIES,
+    _check_llama_sizes,
+    _strict_error,
+    _transformers_v5,
+    from_hf_llama,
+    hf_llama_config,
+    llama_config_of,
+    read_llama_config,
+    rotary_of,
+)
+from iattention.interop.load import DATA_SPEC_FILE, is_hf_folder, load_any
+from iattention.model.llama import Llama, inv_freq_of
+from iattention.symmetry import grouped
+from iattention.utils.faults import fault_point
+
+SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (decimal GB)
+WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
+COPY_BYTES = 64 * 2**20  # untouched tensors are copied in slices of this size
+PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 normal
+# What a model folder holds beside its weights, copied through so the output is complete.
+COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json")
+_ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+_ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
+_LAYER = re.compile(r"^(?:model/)?model\.layers\.(\d+)\.")
+_IGNORED = ("rotary_emb.inv_freq",)  # old HF checkpoints' saved frequencies: transformers ignores them too
+_RESAVE = "download or copy the model folder again, or re-save it with save_pretrained"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+
+
+class Source:
+    """A model's safetensors files (one, or an index's shards), their headers read at once, their tensors a few
+    at a time."""
+
+    def __init__(self, folder: Path, files: list[str], index: Path | None):
+        self.folder = folder
+        self.where: dict[str, str] = {}
+        self.shapes: dict[str, list[int]] = {}
+        self.dtypes: dict[str, str] = {}
+        for name in files:
+            if not (folder / name).is_file():
+                named = f"{index} names shard {name}, which" if index else f"its weights file {name}"
+                raise UserError(f"{folder}: {named} is missing; {_RESAVE}")
+            with self._open(name) as f:
+                for k in f.keys():
+                    sl = f.get_slice(k)
+                    self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
+        if index:  # every tensor the index names must be where it says
+            wm = read_json_object(index, "a safetensors index", _RESAVE, schema={"weight_map": (dict,)})["weight_map"]
+            for k, shard in wm.items():
+                if self.where.get(k) != shard:
+                    raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
+
+    def _open(self, name: str):
+        path = self.folder / name
+        try:
+            return safe_open(str(path), framework="pt")
+        except SafetensorError as e:
+            raise UserError(f"cannot read {path} as safetensors ({str(e).splitlines()[0][:80]}): it is truncated "
+                            f"or damaged; {_RESAVE}") from None
+
+    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tensors `names`, each file opened once and closed again (its mapped pages let go)."""
+        files: dict[str, list[str]] = {}
+        for k in names:
+            files.setdefault(self.where[k], []).append(k)
+        out = {}
+        for name, keys in files.items():
+            try:
+                with self._open(name) as f:
+                    for k in keys:
+                        out[k] = f.get_tensor(k)
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / name} ({str(e).splitlines()[0][:80]}); {_RESAVE}") \
+                    from None
+        return out
+
+    def chunks(self, name: str, max_bytes: int):
+        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
+        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
+        shape = self.shapes[name]
+        row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
+        step = max(1, max_bytes // max(row, 1))
+        for start in range(0, max(shape[0], 1) if shape else 1, step):
+            try:
+                with self._open(self.where[name]) as f:
+                    sl = f.get_slice(name)
+                    yield sl[start:start + step] if shape else sl[:]
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / self.where[name]} ({str(e).splitlines()[0][:80]}); "
+                                f"{_RESAVE}") from None
+
+    def float_dtype(self, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
+        """The one floating dtype of the weights; another dtype, or two, is one line."""
+        seen: dict[str, str] = {}
+        for k, dt in self.dtypes.items():
+            if k.endswith(_IGNORED) or k.endswith(allowed_ints) and dt == "I64":
+                continue
+            if dt not in _ST:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} as {dt}; iattn convert reads float16, "
+                                "bfloat16, float32 and float64 weights only: dequantize the model (load it in "
+                                "transformers and save_pretrained it in bfloat16) and convert that")
+            seen.setdefault(dt, k)
+        if len(seen) > 1:
+            (a, ka), (b, kb) = list(seen.items())[:2]
+            raise UserError(f"{self.folder} mixes dtypes ({ka} is {dtype_name(_ST[a])}, {kb} is "
+                            f"{dtype_name(_ST[b])}); convert the model to one dtype explicitly and re-save it")
+        if not seen:
+            raise UserError(f"{self.folder} holds no floating-point weights; {_RESAVE}")
+        return _ST[next(iter(seen))]
+
+    def check_against(self, expected: dict[str, list[int]], config: str) -> None:
+        """Every tensor a model of this config has, of its shape, and nothing else."""
+        have = {k for k in self.shapes if not k.endswith(_IGNORED)}
+        missing, unexpected = sorted(set(expected) - have), sorted(have - set(expected))
+        if missing:
+            raise UserError(f"{self.folder} lacks tensor {missing[0]}"
+                            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}, which {config} "
+                            f"needs; {_RESAVE}")
+        if unexpected:
+            raise UserError(f"{self.folder / self.where[unexpected[0]]} holds tensor {unexpected[0]}, which {config} "
+                            f"does not have; {_RESAVE}")
+        for k, shape in expected.items():
+            if self.shapes[k] != shape:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} of shape {self.shapes[k]}, but {config} "
+                                f"makes it {shape}; the config and the weights disagree: fix the config's sizes or "
+                                f"{_RESAVE}")
+
+
+def shapes_of(cfg: LlamaConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
+    """{name: (shape, dtype)} of a model of `cfg`, in state-dict order, a tied head once (none allocated)."""
+    with torch.device("meta"):
+        model = Llama(cfg)
+    return {prefix + k: (list(v.shape), v.dtype) for k, v in model.state_dict().items()
+            if not (cfg.tie_embeddings and k == "lm_head.weight")}
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+
+
+class ShardWriter:
+    """safetensors shards written tensor by tensor in a fixed order (`plan`: name -> (shape, dtype)): each file's
+    header first (with room to rewrite its metadata at the end), then each tensor's bytes as it is `put`."""
+
+    RESERVE = 4096  # header bytes kept free for the final metadata
+
+    def __init__(self, folder: Path, plan: dict[str, tuple[list[int], torch.dtype]], shard_bytes: int,
+                 metadata: dict[str, str]):
+        self.folder, self.plan, self.metadata = folder, list(plan.items()), metadata
+        shards: list[list[int]] = [[]]
+        size = 0
+        for i, (_, (shape, dtype)) in enumerate(self.plan):
+            n = math.prod(shape) * dtype.itemsize
+            if shards[-1] and size + n > shard_bytes:
+                shards.append([])
+                size = 0
+            shards[-1].append(i)
+            size += n
+        self.shards = shards
+        self.names = ["model.safetensors"] if len(shards) == 1 else [
+            f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+        self.total = sum(math.prod(s) * d.itemsize for _, (s, d) in self.plan)
+        self._lengths: list[int] = []
+        self._next = 0
+        self._file = None
+
+    def _header(self, shard: int, metadata: dict[str, str]) -> bytes:
+        header, offset = {}, 0
+        for i in self.shards[shard]:
+            name, (shape, dtype) = self.plan[i]
+            n = math.prod(shape) * dtype.itemsize
+            header[name] = {"dtype": _ST_NAME[dtype], "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+        header["__metadata__"] = metadata
+        return json.dumps(header, separators=(",", ":")).encode()
+
+    def _path(self, shard: int) -> Path:
+        return self.folder / self.names[shard]
+
+    def put(self, name: str, tensor: torch.Tensor) -> None:
+        self.put_chunks(name, [tensor], list(tensor.shape), tensor.dtype)
+
+    def put_chunks(self, name: str, chunks, shape: list[int], dtype: torch.dtype) -> None:
+        """The next planned tensor, given as row slices in order (each written as it comes)."""
+        want, (planned, planned_dtype) = self.plan[self._next]
+        if name != want or shape != planned or dtype != planned_dtype:
+            raise RuntimeError(f"tensor {name} {shape} {dtype} written where {want} {planned} {planned_dtype} was "
+                               "planned")
+        shard = next(s for s, idx in enumerate(self.shards) if self._next in idx)
+        if self._file is None:
+            raw = self._header(shard, self.metadata)
+            length = -(-(len(raw) + self.RESERVE) // 8) * 8
+            self._lengths.append(length)
+            self._file = open(self._path(shard), "wb")
+            self._file.write(struct.pack("<Q", length) + raw + b" " * (length - len(raw)))
+        rows = 0
+        for chunk in chunks:
+            if chunk.dtype != dtype or list(chunk.shape[1:]) != shape[1:]:
+                raise RuntimeError(f"a slice of {name} is {list(chunk.shape)} {chunk.dtype}")
+            rows += chunk.shape[0] if chunk.dim() else 1
+            self._file.write(chunk.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        if rows != (shape[0] if shape else 1):
+            raise RuntimeError(f"{name}: {rows} rows written of {shape}")
+        fault_point("convert_write", torn=self._path(shard))
+        fault_point("disk_full", torn=self._path(shard))
+        self._next += 1
+        if self._next == self.shards[shard][-1] + 1:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def finish(self, metadata: dict[str, str], index_metadata: dict | None = None) -> None:
+        """Every shard's header rewritten with the final `metadata`; the index when there are several shards."""
+        if self._next != len(self.plan):
+            raise RuntimeError(f"{len(self.plan) - self._next} planned tensors were not written")
+        for shard, length in enumerate(self._lengths):
+            raw = self._header(shard, metadata)
+            if len(raw) > length:
+                raise RuntimeError(f"final metadata of {self.names[shard]} exceeds its reserved header")
+            with open(self._path(shard), "r+b") as f:
+                f.seek(8)
+                f.write(raw + b" " * (length - len(raw)))
+                f.flush()
+                os.fsync(f.fileno())
+        if len(self.shards) > 1:
+            weight_map = {self.plan[i][0]: self.names[s] for s, idx in enumerate(self.shards) for i in idx}
+            obj = {"metadata": {"total_size": self.total, **(index_metadata or {})}, "weight_map": weight_map}
+            (self.folder / INDEX).write_text(json.dumps(obj, indent=2) + "\n")
+
+
+def copy_companions(src: Path, dst: Path) -> list[str]:
+    """The tokenizer, chat template and generation files beside the weights, copied through."""
+    copied = []
+    for name in COPIED:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+            copied.append(name)
+    return copied
+
+
+# ---------------------------------------------------------------------------------------------------- checking
+
+
+def relative(a: torch.Tensor, ref: torch.Tensor) -> float:
+    scale = ref.abs().max().item()
+    return (a - ref).abs().max().item() / scale if scale else float((a - ref).abs().max().item())
+
+
+@dataclass
+class StreamReport:
+    source: str
+    out: str
+    to: str
+    dtype: torch.dtype
+    config: LlamaConfig
+    block: str
+    params_before: int = 0
+    params_after: int = 0
+    layers: list[dict] = field(default_factory=list)  # per layer: 'algebra', 'rounded', conditioning keys
+    source_load: float | None = None  # ours vs transformers, whole-model float64 logits
+    conversion: float | None = None  # converted vs source, whole-model float64 logits
+    files: list[str] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)
+    bytes_written: int = 0
+    whole_skipped: str = ""  # why whole-model logits were not compared
+    source_note: str = ""  # why there is no source-load number
+
+    @property
+    def worst(self) -> tuple[int, float]:
+        layer = max(range(len(self.layers)), key=lambda i: self.layers[i]["rounded"])
+        return layer, self.layers[layer]["rounded"]
+
+    @property
+    def tolerance(self) -> float:
+        return TOLERANCE[self.dtype]
+
+    def failures(self) -> list[str]:
+        return check_failures(self.source_load, self.conversion if self.conversion is not None else self.worst[1],
+                              self.dtype)
+
+    def lines(self) -> list[str]:
+        c = self.config
+        out = [f"{self.source} ({c.family}, {c.n_layer} layers x {c.n_head} heads / {c.n_kv_head} KV heads) -> "
+               f"{self.to} [{dtype_name(self.dtype)}] at {self.out}: {len(self.files)} file(s), "
+               f"{self.bytes_written / 1e9:.3g} GB" + (f"; copied {', '.join(self.copied)}" if self.copied else "")]
+        out.append(f"per layer: attention output on a float64 probe, relative to the source layer's: algebra "
+                   f"(float64) | rounded to {dtype_name(self.dtype)}"
+                   + (f"; fixed blocks (worst KV group), {self.block} used, pivoted | aligned" if self.to ==
+                      "canonical" else ""))
+        for i, r in enumerate(self.layers):
+            parts = [f"{r['algebra']:.2e} | {r['rounded']:.2e}", *conditioning_parts(r)]
+            out.append(f"  layer {i:>2}: " + "; ".join(parts))
+        layer, worst = self.worst
+        out.append(f"worst layer: {layer} ({worst:.3e} relative; tolerance {self.tolerance:.0e} for "
+                   f"{dtype_name(self.dtype)})")
+        delta = self.params_before - self.params_after
+        out.append(f"learned parameters: {self.params_before:,} -> {self.params_after:,} "
+                   f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
+        if self.source_load is not None:
+            out.append(f"source load (ours vs transformers, float64 logits on the probe batch): "
+                       f"{self.source_load:.3e} relative (tolerance {SOURCE_TOLERANCE:.0e})")
+        if self.source_note:
+            out.append(f"source load: {self.source_note}")
+        if self.conversion is not None:
+            out.append(f"conversion (converted vs source, float64 logits on the probe batch): {self.conversion:.3e} "
+                       f"relative (tolerance {self.tolerance:.0e})")
+        if self.whole_skipped:
+            out.append(f"whole-model logits not compared: {self.whole_skipped}")
+        return out
+
+
+class LayerCheck:
+    """A fixed float64 probe through one attention layer: source against converted (exact and rounded)."""
+
+    def __init__(self, cfg: LlamaConfig, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        T = min(PROBE_TOKENS, cfg.block_size)
+        self.x = torch.randn(1, T, cfg.n_embd, generator=g, dtype=torch.float64)
+        self.rope = RotaryEmbedding(inv_freq_of(cfg))(torch.arange(T), torch.float64)
+
+    @torch.no_grad()
+    def reference(self, src) -> torch.Tensor:
+        """The source layer's output on the probe (float64)."""
+        return src(self.x, rope=self.rope)
+
+    @torch.no_grad()
+    def __call__(self, ref: torch.Tensor, dst, rounded: dict[str, torch.Tensor]) -> dict[str, float]:
+        """`ref`: the source layer's output; `dst`: the converted layer in float64; `rounded`: dst's state as
+        written. dst is left holding the rounded weights."""
+        algebra = relative(dst(self.x, rope=self.rope), ref)
+        dst.load_state_dict({k: v.to(torch.float64) if v.is_floating_point() else v for k, v in rounded.items()})
+        return {"algebra": algebra, "rounded": relative(dst(self.x, rope=self.rope), ref)}
+
+
+def _layer_module(cfg: LlamaConfig, state: dict[str, torch.Tensor] | None = None):
+    """A float64 attention layer of `cfg`, uninitialised (built on the meta device: no random init to pay for)
+    unless `state` is given; its caller loads every weight and buffer (load_heads and set_blocks, or `state`)."""
+    with torch.device("meta"):
+        attn = build_grouped_attention(cfg)
+    attn = attn.to_empty(device="cpu").to(torch.float64).eval()
+    if state is not None:
+        attn.load_state_dict({k: v.to(torch.float64) if v.is_floating_point() else v for k, v in state.items()})
+    return attn
+
+
+def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------------- the runs
+
+
+def _groups(plan: dict, prefix: str):
+    """The plan's names in order, cut into runs: (layer index or None, names)."""
+    run, layer = [], None
+    for name in plan:
+        m = _LAYER.match(name)
+        this = int(m.group(1)) if m else None
+        if run and this != layer:
+            yield layer, run
+            run = []
+        layer = this
+        run.append(name)
+    if run:
+        yield layer, run
+
+
+def _progress(n: int):
+    return tqdm(total=n, desc="converting", unit="layer", file=sys.stderr, disable=None, leave=False)
+
+
+def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: LlamaConfig, out_cfg: LlamaConfig,
+                    src_prefix: str, out_prefix: str, dtype: torch.dtype, block: str) -> list[dict]:
+    """Write every planned tensor, one layer at a time; the per-layer checks."""
+    check = LayerCheck(src_cfg)
+    results = []
+    with _progress(src_cfg.n_layer) as bar:
+        for layer, names in _groups(plan, out_prefix):
+            src_names = [src_prefix + n.removeprefix(out_prefix) for n in names]
+            if layer is None:
+                for name, src_name in zip(names, src_names):
+                    _copy(source, writer, name, src_name, dtype)
+                continue
+            lp = f"model.layers.{layer}."
+            src_attn_names = [k for k in source.where if k.startswith(src_prefix + lp + "self_attn.")
+                              and not k.endswith(_IGNORED)]
+            attn_state = {k.removeprefix(src_prefix + lp + "self_attn."): v
+                          for k, v in source.read(src_attn_names).items()}
+            src_attn = _layer_module(src_cfg, attn_state)
+            ref, cond = check.reference(src_attn), {}
+            if out_cfg.attention == src_cfg.attention:
+                dst = _layer_module(out_cfg, attn_state)
+            elif out_cfg.attention == "canonical":
+                dst = _layer_module(out_cfg)
+                chosen = {block: grouped.canonicalize_layer(src_attn, dst, src_cfg, block, layer)}
+                cond = layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen)
+            else:  # to standard: the assembled matrices
+                dst = _layer_module(out_cfg)
+                dst.load_heads(src_attn.to_heads())
+            del src_attn, attn_state  # one float64 copy of the layer fewer while the converted one is checked
+            rounded = _cast(dst.state_dict(), dtype)
+            results.append({**check(ref, dst, rounded), **cond})
+            for name in names:
+                local = name.removeprefix(out_prefix + lp)
+                if local.startswith("self_attn."):
+                    writer.put(name, rounded[local.removeprefix("self_attn.")])
+                else:
+                    _copy(source, writer, name, src_prefix + lp + local, dtype)
+            del dst, rounded
+            bar.update(1)
+    return results
+
+
+def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: torch.dtype) -> None:
+    """An untouched tensor (embedding, norm, MLP), cast to dtype, copied in slices of at most COPY_BYTES."""
+    chunks = (c.to(dtype) for c in source.chunks(src_name, COPY_BYTES))
+    writer.put_chunks(name, chunks, source.shapes[src_name], dtype)
+
+
+def _whole_fits(cfg: LlamaConfig) -> tuple[bool, str]:
+    n = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
+    need = n * 8
+    if need <= WHOLE_CHECK_BYTES:
+        return True, ""
+    return False, (f"the float64 model is {need / 2**30:.3g} GiB, over the {WHOLE_CHECK_BYTES / 2**30:.3g} GiB the "
+                   "streaming converter allows itself; the per-layer check above stands for it")
+
+
+def _probe(cfg: LlamaConfig) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, cfg.vocab_size, (2, min(64, cfg.block_size)), generator=g)
+
+
+def _hf_config(tf, folder: Path, family: str):
+    try:
+        return getattr(tf, CONFIGS[family]).from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
+        raise UserError(f"cannot read {folder / 'config.json'} as {CONFIGS[family]} ({str(e).splitlines()[0][:100]}); "
+                        "fix the key or re-save the model with save_pretrained") from None
+
+
+@torch.no_grad()
+def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: str = "pivoted",
+               dtype: str | None = None, shard_bytes: int = SHARD_BYTES, force: bool = False,
+               say=print) -> StreamReport:
+    """An HF Llama-family folder -> our canonical (or standard) checkpoint folder, streamed. Prints the report
+    with `say`; a check over its tolerance is a UserError (nothing written) unless `force`."""
+    tf = _transformers_v5()
+    src, out = Path(src), Path(out)
+    cfg_json = read_llama_config(src)
+    family = cfg_json["model_type"]
+    index = src / INDEX if (src / INDEX).exists() else None
+    source = Source(src, _weight_files(src), index)
+    src_dtype = source.float_dtype()
+    _check_llama_sizes(src, cfg_json, source.shapes)
+    hf_cfg = _hf_config(tf, src, family)
+    tied = bool(hf_cfg.tie_word_embeddings) and "lm_head.weight" not in source.shapes
+    cfg = llama_config_of(hf_cfg, rotary_of(hf_cfg, family), tied, family)
+    source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{src / 'config.json'}")
+    out_dtype = DTYPES[dtype] if dtype else src_dtype
+    out_cfg = cfg.replace(attention=to)
+    plan = {k: (s, out_dtype if d.is_floating_point else d) for k, (s, d) in shapes_of(out_cfg, "model/").items()}
+    meta = {"config": {"model": out_cfg.to_dict()}, "source": str(src),
+            "conversion": {"to": to, "max_abs_logit_diff": None}}
+    report = StreamReport(str(src), str(out), to, out_dtype, cfg, block)
+    report.params_before = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
+    report.params_after = sum(math.prod(s) for k, (s, d) in plan.items() if d.is_floating_point)
+    with staged_folder(out) as tmp:
+        writer = ShardWriter(tmp, plan, shard_bytes, {"iattention": json.dumps({**meta, "format": ckpt.FORMAT})})
+        try:
+            report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, "", "model/", out_dtype, block)
+        finally:
+            writer.close()
+        (tmp / "config.json").write_text(json.dumps(out_cfg.to_dict(), indent=2) + "\n")
+        report.copied = copy_companions(src, tmp)
+        fits, report.whole_skipped = _whole_fits(cfg)
+        if fits:
+            hf = getattr(tf, FAMILIES[family]).from_pretrained(str(src), dtype=torch.float64).eval()
+            x = _probe(cfg)
+            ref = hf(x).logits
+            ours = from_hf_llama(hf, family)
+            del hf
+            mine = ours(x)[0]
+            report.source_load = relative(mine, ref)
+            writer.finish({"iattention": json.dumps({**meta, "format": ckpt.FORMAT})})  # readable for the check
+            converted = load_any(tmp)[0].to(torch.float64)
+            logits = converted(x)[0]
+            report.conversion = relative(logits, mine)
+            meta["conversion"]["max_abs_logit_diff"] = (logits - mine).abs().max().item()
+        layer, worst = report.worst
+        meta["conversion"].update(worst_layer=layer, worst_layer_rel_diff=worst)
+        writer.finish({"iattention": json.dumps({**meta, "format": ckpt.FORMAT})})
+        report.files, report.bytes_written = writer.names, writer.total
+        _judge(report, force, say)
+    return report
+
+
+def _judge(report: StreamReport, force: bool, say) -> None:
+    for line in report.lines():
+        say(line)
+    refuse_or_warn(report.failures(), report.out, force, say)
+
+
+def is_streamed_source(path: str | Path) -> bool:
+    """A folder of ours holding a Llama-family model without a data spec (converted from an HF folder): `--to hf`
+    streams it."""
+    path = Path(path)
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or is_hf_folder(path):
+        return False
+    files = _our_files(path)
+    if not files:
+        return False
+    meta = ckpt.read_meta(path / files[0])
+    model = (meta.get("config") or {}).get("model") or {}
+    return model.get("arch") == ARCH and "data" not in meta.get("config", {})
+
+
+def _our_files(path: Path) -> list[str]:
+    if (path / INDEX).exists():
+        return _weight_files(path)
+    return ["model.safetensors"] if (path / "model.safetensors").is_file() else []
+
+
+@torch.no_grad()
+def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard_bytes: int = SHARD_BYTES,
+               force: bool = False, say=print) -> StreamReport:
+    """Our Llama-family folder (canonical or standard) -> the HF folder of its family, streamed."""
+    tf = _transformers_v5()
+    src, out = Path(src), Path(out)
+    files = _our_files(src)
+    meta = ckpt.read_meta(src / files[0])
+    cfg = LlamaConfig.from_dict(meta["config"]["model"])
+    index = src / INDEX if (src / INDEX).exists() else None
+    source = Source(src, files, index)
+    src_dtype = source.float_dtype(allowed_ints=("_perm",))
+    source.check_against({k: s for k, (s, _) in shapes_of(cfg, "model/").items()},
+                         "the config in its checkpoint's metadata")
+    out_dtype = DTYPES[dtype] if dtype else src_dtype
+    out_cfg = cfg.replace(attention="standard")
+    hf_cfg = hf_llama_config(out_cfg)
+    hf_cfg.architectures = [FAMILIES[cfg.family]]
+    hf_cfg.dtype = dtype_name(out_dtype)
+    plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}
+    report = StreamReport(str(src), str(out), "hf", out_dtype, cfg, "")
+    report.params_before = sum(math.prod(s) for s, d in shapes_of(cfg).values() if d.is_floating_point)
+    report.params_after = sum(math.prod(s) for s, _ in plan.values())
+    with staged_folder(out) as tmp:
+        writer = ShardWriter(tmp, plan, shard_bytes, {"format": "pt"})
+        try:
+            report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, "model/", "", out_dtype, "")
+        finally:
+            writer.close()
+        writer.finish({"format": "pt"})
+        hf_cfg.save_pretrained(str(tmp))
+        report.copied = copy_companions(src, tmp)
+        fits, report.whole_skipped = _whole_fits(cfg)
+        if fits:
+            x = _probe(cfg)
+            mine = load_any(src)[0].to(torch.float64)(x)[0]
+            hf = getattr(tf, FAMILIES[cfg.family]).from_pretrained(str(tmp), dtype=torch.float64).eval()
+            report.conversion = relative(hf(x).logits, mine)
+            del hf
+        report.files, report.bytes_written = writer.names, writer.total
+        report.source_note = ("not checked: the source is an iattention checkpoint, for which there is no "
+                              "transformers reference")
+        _judge(report, force, say)
+    return report

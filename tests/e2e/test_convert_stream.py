@@ -1,0 +1,59 @@
+"""End-to-end: `iattn convert` of a Llama-family folder streams (issue 50 §2, §3): the report's two checks, the exit
+code over a tolerance and --force, a bad --shard-size, and the round trip back to a folder transformers loads."""
+
+import pytest
+import torch
+
+from helpers import one_line_error
+from iattention.cli import main
+from iattention.interop import convert as convert_module
+
+tf = pytest.importorskip("transformers")
+tf.utils.logging.set_verbosity_error()
+
+
+@pytest.fixture
+def qwen(tmp_path):
+    torch.manual_seed(0)
+    cfg = tf.Qwen2Config(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    model = tf.Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(str(tmp_path / "qwen"), max_shard_size="30KB")
+    return tmp_path / "qwen"
+
+
+def test_a_llama_family_folder_converts_both_ways_with_both_checks_reported(qwen, tmp_path, capsys):
+    assert main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "[bfloat16]" in out and "worst layer" in out
+    assert "source load (ours vs transformers" in out and "conversion (converted vs source" in out
+    assert main(["convert", "--from", str(tmp_path / "c"), "--to", "hf", "--out", str(tmp_path / "h"),
+                 "--shard-size", "10KB"]) == 0
+    out = capsys.readouterr().out
+    assert "source load: not checked" in out and (tmp_path / "h" / "model.safetensors.index.json").exists()
+    assert isinstance(tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "h")), tf.Qwen2ForCausalLM)
+
+
+def test_a_check_over_its_tolerance_exits_2_unless_forced(qwen, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(convert_module.TOLERANCE, torch.bfloat16, 1e-9)
+    rc = main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c")])
+    one_line_error(capsys, rc, "conversion check failed", "nothing was written", "--force")
+    assert not (tmp_path / "c").exists()
+    assert main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c"), "--force"]) == 0
+    assert "written anyway (--force)" in capsys.readouterr().out and (tmp_path / "c" / "config.json").exists()
+
+
+def test_a_bad_shard_size_is_one_line(qwen, tmp_path, capsys):
+    rc = main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c"),
+               "--shard-size", "lots"])
+    one_line_error(capsys, rc, "--shard-size 'lots' is not a size", "2GB")
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_hf_llama_folder_to_hf_is_checked_against_its_own_class(qwen, tmp_path, capsys):
+    """The whole-model route (HF folder -> HF folder): the reference is Qwen2ForCausalLM in float64, the converted
+    model's logits in float64 too (its RoPE frequencies float32, as from_pretrained keeps them): both exact."""
+    assert main(["convert", "--from", str(qwen), "--to", "hf", "--out", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out
+    assert "source load (ours vs transformers, float64 logits on the probe batch): 0.000e+00" in out
+    assert "conversion (converted vs source, float64 logits on the probe batch): 0.000e+00" in out

@@ -1,0 +1,228 @@
+"""Unit tests of iattention.interop.stream: the streaming Llama-family conversion (HF folder -> canonical/standard
+folder -> HF folder) on tiny random transformers models, single-file and sharded, float64/float32/bf16, each bad
+input one line with nothing written, and a conversion killed mid-write leaving no finished-looking folder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from helpers import tells
+from iattention.errors import UserError
+from iattention.interop import stream
+from iattention.interop.hf_llama import from_hf_llama
+from iattention.interop.load import load_any
+from iattention.symmetry import grouped
+
+tf = pytest.importorskip("transformers")
+tf.utils.logging.set_verbosity_error()
+_ = tf.LlamaForCausalLM, tf.Qwen2ForCausalLM, tf.MistralForCausalLM  # transformers' lazy imports, at collection
+
+BASE = dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            max_position_embeddings=32)
+CASES = {
+    "llama-gqa-untied-bias": ("Llama", dict(num_key_value_heads=2, tie_word_embeddings=False, attention_bias=True)),
+    "qwen2-tied": ("Qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
+    "mistral-mqa-d12": ("Mistral", dict(num_key_value_heads=1, head_dim=12, sliding_window=None)),
+    "llama-rope-llama3": ("Llama", dict(num_key_value_heads=2, rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=8))),
+}
+
+
+def hf_folder(path, kind="Llama", dtype=torch.float64, shard=None, seed=0, **kw):
+    """A random transformers model (norm gains and biases random too) saved with save_pretrained; returns it."""
+    torch.manual_seed(seed)
+    model = getattr(tf, f"{kind}ForCausalLM")(getattr(tf, f"{kind}Config")(**{**BASE, **kw})).double().eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype)) if p.dim() == 1 else \
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / p.shape[-1] ** 0.5)
+    model = model.to(dtype)
+    model.save_pretrained(str(path), **({"max_shard_size": shard} if shard else {}))
+    (path / "tokenizer_config.json").write_text('{"model_max_length": 32}\n')  # a companion file to copy through
+    return model
+
+
+def quiet(*_):
+    pass
+
+
+def ours_logits(folder) -> torch.Tensor:
+    model = load_any(folder)[0].to(torch.float64)
+    with torch.no_grad():
+        return model(torch.arange(20).reshape(2, 10) % 67)[0]
+
+
+def rel(a, b) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_streamed_canonical_is_the_whole_model_canonical_bit_for_bit(tmp_path, case):
+    """float64: every tensor the streaming converter writes equals what canonicalize() makes of the whole model,
+    and the folder's metadata names the same config."""
+    kind, kw = CASES[case]
+    hf = hf_folder(tmp_path / "src", kind, **kw)
+    rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "canonical", say=quiet)
+    want = grouped.canonicalize(from_hf_llama(hf, kind.lower()))
+    model, _, meta = load_any(tmp_path / "out")
+    have, expected = model.state_dict(), want.state_dict()
+    assert sorted(have) == sorted(expected)
+    assert all(torch.equal(have[k], expected[k]) for k in expected), [k for k in expected
+                                                                      if not torch.equal(have[k], expected[k])]
+    assert meta["config"]["model"] == want.config.to_dict()
+    assert rep.source_load <= 1e-12 and rep.conversion <= 1e-12 and rep.worst[1] <= 1e-12
+    assert (tmp_path / "out" / "tokenizer_config.json").read_text() == '{"model_max_length": 32}\n'
+
+
+@pytest.mark.slow
+def test_sharded_source_and_sharded_output_give_the_single_file_result(tmp_path):
+    hf_folder(tmp_path / "one", "Qwen2", num_key_value_heads=2)
+    hf_folder(tmp_path / "many", "Qwen2", shard="20KB", num_key_value_heads=2)
+    assert (tmp_path / "many" / "model.safetensors.index.json").exists()
+    stream.hf_to_ours(tmp_path / "one", tmp_path / "a", say=quiet)
+    rep = stream.hf_to_ours(tmp_path / "many", tmp_path / "b", shard_bytes=20_000, say=quiet)
+    assert len(rep.files) > 2 and (tmp_path / "b" / "model.safetensors.index.json").exists()
+    index = json.loads((tmp_path / "b" / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == sorted(rep.files)
+    for name in rep.files:  # each shard is a safetensors file safetensors itself reads, within the size asked
+        with safe_open(str(tmp_path / "b" / name), "pt") as f:
+            assert sum(f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys()) <= 20_000 or \
+                len(list(f.keys())) == 1
+    assert torch.equal(ours_logits(tmp_path / "a"), ours_logits(tmp_path / "b"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 1e-5)])
+def test_round_trip_through_canonical_loads_in_transformers_with_the_source_logits(tmp_path, dtype, tol):
+    src = hf_folder(tmp_path / "src", "Llama", dtype=getattr(torch, dtype), shard="30KB", num_key_value_heads=2)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    rep = stream.ours_to_hf(tmp_path / "c", tmp_path / "back", shard_bytes=30_000, say=quiet)
+    assert rep.conversion <= tol and "no transformers reference" in rep.source_note
+    back = tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
+    assert back.dtype == getattr(torch, dtype)
+    x = torch.arange(24).reshape(2, 12) % 67
+    with torch.no_grad():
+        assert rel(back(x).logits.double(), src(x).logits.double()) <= tol
+    assert (tmp_path / "back" / "tokenizer_config.json").exists()
+
+
+def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, monkeypatch):
+    """...copied in slices (COPY_BYTES made small here: the embedding goes in 8 slices, a norm in 2)."""
+    monkeypatch.setattr(stream, "COPY_BYTES", 600)
+    hf_folder(tmp_path / "src", "Qwen2", dtype=torch.bfloat16, num_key_value_heads=2, tie_word_embeddings=True)
+    rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "out", say=quiet)
+    src, out = load_file(str(tmp_path / "src" / "model.safetensors")), load_file(str(tmp_path / "out" /
+                                                                                      "model.safetensors"))
+    kept = [k for k in src if ".self_attn." not in k]
+    assert kept and all(torch.equal(out[f"model/{k}"], src[k]) for k in kept)  # embeddings, norms, MLPs, bit-exact
+    assert all(v.dtype in (torch.bfloat16, torch.int64) for v in out.values())
+    assert rep.dtype == torch.bfloat16 and all(0 < r["rounded"] < 5e-2 and r["algebra"] < 1e-12 for r in rep.layers)
+    assert load_any(tmp_path / "out")[0].model.embed_tokens.weight.dtype == torch.bfloat16
+
+
+def test_a_check_over_its_tolerance_writes_nothing_unless_forced(tmp_path, monkeypatch):
+    hf_folder(tmp_path / "src", "Llama", dtype=torch.bfloat16, num_key_value_heads=2)
+    monkeypatch.setitem(stream.TOLERANCE, torch.bfloat16, 1e-6)
+    with pytest.raises(UserError) as err:
+        stream.hf_to_ours(tmp_path / "src", tmp_path / "out", say=quiet)
+    tells(err, "conversion", "> 1e-06", "nothing was written", "--force")
+    assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == ["src"]
+    said = []
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "out", force=True, say=said.append)
+    assert (tmp_path / "out" / "model.safetensors").exists() and "written anyway (--force)" in said[-1]
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def _digest(folder) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _refused(tmp_path, src, *facts):
+    before = _digest(src)
+    with pytest.raises(UserError) as err:
+        stream.hf_to_ours(src, tmp_path / "out", say=quiet)
+    assert "\n" not in str(err.value)
+    tells(err, *facts)
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert _digest(src) == before  # the source is never touched
+    return str(err.value)
+
+
+def test_an_index_naming_a_missing_shard_is_one_line(tmp_path):
+    hf_folder(tmp_path / "src", shard="20KB", num_key_value_heads=2)
+    gone = sorted((tmp_path / "src").glob("model-*.safetensors"))[1]
+    gone.unlink()
+    _refused(tmp_path, tmp_path / "src", "names shard", gone.name, "is missing")
+
+
+def test_a_shard_truncated_mid_tensor_is_one_line(tmp_path):
+    hf_folder(tmp_path / "src", shard="20KB", num_key_value_heads=2)
+    cut = sorted((tmp_path / "src").glob("model-*.safetensors"))[1]
+    os.truncate(cut, cut.stat().st_size - 100)
+    _refused(tmp_path, tmp_path / "src", str(cut), "truncated")
+
+
+def test_a_tensor_shaped_against_config_json_is_one_line(tmp_path):
+    """Layer 2's k_proj (beyond the layer-0 check of read time) of the wrong shape: named with its shapes."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    path = tmp_path / "src" / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["model.layers.2.self_attn.k_proj.weight"] = tensors["model.layers.2.self_attn.k_proj.weight"][:8]
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    _refused(tmp_path, tmp_path / "src", "model.layers.2.self_attn.k_proj.weight", "[8, 32]", "[16, 32]",
+             "disagree")
+
+
+def test_a_dtype_the_converter_does_not_handle_is_one_line(tmp_path):
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    path = tmp_path / "src" / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["model.layers.1.mlp.up_proj.weight"] = tensors["model.layers.1.mlp.up_proj.weight"].to(
+        torch.float8_e4m3fn)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    _refused(tmp_path, tmp_path / "src", "model.layers.1.mlp.up_proj.weight", "F8_E4M3", "dequantize")
+
+
+def test_a_disk_that_fills_mid_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    hf_folder(tmp_path / "src", shard="20KB", num_key_value_heads=2)
+    monkeypatch.setenv("IATTN_FAULT", "disk_full:5")
+    _refused(tmp_path, tmp_path / "src", "disk full", "nothing was written")
+
+
+@pytest.mark.slow
+def test_a_conversion_killed_mid_write_leaves_no_finished_looking_folder(tmp_path):
+    hf_folder(tmp_path / "src", shard="20KB", num_key_value_heads=2)
+    code = ("import sys; from iattention.interop.stream import hf_to_ours; "
+            "hf_to_ours(sys.argv[1], sys.argv[2], shard_bytes=20_000, say=lambda *a: None)")
+    env = {**os.environ, "IATTN_FAULT": "convert_write:6"}
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "src"), str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == -9, run.stderr
+    assert not (tmp_path / "out").exists()
+    left = [p.name for p in tmp_path.iterdir() if p.name != "src"]
+    assert len(left) == 1 and left[0].startswith(".out.iattn-") and left[0].endswith(".conv")  # a temp, by name
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "out", shard_bytes=20_000, say=quiet)  # the rerun clears it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_to_standard_streams_the_source_tensors_unchanged(tmp_path):
+    hf_folder(tmp_path / "src", "Mistral", dtype=torch.bfloat16, num_key_value_heads=2, sliding_window=None)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "standard", say=quiet)
+    src = load_file(str(tmp_path / "src" / "model.safetensors"))
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert sorted(out) == sorted(f"model/{k}" for k in src)
+    assert all(torch.equal(out[f"model/{k}"], v) for k, v in src.items())
+    assert load_any(tmp_path / "out")[0].config.attention == "standard"
