@@ -23,7 +23,7 @@ from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
 from iattention.interop.hf_llama import to_hf_llama
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
-from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID
+from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
 from iattention.symmetry import grouped
 from iattention.symmetry.blocks import condition_numbers, select_blocks
@@ -235,7 +235,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                     "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff},
                     **({"tokenizer": tokenizer_id} if tokenizer_id else {})}
             ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
-            (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+            (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")

@@ -62,12 +62,25 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     return model.eval(), meta
 
 
+# The model_type a converted folder's config.json carries, so that transformers' refusal names what the folder is
+# (before, it said only "Should have a model_type key"); with a note for whoever opens the file.
+OURS_MODEL_TYPE = "iattention"
+OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), or make a "
+             "transformers folder of it with: iattn convert --from THIS_FOLDER --to hf --out NEW_FOLDER")
+
+
+def config_beside(model_config: dict) -> dict:
+    """The config.json written beside a converted checkpoint: the model config, said to be iattention's."""
+    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
+
+
 def is_hf_folder(path: Path) -> bool:
     config = path / "config.json"
     if not (path.is_dir() and config.exists()):
         return False
     obj = read_json_object(config, "a model config", "re-save the model (save_pretrained or iattn convert)")
-    return "model_type" in obj  # ours (beside a converted model.safetensors) has none
+    # ours (beside a converted model.safetensors) says iattention, or (written before) has no model_type
+    return "model_type" in obj and obj["model_type"] != OURS_MODEL_TYPE
 
 
 # How a user names the tokenizer: the CLI's flag, or load_run's keyword argument (API_TOKENIZER) from Python.
@@ -116,6 +129,8 @@ def _check_beside(folder: Path, meta: dict) -> None:
         if (folder / name).exists() and key in config:
             beside = read_json_object(folder / name, f"the {key} config beside the checkpoint",
                                       f"delete {name} (the checkpoint carries its own) or convert again")
+            if name == "config.json" and beside.get("model_type") == OURS_MODEL_TYPE:
+                beside = {k: v for k, v in beside.items() if k not in ("model_type", "note")}
             if beside != config[key]:
                 differ = sorted(k for k in {*beside, *config[key]} if beside.get(k) != config[key].get(k))
                 raise UserError(f"{folder / name} does not match the checkpoint's own {key} config (differs in "

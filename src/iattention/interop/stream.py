@@ -64,7 +64,7 @@ from iattention.interop.hf_llama import (
     read_llama_config,
     rotary_of,
 )
-from iattention.interop.load import DATA_SPEC_FILE, is_hf_folder, load_any
+from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
 from iattention.model.llama import Llama, inv_freq_of
 from iattention.symmetry import grouped
 from iattention.utils.faults import fault_point
@@ -539,7 +539,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
             report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, "", "model/", out_dtype, block)
         finally:
             writer.close()
-        (tmp / "config.json").write_text(json.dumps(out_cfg.to_dict(), indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(config_beside(out_cfg.to_dict()), indent=2) + "\n")
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
