@@ -249,7 +249,7 @@ class _Follower:
     inside a record which the live writer was writing and then completed itself (text after the last newline,
     finished later with no kill in between). Not a half read: a killed writer's torn tail (the kernel stops a write
     between pages for SIGKILL, so a record crossing a page boundary can be cut), which the next resume cuts away,
-    nor that tail read again before the next writer cuts it (it lies below the size the file had at its start)."""
+    whether read between the kill and the next start or after it (it lies below the size the file had then)."""
 
     def __init__(self, path, state):
         self.path, self.f, self.half, self.inode, self.state, self.pending = path, None, [], None, state, None
@@ -291,12 +291,14 @@ def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_
     train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
     out = tmp_path / "run"
     cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
-    # kills: raised just before each SIGKILL; start: each log's size when the current writer started
+    # kills: a writer generation, raised just before each SIGKILL and as each writer starts (a torn tail read
+    # between a kill and the next start is the killed writer's); start: each log's size when the writer started
     state = {"kills": 0, "start": {}}
     followers = [_Follower(out / "steps.jsonl", state), _Follower(out / "metrics.jsonl", state)]
 
     def starting():
         state["start"] = {f.path: f.path.stat().st_size if f.path.exists() else 0 for f in followers}
+        state["kills"] += 1
     stop = threading.Event()
 
     def follow():
