@@ -153,6 +153,14 @@ def _check_llama_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> N
                             "or re-save the model with save_pretrained")
 
 
+def attention_biases(family: str, attention_bias: bool) -> dict[str, bool]:
+    """Our qkv_bias / o_bias for a family: Qwen2 always has q/k/v biases and no output bias; Llama and Mistral's
+    attention_bias sets both."""
+    if family == "qwen2":
+        return {"qkv_bias": True, "o_bias": False}
+    return {"qkv_bias": attention_bias, "o_bias": attention_bias}
+
+
 def shape_from_folder(folder: Path) -> LlamaConfig:
     """The shape a Llama-family folder's config.json describes (checked as `read_llama_config` checks it), for
     counting: no weights read, no transformers needed (these families rotate whole heads)."""
@@ -164,7 +172,7 @@ def shape_from_folder(folder: Path) -> LlamaConfig:
     return LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
                        n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
                        d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
-                       qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
+                       **attention_biases(family, bias),
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
                        family=family)
 
@@ -208,7 +216,7 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> LlamaConfig:
         block_size=min(c.max_position_embeddings, window or c.max_position_embeddings),
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, rms_eps=float(c.rms_norm_eps),
-        qkv_bias=True if family == "qwen2" else bias, o_bias=False if family == "qwen2" else bias,
+        **attention_biases(family, bias),
         tie_embeddings=tied, family=family, sliding_window=window or 0,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
