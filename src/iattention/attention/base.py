@@ -1,4 +1,11 @@
-"""Shared causal self-attention core: project, split heads, SDPA, merge, project out."""
+"""Shared causal self-attention core, for every family: project, split heads, rotate (RoPE), attend, merge,
+project out. GPT-2 is the case G = H key/value heads and rot = 0 rotary dims; the Llama family's grouped-query
+attention with RoPE is G <= H and rot > 0 (heads.py gives the math form).
+
+Symmetry (symmetry/transforms.py): the scores are unchanged by W_Q[h] -> W_Q[h] A_j and W_K[j] -> W_K[j] A_j^{-T}
+for an A_j shared by group j that commutes with every rotation: one complex scalar per rotary pair and any
+invertible map on the pass dims (rot + (r - rot)^2 numbers; GL(r) at rot = 0). The output is unchanged by
+W_V[j] -> W_V[j] S_j and W_O[h] -> S_j^{-1} W_O[h] for every query head h of group j (r^2 numbers)."""
 
 from __future__ import annotations
 
@@ -9,13 +16,14 @@ from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import HeadWeights
+from iattention.attention.rope import apply_rope
 from iattention.kernels import attend
 
 
-def row_blocks(n_proj: int, d: int, r: int, n_head: int) -> list[tuple]:
-    """Per-head blocks of a fused input projection's weight (n_proj * d, d), e.g. c_attn: one (r, d) row
-    block per projection and head (projection-major, as `fused_to_heads` lays them out)."""
-    return [(slice(k * d + h * r, k * d + (h + 1) * r),) for k in range(n_proj) for h in range(n_head)]
+def row_blocks(heads: tuple[int, ...], r: int) -> list[tuple]:
+    """Per-head blocks of an input projection's weight (sum(heads) r, d), e.g. c_attn with heads (H, G, G): one
+    (r, d) row block per projection and head (projection-major, as `fused_to_heads` lays them out)."""
+    return [(slice(h * r, (h + 1) * r),) for h in range(sum(heads))]
 
 
 def column_blocks(r: int, n_head: int) -> list[tuple]:
@@ -44,22 +52,24 @@ class CausalSelfAttention(nn.Module):
     """One attention layer. A variant is a subclass in its own file plus one line in `registry.py`; all
     the generic code (config checks, parameter counts, FLOPs, symmetry tools, training) asks the class.
 
-    A subclass defines how q, k, v are made from x (`qkv`), how the merged heads are mapped back to d
-    (`project_out`), and its weights in math form (`to_heads` / `load_heads`). It states:
+    A subclass defines how q, k, v are made from x (`qkv`: q (B, T, H r); k, v (B, T, G r)), how the merged heads
+    are mapped back to d (`project_out`), and its weights in math form (`to_heads` / `load_heads`). It states:
       variant: its registry name;
       full_class: whether it holds every standard head exactly (on an open dense set), which
         `model.init=matched` needs;
+      unsupported(config): None, or why a layer of `config` cannot be built (e.g. a shape it has no form for);
       removed_params(config): learned parameters it removes relative to standard, whole model (biases
         included: a layer built from `config` has standard's count minus this / n_layer);
       projection_flops(config): matmul FLOPs per token of its projections, one layer, forward pass;
       redundant_biases(config): which math-form biases the layer learns that change no function
         (no default: every variant states its own);
       head_blocks(): each learned matrix's per-head 2-D blocks, for Muon (the default covers only
-        (H, a, b) tensors and refuses a variant with any other matrix).
+        (H, a, b) and (G, a, b) tensors and refuses a variant with any other matrix).
     The defaults of removed_params and projection_flops measure a layer built from `config` (fine for
     small shapes). `tests/unit/attention/test_registry.py` checks every registered variant against all of this.
 
-    `config` is a GPTConfig (read: n_head, n_embd, d_head, n_layer, dropout, bias and the variant's keys).
+    `config` is a GPTConfig (read: n_head, n_kv_head, n_embd, d_head, rot, rope_layout, n_layer, dropout, the
+    bias flags and the variant's keys).
     """
 
     variant = "abstract"
@@ -69,47 +79,65 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head
         self.n_embd = config.n_embd
         self.d_head = config.d_head
+        self.rot = config.rot
+        self.rope_layout = config.rope_layout
         self.dropout = config.dropout
         self.attn_kernel = config.attn_kernel  # kernels/__init__.py
         self.resid_dropout = nn.Dropout(config.dropout)
 
     @classmethod
+    def unsupported(cls, config) -> str | None:
+        return None
+
+    @staticmethod
+    def standard_params(config) -> int:
+        """One standard layer's parameters: Q and O are d x H r, K and V d x G r; the biases the config asks for."""
+        d, r, H, G = config.n_embd, config.d_head, config.n_head, config.n_kv_head
+        return d * r * (2 * H + 2 * G) + config.qkv_bias * r * (H + 2 * G) + config.o_bias * d
+
+    @classmethod
     def removed_params(cls, config) -> int:
-        """Parameters removed relative to standard (4 d^2 + 4 d per layer with biases): measured on a
-        layer built from `config`, times n_layer."""
-        d = config.n_embd
-        standard = 4 * d * d + (4 * d if config.bias else 0)
-        return config.n_layer * (standard - sum(p.numel() for p in cls(config).parameters()))
+        """Parameters removed relative to standard: measured on a layer built from `config`, times n_layer."""
+        return config.n_layer * (cls.standard_params(config) - sum(p.numel() for p in cls(config).parameters()))
 
     @classmethod
     def projection_flops(cls, config) -> int:
         """2 FLOPs per learned matrix entry per token: what a layer that applies each matrix once runs."""
         return 2 * sum(p.numel() for p in cls(config).parameters() if p.dim() >= 2)
 
+    @staticmethod
+    def learned_redundant_biases(config) -> tuple[str, ...]:
+        """The rule for a layer that learns every bias the config asks for: b_K where it meets a pass dim (it adds
+        q_i . b_K to every score of query i there, which softmax ignores; on a rotary dim q_i M(j - i) b_K^T
+        depends on the key's position, so it is not redundant), and b_V when there is an output bias to fold it
+        into (attention rows sum to one, so b_V adds b_V W_O to every output)."""
+        return (("b_K",) if config.qkv_bias and config.rot < config.d_head else ()) + \
+            (("b_V",) if config.qkv_bias and config.o_bias else ())
+
     def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, T, d) -> q, k, v, each (B, T, d): all heads side by side (head h in [h r, (h+1) r))."""
+        """x (B, T, d) -> q (B, T, H r), k, v (B, T, G r): heads side by side (head h in [h r, (h+1) r))."""
         raise NotImplementedError
 
     def project_out(self, y: torch.Tensor) -> torch.Tensor:
-        """Merged head outputs (B, T, d) -> the layer's output (B, T, d), before residual dropout."""
+        """Merged head outputs (B, T, H r) -> the layer's output (B, T, d), before residual dropout."""
         raise NotImplementedError
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
         """The math-form biases ("b_K", "b_V") that a layer built from `config` learns and that change no
-        function: a learned b_K adds q_i . b_K to every score of query i, which softmax ignores; a learned
-        b_V adds b_V W_O to every output (attention rows sum to one), which folds into a learned b_O.
-        `symmetry.fully_reduced_count` drops d parameters per layer for each name. No default: a variant
-        without a key bias, or without an output bias to fold b_V into, says so here."""
+        function (see `learned_redundant_biases`). `symmetry.bias_redundancy` drops, per layer, G (r - rot)
+        numbers for b_K and G r for b_V. No default: a variant without a key bias, or without an output bias to
+        fold b_V into, says so here."""
         raise NotImplementedError(f"{cls.__name__} must state redundant_biases(config)")
 
     def head_blocks(self) -> dict[str, list[tuple]]:
         """Each learned matrix's per-head 2-D blocks, as indices into the parameter: {local parameter name:
         [index of head 0's block, ...]}, so that a per-matrix optimizer (Muon) treats every variant's
-        heads alike. Default: a 3-D parameter (H, a, b) splits along its first axis; any other learned
-        matrix makes it refuse, so a variant storing heads side by side in one matrix (a fused nn.Linear)
+        heads alike. Default: a 3-D parameter (H, a, b) or (G, a, b) splits along its first axis; any other learned
+        matrix makes it refuse, so a variant storing heads side by side in one matrix (an nn.Linear)
         must override this (see `row_blocks`, `column_blocks`) rather than have Muon take the whole
         matrix as one block."""
         blocks, other = {}, []
@@ -117,8 +145,8 @@ class CausalSelfAttention(nn.Module):
             leaf = name.rsplit(".", 1)[-1]
             if p.dim() < 2 or leaf == "bias" or leaf.startswith("b_"):
                 continue
-            if p.dim() == 3 and p.shape[0] == self.n_head:
-                blocks[name] = [(h,) for h in range(self.n_head)]
+            if p.dim() == 3 and p.shape[0] in (self.n_head, self.n_kv_head):
+                blocks[name] = [(h,) for h in range(p.shape[0])]
             else:
                 other.append(f"{name} {tuple(p.shape)}")
         if other:
@@ -156,47 +184,61 @@ class CausalSelfAttention(nn.Module):
         return off
 
     def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(W_KV (H, d, r), offset (H, r) or None): v_h = k W_KV[h] + offset[h] for the keys k of all heads side
-        by side. Exact because the key map W_K (d x H r = d x d) is square: x = (k - b_K) W_K^{-1}."""
+        """(W_KV (H, G r, r), offset (H, r) or None) with v_h = k~ W_KV[h] + offset[h] for the (pre-RoPE) keys k~
+        of all G heads side by side: exact when the key map W_K (d x G r) is square and invertible, x = (k~ -
+        b_K) W_K^{-1} (GPT-2's always is: G r = d)."""
         hw = self.to_heads()
-        H, d, r = hw.W_K.shape
-        W_K = hw.W_K.transpose(0, 1).reshape(d, H * r).double()  # (d, d): heads side by side
-        W_KV = torch.linalg.solve(W_K, hw.W_V.double())  # (H, d, r)
-        offset = self.k_only_offset(W_KV, hw.b_K, hw.b_V)
+        G, d, r = hw.W_K.shape
+        if G * r != d:
+            raise ValueError(f"a K-only cache needs a square key map (n_kv_head x d_head = n_embd), got "
+                             f"{G} x {r} = {G * r} key columns for n_embd = {d}")
+        W_K = hw.W_K.transpose(0, 1).reshape(d, G * r).double()  # (d, G r): heads side by side
+        W_KV = torch.linalg.solve(W_K, hw.per_query_head("W_V").double())  # (H, G r, r)
+        offset = self.k_only_offset(W_KV, hw.b_K, hw.per_query_head("b_V"))
         dtype = hw.W_K.dtype
         return W_KV.to(dtype), None if offset is None else offset.to(dtype)
 
-    def _forward_k_only(self, q, k, cache: KOnlyCache, layer: int) -> torch.Tensor:
-        """Attention against the cached keys only: each head's output is (p_h K) W_KV[h] + offset[h], the
-        attention weights times every head's keys, then a d x r map (k_only_value_map)."""
-        B, T, d = q.shape
-        H, r = self.n_head, self.d_head
+    def forward(self, x: torch.Tensor, cache: KVCache | KOnlyCache | None = None, layer: int = 0,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x (B, T, d); rope = (cos, sin), each (T, rot/2), for these T positions (None: no rotary dims). With a
+        cache, x holds only the new positions; keys and values of the earlier ones come from the cache (slot
+        `layer`), and the new ones are appended to it. A KOnlyCache keeps the pre-RoPE keys alone; the values are
+        rebuilt from them and the keys rotated on read (_forward_k_only)."""
+        B, T, _ = x.shape
+        H, G, r = self.n_head, self.n_kv_head, self.d_head
+        q, k, v = self.qkv(x)  # (B, T, H r), (B, T, G r), (B, T, G r)
         q = q.reshape(B, T, H, r).transpose(1, 2)  # (B, H, T, r)
-        past = cache.length_of(layer)
-        k_all = cache.update(layer, k.reshape(B, T, H, r).transpose(1, 2))  # (B, H, past + T, r)
-        mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (T, past + T)
-        p = (q @ k_all.transpose(-1, -2) / r**0.5).masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past+T)
-        keys = k_all.transpose(1, 2).reshape(B, 1, past + T, d)  # (B, 1, past + T, d): every head's key
-        W_KV, offset = self.frozen_inverse("k_only", self.k_only_value_map)
-        y = torch.einsum("bhtc,hcr->bhtr", p @ keys, W_KV)  # (B, H, T, d) -> (B, H, T, r)
-        if offset is not None:
-            y = y + offset[:, None, :]
-        return self.resid_dropout(self.project_out(y.transpose(1, 2).reshape(B, T, d)))  # (B, T, d)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | KOnlyCache | None = None, layer: int = 0) -> torch.Tensor:
-        """x (B, T, d). With a cache, x holds only the new positions; keys and values of the earlier
-        ones come from the cache (slot `layer`), and the new ones are appended to it. A KOnlyCache keeps the
-        keys alone; the values are rebuilt from them (_forward_k_only)."""
-        B, T, C = x.shape  # (B, T, d): C = d = H * r
-        q, k, v = self.qkv(x)  # each (B, T, d)
+        k = k.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r), before RoPE
+        if rope is not None:
+            q = apply_rope(q, *rope, self.rope_layout)
         if isinstance(cache, KOnlyCache):
             return self._forward_k_only(q, k, cache, layer)
-        shape = (B, T, self.n_head, self.d_head)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))  # each (B, H, T, r)
+        if rope is not None:
+            k = apply_rope(k, *rope, self.rope_layout)
+        v = v.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r)
         past = None
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
-            k, v = cache.update(layer, k, v)  # each (B, H, past + T, r)
+            k, v = cache.update(layer, k, v)  # each (B, G, past + T, r)
         y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past)  # (B, H, T, r)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H, r) -> (B, T, d): heads side by side
+        y = y.transpose(1, 2).reshape(B, T, H * r)  # (B, T, H r): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)
+
+    def _forward_k_only(self, q, k_raw, cache: KOnlyCache, layer: int) -> torch.Tensor:
+        """Scores against the cached pre-RoPE keys, rotated on read; each head's output is (p_h K~) W_KV[h] +
+        offset[h] (attention weights times the cached keys of every head first, then a (G r) x r map)."""
+        B, H, T, r = q.shape
+        G = self.n_kv_head
+        past = cache.length_of(layer)
+        k_all = cache.update(layer, k_raw)  # (B, G, past + T, r), pre-RoPE
+        k_rot = k_all if cache.rope is None else apply_rope(k_all, *cache.rope(past + T), self.rope_layout)
+        mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (T, past + T)
+        scores = q @ k_rot.repeat_interleave(H // G, dim=1).transpose(-1, -2) / r**0.5  # (B, H, T, past + T)
+        p = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past + T)
+        keys = k_all.transpose(1, 2).reshape(B, 1, past + T, G * r)  # (B, 1, past + T, G r): every head's key
+        W_KV, offset = self.frozen_inverse("k_only", self.k_only_value_map)
+        y = torch.einsum("bhtc,hcr->bhtr", p @ keys, W_KV)  # (B, H, T, G r) -> (B, H, T, r)
+        if offset is not None:
+            y = y + offset[:, None, :]
+        y = y.transpose(1, 2).reshape(B, T, H * r)  # (B, T, H r)
+        return self.resid_dropout(self.project_out(y))

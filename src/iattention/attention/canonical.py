@@ -1,14 +1,24 @@
-"""I-Attention: each head's key and output maps carry an r x r identity block.
+"""I-Attention: the gauge of each key/value group is fixed, so only the rest of its maps is learned.
 
-Head h stores W_Q[h], W_V[h] (d x r) in full. Of W_K[h] (d x r) the r rows `k_perm[h, :r]`
-form the identity and only the other d - r rows are learned (`W_K_free`). Of W_O[h] (r x d)
-the r columns `o_perm[h, :r]` form the identity and only the other d - r columns are learned
-(`W_O_free`, stored transposed). Same function class as standard attention wherever the
-corresponding blocks of a standard head are invertible, with 2 r^2 fewer parameters per head.
+Group j (KV head j and its g query heads; GPT-2: each head, g = 1) stores W_Q[h] (d x r) of each query head and
+W_V[j] (d x r) in full, and of the rest:
+  W_K[j], the query/key half (canonical_halves "both" or "qk"):
+    on each rotary pair k (columns first_k, second_k; rope.py) the pivot row `rot_perm[j, k, 0]` is fixed to
+    (1, 0) and the other d - 1 rows are learned (`W_K_rot_free`, (G, rot/2, d - 1, 2)): the pair's complex scalar
+    gauge is used up (2 numbers);
+    on the r - rot pass dims (all r without RoPE) the rows `k_perm[j, :r - rot]` are the identity and the other
+    rows are learned (`W_K_free`): the pass dims' GL(r - rot) is used up;
+  W_O, the value/output half ("both" or "vo"): the group's query heads side by side, an r x (g d) matrix
+    [W_O[h_1] ... W_O[h_g]]; the columns `o_perm[j, :r]` are the identity, the other g d - r are learned
+    (`W_O_free`, stored transposed).
+So each group holds rot + (r - rot)^2 + r^2 fewer numbers than standard (2 r^2 per GPT-2 head): the same function
+class on an open dense set (where the fixed entries of a standard model are invertible). `symmetry/transforms.py`
+picks the blocks (pivoted: the largest complex entry of each key pair, column-pivoted QR elsewhere) and moves
+weights in and out.
 
-At one head (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
-permutation: both are index copies, no GEMM; with the default (aligned) block the permutation is
-the identity and even the copy is skipped (keys = x + b_K, output = y + b_O).
+At one head without RoPE (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
+permutation: both are index copies, no GEMM; with the default (aligned) block the permutation is the identity and
+even the copy is skipped (keys = x + b_K, output = y + b_O).
 """
 
 from __future__ import annotations
@@ -21,15 +31,11 @@ from torch import nn
 
 from iattention.attention.base import CausalSelfAttention
 from iattention.attention.heads import HeadWeights, merge_heads_in, merge_heads_out
-
-
-def aligned_blocks(n_head: int, d_head: int) -> torch.Tensor:
-    """Default block: head h uses coordinates [h r, (h+1) r). Returns (H, r) indices."""
-    return torch.arange(n_head * d_head).reshape(n_head, d_head)
+from iattention.attention.rope import pair_dims
 
 
 def block_permutation(blocks: torch.Tensor, d: int) -> torch.Tensor:
-    """(H, r) chosen indices -> (H, d) permutation: the block first, then the rest in order."""
+    """(N, b) chosen indices -> (N, d) permutation: the block first, then the rest in order."""
     rows = []
     for sel in blocks.tolist():
         chosen = set(sel)
@@ -39,21 +45,27 @@ def block_permutation(blocks: torch.Tensor, d: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long)
 
 
-def assemble(free: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-    """(H, d-r, r) learned rows + identity block -> full (H, d, r); row perm[h, j] gets source row j."""
-    H, d = perm.shape
-    r = free.shape[-1]
-    eye = torch.eye(r, dtype=free.dtype, device=free.device).expand(H, r, r)
-    src = torch.cat([eye, free], dim=1)
-    return torch.zeros_like(src).scatter(1, perm.unsqueeze(-1).expand(H, d, r), src)
+def place(free: torch.Tensor, perm: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """(N, n - b, c) learned rows + the fixed (b, c) block `top` -> (N, n, c); row perm[i, j] gets source row j."""
+    N, n = perm.shape
+    src = torch.cat([top.to(free).expand(N, *top.shape), free], dim=1)  # (N, n, c)
+    return torch.zeros_like(src).scatter(1, perm.unsqueeze(-1).expand(N, n, src.shape[-1]), src)
 
 
-def take_free(full: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-    """Inverse of `assemble` on the learned rows: (H, d, r) -> (H, d-r, r)."""
-    r = full.shape[-1]
-    idx = perm[:, r:]
-    return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, r))
+def take_free(full: torch.Tensor, perm: torch.Tensor, b: int) -> torch.Tensor:
+    """Inverse of `place` on the learned rows: (N, n, c) -> (N, n - b, c)."""
+    idx = perm[:, b:]
+    return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, full.shape[-1]))
 
+
+def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int) -> dict[str, torch.Tensor]:
+    """A valid block for every group, coordinates near the group's own (GPT-2: head h's [h r, (h+1) r)):
+    {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r) columns of the r x (g d) map}."""
+    cpu = dict(device="cpu")  # index bookkeeping, read with tolist(): on the CPU even while building on "meta"
+    j = torch.arange(n_kv_head, **cpu)[:, None]
+    return {"rot": (j * r + torch.arange(rot // 2, **cpu)) % d,
+            "pass": (j * r + rot + torch.arange(r - rot, **cpu)) % d,
+            "out": (j * group * r + torch.arange(r, **cpu)) % d}
 
 
 @torch.no_grad()
@@ -66,57 +78,73 @@ def init_learned_entries(layer: nn.Module) -> None:
         else:
             p.normal_(0.0, layer.residual_std if name.startswith("W_O") else 0.02)
 
+
 class CanonicalAttention(CausalSelfAttention):
     variant = "canonical"
     full_class = True
 
     @classmethod
     def removed_params(cls, config) -> int:
-        """r^2 per head per canonical half, per layer; with minimal_bias also b_K and b_V (2 d per layer)."""
-        halves = 2 if config.canonical_halves == "both" else 1
-        biases = 2 * config.n_embd if config.minimal_bias and config.bias else 0
-        return (halves * config.d_head**2 * config.n_head + biases) * config.n_layer
+        """Per layer and KV group: rot (a complex scalar per rotary pair) + (r - rot)^2 (the pass dims) on the
+        query/key half, r^2 on the value/output half; with minimal_bias also b_K and b_V (2 G r)."""
+        r, rot, G = config.d_head, config.rot, config.n_kv_head
+        qk = G * (rot + (r - rot) ** 2) if config.canonical_halves in ("both", "qk") else 0
+        vo = G * r * r if config.canonical_halves in ("both", "vo") else 0
+        biases = 2 * G * r if config.minimal_bias else 0
+        return config.n_layer * (qk + vo + biases)
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """b_K and b_V, unless minimal_bias already dropped them (b_V folded into b_O)."""
-        return ("b_K", "b_V") if config.bias and not config.minimal_bias else ()
+        """The standard rule, unless minimal_bias already dropped b_K and b_V (b_V folded into b_O)."""
+        return () if config.minimal_bias else cls.learned_redundant_biases(config)
+
+    @classmethod
+    def index_copy_head(cls, config) -> bool:
+        """One head, no rotary dims (r = d): keys and output are index copies of the canonical half's block."""
+        return config.n_head == 1 and config.rot == 0
 
     @classmethod
     def projection_flops(cls, config) -> int:
-        """With H > 1 the full W_K / W_O are assembled and the standard GEMMs run (8 d^2); at H = 1 keys
-        and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
-        if config.n_head > 1:
-            return 8 * config.n_embd**2
+        """The full W_K and W_O are assembled and the standard GEMMs run (2 d r (2 H + 2 G)); at one head without
+        RoPE keys and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
+        d, r = config.n_embd, config.d_head
+        if not cls.index_copy_head(config):
+            return 2 * d * r * (2 * config.n_head + 2 * config.n_kv_head)
         skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical_halves]
-        return (8 - 2 * skipped) * config.n_embd**2
+        return (8 - 2 * skipped) * d**2
 
     def __init__(self, config):
         super().__init__(config)
-        H, d, r = config.n_head, config.n_embd, config.d_head
+        H, G, d, r, rot = config.n_head, config.n_kv_head, config.n_embd, config.d_head, config.rot
+        self.group = H // G
+        p = r - rot
         self.canonical_qk = config.canonical_halves in ("both", "qk")
         self.canonical_vo = config.canonical_halves in ("both", "vo")
+        self.one_head = self.index_copy_head(config)
         self.W_Q = nn.Parameter(torch.empty(H, d, r))
-        self.W_V = nn.Parameter(torch.empty(H, d, r))
-        perm = block_permutation(aligned_blocks(H, r), d)
+        self.W_V = nn.Parameter(torch.empty(G, d, r))
+        blocks = default_blocks(G, self.group, d, r, rot)
         if self.canonical_qk:
-            self.W_K_free = nn.Parameter(torch.empty(H, d - r, r))
-            self.register_buffer("k_perm", perm.clone())
+            if rot:
+                self.W_K_rot_free = nn.Parameter(torch.empty(G, rot // 2, d - 1, 2))
+                self.register_buffer("rot_perm",
+                                     block_permutation(blocks["rot"].reshape(-1, 1), d).reshape(G, rot // 2, d))
+            if p:
+                self.W_K_free = nn.Parameter(torch.empty(G, d - p, p))
+                self.register_buffer("k_perm", block_permutation(blocks["pass"], d))
         else:
-            self.W_K = nn.Parameter(torch.empty(H, d, r))
+            self.W_K = nn.Parameter(torch.empty(G, d, r))
         if self.canonical_vo:
-            self.W_O_free = nn.Parameter(torch.empty(H, d - r, r))
-            self.register_buffer("o_perm", perm.clone())
+            self.W_O_free = nn.Parameter(torch.empty(G, self.group * d - r, r))
+            self.register_buffer("o_perm", block_permutation(blocks["out"], self.group * d))
         else:
             self.W_O = nn.Parameter(torch.empty(H, r, d))
         self.minimal_bias = config.minimal_bias
-        if config.bias:
-            self.b_Q = nn.Parameter(torch.zeros(H, r))
-            self.b_K = None if config.minimal_bias else nn.Parameter(torch.zeros(H, r))
-            self.b_V = None if config.minimal_bias else nn.Parameter(torch.zeros(H, r))
-            self.b_O = nn.Parameter(torch.zeros(d))
-        else:
-            self.b_Q = self.b_K = self.b_V = self.b_O = None
+        kv_bias = config.qkv_bias and not config.minimal_bias
+        self.b_Q = nn.Parameter(torch.zeros(H, r)) if config.qkv_bias else None
+        self.b_K = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
+        self.b_V = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
+        self.b_O = nn.Parameter(torch.zeros(d)) if config.o_bias else None
         self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
         self.reset_parameters()
         self._refresh_identity_flags()
@@ -127,26 +155,47 @@ class CanonicalAttention(CausalSelfAttention):
         """Python-level flags (so torch.compile specialises on them): is a 1-head permutation trivial?"""
         def trivial(name):
             perm = getattr(self, name, None)
-            return (self.n_head == 1 and perm is not None and
-                    torch.equal(perm[0].cpu(), torch.arange(perm.shape[1])))
+            return self.one_head and perm is not None and torch.equal(perm[0].cpu(), torch.arange(perm.shape[1]))
         self._k_identity, self._o_identity = trivial("k_perm"), trivial("o_perm")
 
     def reset_parameters(self) -> None:
         init_learned_entries(self)
 
-    def set_blocks(self, k_rows: torch.Tensor | None, o_cols: torch.Tensor | None) -> None:
-        """Choose which r rows of W_K[h] / columns of W_O[h] are the identity, (H, r) each."""
-        d = self.n_embd
-        if k_rows is not None and self.canonical_qk:
-            self.k_perm.copy_(block_permutation(k_rows, d))
-        if o_cols is not None and self.canonical_vo:
-            self.o_perm.copy_(block_permutation(o_cols, d))
+    def head_blocks(self) -> dict[str, list[tuple]]:
+        """W_Q per query head, W_V per key/value head; the key map per group (W_K_free as one block, W_K_rot_free
+        as one (d - 1) x 2 block per rotary pair); W_O_free per group: its r columns fixed per group, the block
+        feeds that group's query heads only. A standard half (W_K, W_O) per head."""
+        H, G = self.n_head, self.n_kv_head
+        blocks = {"W_Q": [(h,) for h in range(H)], "W_V": [(j,) for j in range(G)]}
+        if self.canonical_qk:
+            if self.rot:
+                blocks["W_K_rot_free"] = [(j, k) for j in range(G) for k in range(self.rot // 2)]
+            if self.d_head > self.rot:
+                blocks["W_K_free"] = [(j,) for j in range(G)]
+        else:
+            blocks["W_K"] = [(j,) for j in range(G)]
+        blocks["W_O_free" if self.canonical_vo else "W_O"] = [(j,) for j in range(G if self.canonical_vo else H)]
+        return blocks
+
+    @torch.no_grad()
+    def set_blocks(self, blocks: dict[str, torch.Tensor]) -> None:
+        """Choose the fixed entries: {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r)
+        columns of each group's r x (g d) output map} (see default_blocks); the halves this layer keeps standard
+        ignore theirs."""
+        G, d = self.n_kv_head, self.n_embd
+        if self.canonical_qk and self.rot:
+            self.rot_perm.copy_(block_permutation(blocks["rot"].reshape(-1, 1), d).reshape(G, self.rot // 2, d))
+        if self.canonical_qk and self.d_head > self.rot:
+            self.k_perm.copy_(block_permutation(blocks["pass"], d))
+        if self.canonical_vo:
+            self.o_perm.copy_(block_permutation(blocks["out"], self.group * d))
         self._refresh_identity_flags()
 
-    def _memoized(self, name: str, build, *tensors: torch.Tensor) -> torch.Tensor:
+    def _memoized(self, name: str, build) -> torch.Tensor:
         """build(), memoised only inside `frozen_weights` (generation), where the assembly of the full
         matrices would otherwise run on every decoding step; everywhere else (training, evaluation) it
         runs every time. Inside, the memo is still keyed by the tensors' storage and version counters."""
+        tensors = [t for t in (*self.parameters(), *self.buffers())]
         if not self.weights_frozen or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return build()
         key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
@@ -156,112 +205,139 @@ class CanonicalAttention(CausalSelfAttention):
         return memo[name][1]
 
     def key_weight(self) -> torch.Tensor:
-        return assemble(self.W_K_free, self.k_perm) if self.canonical_qk else self.W_K
+        """(G, d, r): the assembled key maps."""
+        if not self.canonical_qk:
+            return self.W_K
+        G, d, r, rot = self.n_kv_head, self.n_embd, self.d_head, self.rot
+        parts = []
+        if rot:
+            top = torch.tensor([[1.0, 0.0]])
+            pairs = place(self.W_K_rot_free.reshape(-1, d - 1, 2), self.rot_perm.reshape(-1, d), top)
+            pairs = pairs.reshape(G, rot // 2, d, 2)
+            order = (0, 2, 3, 1) if self.rope_layout == "half" else (0, 2, 1, 3)  # columns [firsts, seconds] or pairs
+            parts.append(pairs.permute(*order).reshape(G, d, rot))
+        if r > rot:
+            parts.append(place(self.W_K_free, self.k_perm, torch.eye(r - rot)))
+        return torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
 
     def out_weight(self) -> torch.Tensor:
-        return assemble(self.W_O_free, self.o_perm).transpose(1, 2) if self.canonical_vo else self.W_O
-
-    def _weight_sources(self) -> list[torch.Tensor]:
-        """Every tensor the fused weights (Q,K,V in; O out) are built from: the memo key of `_memoized`."""
-        return [t for t in (self.W_Q, self.W_V, getattr(self, "W_K_free", None), getattr(self, "k_perm", None),
-                            getattr(self, "W_K", None), getattr(self, "W_O_free", None), getattr(self, "o_perm", None),
-                            getattr(self, "W_O", None)) if t is not None]
+        """(H, r, d): each group's assembled r x (g d) map cut into its query heads' r x d maps."""
+        if not self.canonical_vo:
+            return self.W_O
+        H, d, r = self.n_head, self.n_embd, self.d_head
+        full = place(self.W_O_free, self.o_perm, torch.eye(r))  # (G, g d, r)
+        return full.reshape(H, d, r).transpose(1, 2)
 
     def _bias(self, *parts):
         """Fused bias of the given per-head biases; a bias dropped by minimal_bias counts as zeros."""
         if self.b_Q is None:
             return None
-        return torch.cat([self.b_Q.new_zeros(self.b_Q.numel()) if p is None else p.reshape(-1) for p in parts])
+        sizes = {"b_Q": self.n_head, "b_K": self.n_kv_head, "b_V": self.n_kv_head}
+        return torch.cat([self.b_Q.new_zeros(sizes[n] * self.d_head) if getattr(self, n) is None
+                          else getattr(self, n).reshape(-1) for n in parts])
 
     def qkv(self, x):
-        d = self.n_embd
-        if self.canonical_qk and self.n_head == 1:
+        H, G, r = self.n_head, self.n_kv_head, self.d_head
+        if self.canonical_qk and self.one_head:
             # r = d: the key map is a permutation of the input, so no key GEMM.
-            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)),
-                               *self._weight_sources())
-            q, v = F.linear(x, W, self._bias(self.b_Q, self.b_V)).split(d, dim=2)
+            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)))
+            q, v = F.linear(x, W, self._bias("b_Q", "b_V")).split(r, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:  # None without bias or with minimal_bias
                 k = k + self.b_K.reshape(-1)
             return q, k, v
-        W = self._memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)),
-                           *self._weight_sources())
-        return F.linear(x, W, self._bias(self.b_Q, self.b_K, self.b_V)).split(d, dim=2)
+        W = self._memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)))
+        return F.linear(x, W, self._bias("b_Q", "b_K", "b_V")).split([H * r, G * r, G * r], dim=2)
 
     def project_out(self, y):
-        if self.canonical_vo and self.n_head == 1:
+        if self.canonical_vo and self.one_head:
             # r = d: the output map is a permutation, so no output GEMM.
             out = y if self._o_identity else torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
             return out if self.b_O is None else out + self.b_O
-        W = self._memoized("o", lambda: merge_heads_out(self.out_weight()), *self._weight_sources())
-        return F.linear(y, W, self.b_O)
+        return F.linear(y, self._memoized("o", lambda: merge_heads_out(self.out_weight())), self.b_O)
 
     def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """At one head the key map is a permutation (k = x P + b_K, P = k_perm's columns), so the cached keys are
         the layer input itself, permuted: x = (k - b_K) P^T, and W_KV = P^T W_V is W_V's rows in k_perm's order,
         an index copy (no solve). Otherwise the general solve (CausalSelfAttention)."""
-        if not (self.canonical_qk and self.n_head == 1):
+        if not (self.canonical_qk and self.one_head):
             return super().k_only_value_map()
         hw = self.to_heads()
         W_KV = hw.W_V[:, self.k_perm[0], :]  # (1, d, r): row j is W_V's row k_perm[0, j]
         return W_KV, self.k_only_offset(W_KV, hw.b_K, hw.b_V)
 
     def to_heads(self) -> HeadWeights:
-        zeros = None if self.b_Q is None else torch.zeros_like(self.b_Q)
+        def zeros(n):
+            return None if self.b_Q is None else self.b_Q.new_zeros(n, self.d_head)
+        G = self.n_kv_head
         return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(), b_Q=self.b_Q,
-                           b_K=zeros if self.minimal_bias else self.b_K, b_V=zeros if self.minimal_bias else self.b_V,
-                           b_O=self.b_O)
+                           b_K=zeros(G) if self.minimal_bias else self.b_K,
+                           b_V=zeros(G) if self.minimal_bias else self.b_V, b_O=self.b_O)
 
     @torch.no_grad()
     def canonical_view(self) -> dict[str, torch.Tensor]:
-        """The layer in its own terms, per head, read from `to_heads` (TransformerLens shapes: W_Q, W_K, W_V
-        (H, d, r), W_O (H, r, d)): W_Q, W_V as learned; of W_K, the fixed rows `k_rows` (H, r), the block
-        they form `W_K_fixed` (H, r, r: the identity) and the learned rest `W_K_learned` (H, d - r, r: the
-        other rows in increasing order, the parameter W_K_free); of W_O, the fixed columns `o_cols`,
-        `W_O_fixed` (H, r, r: the identity) and `W_O_learned` (H, r, d - r); a half left standard ("qk" or
-        "vo") gives its full W_K or W_O instead. `W_QK` (H, d, d) = W_Q W_K^T: the score of query i and key j
-        at head h is x_i W_QK[h] x_j^T / sqrt(r), plus bias terms. At one head W_K is the permutation with
-        ones at (k_rows[j], j), so `W` (d, d) = W_QK[0] is W_Q[0] with column j moved to column k_rows[j]:
-        W_Q[0] itself with the aligned block (k_rows = 0..d-1)."""
+        """The layer in its own terms, read from `to_heads` (TransformerLens shapes: W_Q (H, d, r), W_K, W_V
+        (G, d, r), W_O (H, r, d)): W_Q, W_V as learned; of W_K's pass dims, the fixed rows `k_rows` (G, r - rot),
+        the block they form `W_K_fixed` (G, r - rot, r - rot: the identity) and the learned rest `W_K_learned`
+        (G, d - r + rot, r - rot: the other rows in increasing order, the parameter W_K_free); with RoPE also
+        `rot_rows` (G, rot/2), each rotary pair's pivot row (fixed to (1, 0)); of W_O, the fixed columns `o_cols`
+        (G, r) of each group's r x (g d) map, `W_O_fixed` (G, r, r: the identity) and `W_O_learned` (G, r, g d -
+        r); a half left standard ("qk" or "vo") gives its full W_K or W_O instead. `W_QK` (H, d, d) = W_Q W_K^T
+        (each query head with its group's keys): the score of query i and key j at head h is x_i W_QK[h] x_j^T /
+        sqrt(r) without RoPE, plus bias terms. At one head without RoPE W_K is the permutation with ones at
+        (k_rows[j], j), so `W` (d, d) = W_QK[0] is W_Q[0] with column j moved to column k_rows[j]: W_Q[0] itself
+        with the aligned block (k_rows = 0..d-1)."""
         hw = self.to_heads()
-        r = self.d_head
+        r, rot, G, d = self.d_head, self.rot, self.n_kv_head, self.n_embd
         view = {"W_Q": hw.W_Q, "W_V": hw.W_V}
 
-        def split(full, perm, name, rows):  # full (H, d, r): fixed rows perm[:, :r], learned the rest
-            view[rows] = perm[:, :r]
-            view[f"{name}_fixed"] = torch.gather(full, 1, perm[:, :r, None].expand(-1, -1, r))
-            view[f"{name}_learned"] = take_free(full, perm)
+        def split(full, perm, name, rows, b):  # full (N, n, c): fixed rows perm[:, :b], learned the rest
+            view[rows] = perm[:, :b]
+            view[f"{name}_fixed"] = torch.gather(full, 1, perm[:, :b, None].expand(-1, -1, full.shape[-1]))
+            view[f"{name}_learned"] = take_free(full, perm, b)
 
         if self.canonical_qk:
-            split(hw.W_K, self.k_perm, "W_K", "k_rows")
+            if rot:
+                view["rot_rows"] = self.rot_perm[:, :, 0]
+            if r > rot:
+                split(hw.W_K[:, :, rot:], self.k_perm, "W_K", "k_rows", r - rot)
         else:
             view["W_K"] = hw.W_K
         if self.canonical_vo:
-            split(hw.W_O.transpose(1, 2), self.o_perm, "W_O", "o_cols")
+            split(hw.W_O.transpose(1, 2).reshape(G, self.group * d, r), self.o_perm, "W_O", "o_cols", r)
             view["W_O_fixed"], view["W_O_learned"] = (view[k].transpose(1, 2) for k in ("W_O_fixed", "W_O_learned"))
         else:
             view["W_O"] = hw.W_O
-        view["W_QK"] = hw.W_Q @ hw.W_K.transpose(1, 2)
-        if self.n_head == 1:
+        view["W_QK"] = hw.W_Q @ hw.per_query_head("W_K").transpose(1, 2)
+        if self.n_head == 1 and not rot:
             view["W"] = view["W_QK"][0]
         return {k: v.detach() for k, v in view.items()}
 
     @torch.no_grad()
     def load_heads(self, hw: HeadWeights) -> None:
-        """Load math-form weights whose chosen blocks are already the identity."""
+        """Load math-form weights whose fixed entries already hold their values (symmetry.canonicalize); the
+        fixed entries are not read."""
+        G, d, r, rot = self.n_kv_head, self.n_embd, self.d_head, self.rot
         self.W_Q.copy_(hw.W_Q)
         self.W_V.copy_(hw.W_V)
-        if self.canonical_qk:
-            self.W_K_free.copy_(take_free(hw.W_K, self.k_perm))
-        else:
+        if not self.canonical_qk:
             self.W_K.copy_(hw.W_K)
+        else:
+            if rot:
+                first, second = pair_dims(rot, self.rope_layout)
+                pairs = torch.stack([hw.W_K[:, :, first], hw.W_K[:, :, second]], dim=-1)  # (G, d, rot/2, 2)
+                pairs = pairs.transpose(1, 2).reshape(-1, d, 2)
+                free = take_free(pairs, self.rot_perm.reshape(-1, d), 1)  # (G rot/2, d - 1, 2)
+                self.W_K_rot_free.copy_(free.reshape(G, rot // 2, d - 1, 2))
+            if r > rot:
+                self.W_K_free.copy_(take_free(hw.W_K[:, :, rot:], self.k_perm, r - rot))
         if self.canonical_vo:
-            self.W_O_free.copy_(take_free(hw.W_O.transpose(1, 2), self.o_perm))
+            self.W_O_free.copy_(take_free(hw.W_O.transpose(1, 2).reshape(G, self.group * d, r), self.o_perm, r))
         else:
             self.W_O.copy_(hw.W_O)
-        if self.b_Q is not None:
-            if self.minimal_bias and bool(hw.b_V.any()):
-                raise ValueError("a minimal_bias layer holds no b_V: fold it into b_O first "
-                                 "(canonicalize(..., minimal=True))")
-            for name in ("b_Q", "b_O") if self.minimal_bias else ("b_Q", "b_K", "b_V", "b_O"):
+        if self.minimal_bias and hw.b_V is not None and bool(hw.b_V.any()):
+            raise ValueError("a minimal_bias layer holds no b_V: fold it into b_O first "
+                             "(canonicalize(..., minimal=True))")
+        for name in ("b_Q", "b_K", "b_V", "b_O"):
+            if getattr(self, name) is not None:
                 getattr(self, name).copy_(getattr(hw, name))

@@ -1,8 +1,10 @@
 """Per-head weights in math form, the common currency of the symmetry tools.
 
-For head h with head dim r (row-vector convention, x is 1 x d):
-    q = x W_Q[h] + b_Q[h],  k = x W_K[h] + b_K[h],  v = x W_V[h] + b_V[h]   (W_*[h]: d x r)
-    out = sum_h softmax(q k^T / sqrt(r)) v W_O[h] + b_O                     (W_O[h]: r x d)
+Query head h (of H) reads key/value head j = h // g (of G; g = H / G query heads per KV head, the order of
+transformers' repeat_kv; GPT-2 is G = H), with head width r (row-vector convention, x is 1 x d):
+    q = x W_Q[h] + b_Q[h],  k = x W_K[j] + b_K[j],  v = x W_V[j] + b_V[j]   (W_*: d x r)
+    out = sum_h softmax(rope(q) rope(k)^T / sqrt(r)) v W_O[h] + b_O         (W_O[h]: r x d)
+RoPE (rope.py) rotates the first `rot` dims of q and k (none for GPT-2).
 """
 
 from __future__ import annotations
@@ -15,25 +17,34 @@ import torch
 @dataclass
 class HeadWeights:
     W_Q: torch.Tensor  # (H, d, r)
-    W_K: torch.Tensor  # (H, d, r)
-    W_V: torch.Tensor  # (H, d, r)
+    W_K: torch.Tensor  # (G, d, r)
+    W_V: torch.Tensor  # (G, d, r)
     W_O: torch.Tensor  # (H, r, d)
     b_Q: torch.Tensor | None = None  # (H, r)
-    b_K: torch.Tensor | None = None
-    b_V: torch.Tensor | None = None
+    b_K: torch.Tensor | None = None  # (G, r)
+    b_V: torch.Tensor | None = None  # (G, r)
     b_O: torch.Tensor | None = None  # (d,)
 
     def to(self, dtype: torch.dtype) -> HeadWeights:
-        return cast_fields(self, dtype)
+        return replace(self, **{f.name: t.to(dtype) for f in fields(self) if (t := getattr(self, f.name)) is not None})
 
     @property
     def n_head(self) -> int:
         return self.W_Q.shape[0]
 
+    @property
+    def n_kv_head(self) -> int:
+        return self.W_K.shape[0]
 
-def cast_fields(hw, dtype: torch.dtype):
-    """A copy of a weights dataclass (HeadWeights, grouped.GroupedHeadWeights) with every tensor in `dtype`."""
-    return replace(hw, **{f.name: t.to(dtype) for f in fields(hw) if (t := getattr(hw, f.name)) is not None})
+    @property
+    def group(self) -> int:
+        """g: query heads per key/value head."""
+        return self.n_head // self.n_kv_head
+
+    def per_query_head(self, name: str) -> torch.Tensor | None:
+        """W_K, W_V, b_K or b_V repeated for each query head ((H, ...): head h gets its KV head's)."""
+        t = getattr(self, name)
+        return None if t is None else t.repeat_interleave(self.group, dim=0)
 
 
 def split_heads_in(W: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -70,15 +81,15 @@ def eye_heads_out(d: int, n_head: int, like: torch.Tensor) -> torch.Tensor:
     return split_heads_out(torch.eye(d, dtype=like.dtype, device=like.device), n_head)
 
 
-def fused_to_heads(linear, names: str, n_head: int) -> dict:
-    """A fused input projection (an nn.Linear with len(names) * d outputs, e.g. names "QKV") in math form:
-    {"W_Q": (H, d, r), "b_Q": (H, r) or None, ...}."""
-    d = linear.in_features
-    biases = linear.bias.split(d) if linear.bias is not None else [None] * len(names)
+def fused_to_heads(linear, names: str, heads: tuple[int, ...], r: int) -> dict:
+    """A fused input projection (an nn.Linear whose outputs are len(names) blocks of heads[i] x r, e.g. names "QKV"
+    with heads (H, G, G): GPT-2's c_attn) in math form: {"W_Q": (H, d, r), "b_Q": (H, r) or None, ...}."""
+    sizes = [n * r for n in heads]
+    biases = linear.bias.split(sizes) if linear.bias is not None else [None] * len(names)
     out = {}
-    for name, W, b in zip(names, linear.weight.split(d, dim=0), biases):
-        out[f"W_{name}"] = split_heads_in(W, n_head)
-        out[f"b_{name}"] = None if b is None else b.reshape(n_head, -1)
+    for name, n, W, b in zip(names, heads, linear.weight.split(sizes, dim=0), biases):
+        out[f"W_{name}"] = split_heads_in(W, n)
+        out[f"b_{name}"] = None if b is None else b.reshape(n, r)
     return out
 
 

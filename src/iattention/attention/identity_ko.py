@@ -17,6 +17,7 @@ from torch import nn
 
 from iattention.attention.base import CausalSelfAttention, row_blocks
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, fused_to_heads, heads_to_fused
+from iattention.attention.identity_q import IdentityQAttention
 from iattention.errors import UserError
 
 
@@ -26,9 +27,11 @@ class IdentityKOAttention(CausalSelfAttention):
     def __init__(self, config):
         super().__init__(config)
         d = config.n_embd
-        self.c_qv = nn.Linear(d, 2 * d, bias=config.bias)
-        self.b_K = nn.Parameter(torch.zeros(d)) if config.bias else None
-        self.b_O = nn.Parameter(torch.zeros(d)) if config.bias else None
+        self.c_qv = nn.Linear(d, 2 * d, bias=config.qkv_bias)
+        self.b_K = nn.Parameter(torch.zeros(d)) if config.qkv_bias else None
+        self.b_O = nn.Parameter(torch.zeros(d)) if config.o_bias else None
+
+    unsupported = IdentityQAttention.unsupported
 
     @classmethod
     def removed_params(cls, config) -> int:
@@ -37,8 +40,7 @@ class IdentityKOAttention(CausalSelfAttention):
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """b_K and b_V (learned, with the learned b_O to fold b_V into)."""
-        return ("b_K", "b_V") if config.bias else ()
+        return cls.learned_redundant_biases(config)
 
     @classmethod
     def projection_flops(cls, config) -> int:
@@ -54,15 +56,15 @@ class IdentityKOAttention(CausalSelfAttention):
         return y if self.b_O is None else y + self.b_O
 
     def head_blocks(self) -> dict[str, list[tuple]]:
-        return {"c_qv.weight": row_blocks(2, self.n_embd, self.d_head, self.n_head)}
+        return {"c_qv.weight": row_blocks((self.n_head, self.n_head), self.d_head)}
 
     def to_heads(self) -> HeadWeights:
         H, d = self.n_head, self.n_embd
-        qv = fused_to_heads(self.c_qv, "QV", H)
+        qv = fused_to_heads(self.c_qv, "QV", (H, H), self.d_head)
         like = qv["W_Q"]
         hw = HeadWeights(W_K=eye_heads_in(d, H, like), W_O=eye_heads_out(d, H, like), **qv)
-        if self.b_K is not None:
-            hw.b_K, hw.b_O = self.b_K.reshape(H, -1), self.b_O
+        hw.b_K = None if self.b_K is None else self.b_K.reshape(H, -1)
+        hw.b_O = self.b_O
         return hw
 
     @torch.no_grad()
@@ -74,4 +76,5 @@ class IdentityKOAttention(CausalSelfAttention):
         heads_to_fused(self.c_qv, hw, "QV")
         if self.b_K is not None:
             self.b_K.copy_(hw.b_K.reshape(-1))
+        if self.b_O is not None:
             self.b_O.copy_(hw.b_O)

@@ -27,19 +27,26 @@ class IdentityQAttention(CausalSelfAttention):
     def __init__(self, config):
         super().__init__(config)
         d = config.n_embd
-        self.c_kv = nn.Linear(d, 2 * d, bias=config.bias)
-        self.c_proj = nn.Linear(d, d, bias=config.bias)
+        self.c_kv = nn.Linear(d, 2 * d, bias=config.qkv_bias)
+        self.c_proj = nn.Linear(d, d, bias=config.o_bias)
         self.c_proj.residual_scale = True
+
+    @classmethod
+    def unsupported(cls, config) -> str | None:
+        if config.n_kv_head != config.n_head or config.n_head * config.d_head != config.n_embd:
+            return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd (queries are the input "
+                    f"split into heads); this model has {config.n_kv_head} KV heads for {config.n_head} query heads "
+                    f"of width {config.d_head}, n_embd {config.n_embd}: use standard or canonical")
+        return None
 
     @classmethod
     def removed_params(cls, config) -> int:
         """W_Q (d^2) and b_Q (d) per layer."""
-        return config.n_layer * (config.n_embd**2 + (config.n_embd if config.bias else 0))
+        return config.n_layer * (config.n_embd**2 + (config.n_embd if config.qkv_bias else 0))
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """b_K and b_V (learned, with a learned b_O to fold b_V into)."""
-        return ("b_K", "b_V") if config.bias else ()
+        return cls.learned_redundant_biases(config)
 
     @classmethod
     def projection_flops(cls, config) -> int:
@@ -54,11 +61,11 @@ class IdentityQAttention(CausalSelfAttention):
         return self.c_proj(y)
 
     def head_blocks(self) -> dict[str, list[tuple]]:
-        d, r, H = self.n_embd, self.d_head, self.n_head
-        return {"c_kv.weight": row_blocks(2, d, r, H), "c_proj.weight": column_blocks(r, H)}
+        r, H = self.d_head, self.n_head
+        return {"c_kv.weight": row_blocks((H, H), r), "c_proj.weight": column_blocks(r, H)}
 
     def to_heads(self) -> HeadWeights:
-        kv = fused_to_heads(self.c_kv, "KV", self.n_head)
+        kv = fused_to_heads(self.c_kv, "KV", (self.n_head, self.n_head), self.d_head)
         eye = eye_heads_in(self.n_embd, self.n_head, kv["W_K"])
         b_Q = None if kv["b_K"] is None else torch.zeros_like(kv["b_K"])
         return HeadWeights(W_Q=eye, b_Q=b_Q, **kv, **out_to_heads(self.c_proj, self.n_head))

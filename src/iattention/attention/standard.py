@@ -1,11 +1,21 @@
-"""Standard GPT-2 multi-head attention: fused QKV projection `c_attn`, output projection `c_proj`."""
+"""Standard multi-head / grouped-query attention, stored as the model's family stores it (config.projection):
+"fused": one input projection `c_attn` with [H r | G r | G r] outputs and `c_proj` (GPT-2's names);
+"separate": `q_proj`, `k_proj`, `v_proj`, `o_proj` (transformers' Llama / Qwen2 / Mistral names)."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
-from iattention.attention.heads import HeadWeights, fused_to_heads, heads_to_fused, heads_to_out, out_to_heads
+from iattention.attention.heads import (
+    HeadWeights,
+    fused_to_heads,
+    heads_to_fused,
+    heads_to_out,
+    merge_heads_in,
+    out_to_heads,
+    split_heads_in,
+)
 
 
 class StandardAttention(CausalSelfAttention):
@@ -14,33 +24,73 @@ class StandardAttention(CausalSelfAttention):
 
     def __init__(self, config):
         super().__init__(config)
-        d = config.n_embd
-        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)
-        self.c_proj = nn.Linear(d, d, bias=config.bias)
-        self.c_proj.residual_scale = True  # GPT-2 init: std 0.02 / sqrt(2 n_layer)
+        d, r, H, G = config.n_embd, config.d_head, config.n_head, config.n_kv_head
+        self.fused = config.projection == "fused"
+        if self.fused:
+            self.c_attn = nn.Linear(d, (H + 2 * G) * r, bias=config.qkv_bias)
+            self.c_proj = nn.Linear(H * r, d, bias=config.o_bias)
+        else:
+            self.q_proj = nn.Linear(d, H * r, bias=config.qkv_bias)
+            self.k_proj = nn.Linear(d, G * r, bias=config.qkv_bias)
+            self.v_proj = nn.Linear(d, G * r, bias=config.qkv_bias)
+            self.o_proj = nn.Linear(H * r, d, bias=config.o_bias)
+        self.out_proj.residual_scale = True  # GPT-2 init: std 0.02 / sqrt(2 n_layer)
+
+    @property
+    def out_proj(self) -> nn.Linear:
+        return self.c_proj if self.fused else self.o_proj
 
     @classmethod
     def removed_params(cls, config) -> int:
         return 0
 
     @classmethod
+    def projection_flops(cls, config) -> int:
+        """2 per weight entry: Q and O are d x H r, K and V d x G r."""
+        d, r = config.n_embd, config.d_head
+        return 2 * d * r * (2 * config.n_head + 2 * config.n_kv_head)
+
+    @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """b_K and b_V (learned, with a learned b_O to fold b_V into)."""
-        return ("b_K", "b_V") if config.bias else ()
+        return cls.learned_redundant_biases(config)
+
+    def _heads(self) -> tuple[int, int, int]:
+        return self.n_head, self.n_kv_head, self.n_kv_head
 
     def qkv(self, x):
-        return self.c_attn(x).split(self.n_embd, dim=2)
+        if self.fused:
+            return self.c_attn(x).split([n * self.d_head for n in self._heads()], dim=2)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def project_out(self, y):
-        return self.c_proj(y)
+        return self.out_proj(y)
 
     def head_blocks(self) -> dict[str, list[tuple]]:
-        d, r, H = self.n_embd, self.d_head, self.n_head
-        return {"c_attn.weight": row_blocks(3, d, r, H), "c_proj.weight": column_blocks(r, H)}
+        """Rows per query head (and per key/value head) of the input projections, the column block per query head
+        of the output projection."""
+        H, G, r = self.n_head, self.n_kv_head, self.d_head
+        if self.fused:
+            return {"c_attn.weight": row_blocks((H, G, G), r), "c_proj.weight": column_blocks(r, H)}
+        return {"q_proj.weight": row_blocks((H,), r), "k_proj.weight": row_blocks((G,), r),
+                "v_proj.weight": row_blocks((G,), r), "o_proj.weight": column_blocks(r, H)}
 
     def to_heads(self) -> HeadWeights:
-        return HeadWeights(**fused_to_heads(self.c_attn, "QKV", self.n_head), **out_to_heads(self.c_proj, self.n_head))
+        out = out_to_heads(self.out_proj, self.n_head)
+        if self.fused:
+            return HeadWeights(**fused_to_heads(self.c_attn, "QKV", self._heads(), self.d_head), **out)
+        parts = {}
+        for name, linear, n in (("Q", self.q_proj, self.n_head), ("K", self.k_proj, self.n_kv_head),
+                                ("V", self.v_proj, self.n_kv_head)):
+            parts[f"W_{name}"] = split_heads_in(linear.weight, n)
+            parts[f"b_{name}"] = None if linear.bias is None else linear.bias.reshape(n, -1)
+        return HeadWeights(**parts, **out)
 
     def load_heads(self, hw: HeadWeights) -> None:
-        heads_to_fused(self.c_attn, hw, "QKV")
-        heads_to_out(self.c_proj, hw)
+        if self.fused:
+            heads_to_fused(self.c_attn, hw, "QKV")
+        else:
+            for name, linear in (("Q", self.q_proj), ("K", self.k_proj), ("V", self.v_proj)):
+                linear.weight.data.copy_(merge_heads_in(getattr(hw, f"W_{name}")))
+                if linear.bias is not None:
+                    linear.bias.data.copy_(getattr(hw, f"b_{name}").reshape(-1))
+        heads_to_out(self.out_proj, hw)

@@ -19,7 +19,6 @@ from iattention.config import model_preset
 from iattention.errors import UserError
 from iattention.interop.hf import to_hf
 from iattention.kernels import prepare as prepare_kernel
-from iattention.model import gpt_only
 from iattention.model.gpt import GPT
 
 
@@ -49,8 +48,6 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
     full-sequence passes (the prompt, and every step without a cache; cached steps run SDPA), and each row
     records the kernel that choice gave (HF: sdpa)."""
     shape = model_preset(preset)
-    gpt_only(shape, f"iattn bench --generate (preset {preset})", "benchmarks/k_only_cache.py measures the Llama "
-             "family's K-only cache against the full one")
     if prompt_len + new_tokens > shape.block_size:
         raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
                         f"ask for at most {shape.block_size - prompt_len} with --generate")

@@ -17,10 +17,10 @@ from tqdm import tqdm
 
 from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
 from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
+from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
 from iattention.interop.hf import hf_config
 from iattention.kernels import prepare as prepare_kernel
-from iattention.model import gpt_only
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
 from iattention.utils.hardware import allow_tf32, device_name
@@ -141,10 +141,9 @@ def bench_ratio(a_rounds: list[float], b_rounds: list[float]) -> dict:
 def bench_spec(preset: str) -> dict:
     """Model shape (the preset's model, vocabulary from its tokenizer) and the timed micro-batch."""
     model = model_preset(preset)
-    gpt_only(model, f"iattn bench (preset {preset})", "for the Llama family's K-only cache run "
-             "benchmarks/k_only_cache.py, and time training with iattn train (its summary's train_tokens_per_s)")
     shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
                                             "mlp_hidden")}
+    shape.update({k: v for k, v in model.to_dict().items() if k in NEW_KEYS and k != "n_kv_head"})  # another family's
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 

@@ -17,11 +17,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from iattention.config.llama import ARCH as LLAMA_ARCH
-from iattention.config.llama import LlamaConfig
-from iattention.config.model import GPTConfig, upgrade_config
+from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.model.gpt import available_memory
+from iattention.model.names import upgrade_state
 from iattention.utils.atomic import write_with
 from iattention.utils.faults import fault_point
 from iattention.utils.files import as_os_error, check_regular
@@ -30,7 +29,7 @@ FORMAT = "iattention-checkpoint-1"
 TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
 
 
-EMBEDDINGS = ("transformer.wte.weight", "model.embed_tokens.weight")  # what a tied lm_head.weight is (GPT, Llama)
+EMBEDDINGS = ("transformer.wte.weight",)  # what a tied lm_head.weight is
 
 
 def model_tensors(model) -> dict[str, torch.Tensor]:
@@ -130,10 +129,12 @@ def _check_meta(path: Path, meta: dict) -> None:
             raise _bad_meta(path, f"config.{section}", f"{_kind(value)}, expected an object")
     model = config.get("model")
     if model is not None:
-        cls = LlamaConfig if model.get("arch") == LLAMA_ARCH else GPTConfig
-        types = {f.name: dict if f.default is dataclasses.MISSING else type(f.default) for f in dataclasses.fields(cls)}
-        if cls is LlamaConfig:
-            types["arch"] = str
+        cls = GPTConfig
+        types = cls.key_types()
+        try:
+            model = config["model"] = upgrade_model_keys(model)  # a two-family layout's Llama section included
+        except UserError as e:
+            raise _bad_meta(path, "config.model", str(e)) from None
         for key, value in model.items():
             want = types.get(key)
             if want is None:
@@ -240,7 +241,8 @@ def check_finite(tensors: dict[str, torch.Tensor], source, fix: str) -> None:
 
 
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
-    state = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+    """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py)."""
+    state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
     for k in TIED:

@@ -10,20 +10,19 @@ import sys
 import threading
 
 from iattention import __version__
-from iattention.attention.registry import GROUPED_REGISTRY, variant_names
+from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.config import default_heads, model_preset, preset_names
-from iattention.config.llama import LlamaConfig
-from iattention.config.llama_shapes import llama_shape, published_count, shape_names
+from iattention.config.shapes import llama_shape, published_count, shape_names
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
     fully_reduced_count,
     kv_cache_values_per_token,
-    llama_removed_split,
-    llama_standard_param_count,
     param_count,
+    removed_split,
+    standard_param_count,
 )
 from iattention.utils.faults import fault_spec
 from iattention.utils.files import os_error_message
@@ -39,13 +38,15 @@ def cmd_llama_params(args) -> None:
                         "or llama-cpu's n_head; runs at other counts: iattn compare --preset llama-cpu --heads N)")
     preset = args.preset or "llama-3-8b"
     shape = args.shape or _llama_shape(preset)
-    std = llama_standard_param_count(shape)
+    std = standard_param_count(shape)
     full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
     pub = published_count(preset) if preset in shape_names() and not args.shape else None
     rows = []
-    for attention, cls in GROUPED_REGISTRY.items():
+    for attention, cls in ATTENTION_REGISTRY.items():
+        if cls.unsupported(shape) is not None:
+            continue
         removed = cls.removed_params(shape)
-        split = llama_removed_split(shape) if removed else {"query_key": 0, "value_output": 0}
+        split = removed_split(shape) if removed else {"query_key": 0, "value_output": 0}
         rows.append(dict(attention=attention, n_head=shape.n_head, n_kv_head=shape.n_kv_head, d_head=shape.d_head,
                          rot=shape.rot, params=std - removed, removed=removed, **{f"removed_{k}": v
                                                                                   for k, v in split.items()},
@@ -57,7 +58,7 @@ def cmd_llama_params(args) -> None:
     only = " (shape only)" if preset in shape_names() else ""
     name = f"{args.source}/config.json ({shape.family})" if args.shape else f"preset {preset}{only}"
     print(f"{name}: {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
-          f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_ff}, vocab "
+          f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_mlp}, vocab "
           f"{shape.vocab_size}, {'tied' if shape.tie_embeddings else 'untied'} head"
           f"{', q/k/v bias' if shape.qkv_bias else ''}; published total: {f'{pub:,}' if pub else 'not stated'}")
     print(f"{'attention':<10} {'params':>15} {'removed':>11} {'query/key':>10} {'value/out':>11}")
@@ -70,12 +71,12 @@ def cmd_llama_params(args) -> None:
           f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
 
 
-def _llama_shape(preset: str) -> LlamaConfig:
+def _llama_shape(preset: str):
     """A shape-only Llama preset, or a run preset whose model is a Llama (llama-cpu), vocabulary resolved."""
     if preset in shape_names() or preset not in preset_names():
         return llama_shape(preset)  # the shape, or the one-line refusal that lists them
     shape = model_preset(preset)
-    if not isinstance(shape, LlamaConfig):
+    if shape.family == "gpt2":
         raise UserError(f"preset {preset} is a GPT-2 model; drop --arch llama, or name a Llama preset: "
                         f"{', '.join(shape_names())} or a run preset with model.arch=llama")
     return shape
@@ -91,7 +92,7 @@ def _preset_family(preset: str | None) -> str | None:
     if preset not in preset_names():
         raise UserError(f"unknown preset {preset!r}; choose one of {', '.join(preset_names())} (runs), or a "
                         f"Llama-family shape: {', '.join(shape_names())}")
-    return "llama" if isinstance(model_preset(preset), LlamaConfig) else "gpt"
+    return "gpt" if model_preset(preset).family == "gpt2" else "llama"
 
 
 def _shape_from(folder: str):

@@ -26,7 +26,6 @@ from iattention.experiments.arms import BUILTIN_ARMS, check_overrides, resolve_a
 from iattention.experiments.conditioning import run
 from iattention.experiments.scales import measure
 from iattention.experiments.sweep import grid, run_sweep
-from iattention.model import gpt_only
 from iattention.train import load_config
 from iattention.utils.atomic import write_text
 
@@ -249,8 +248,6 @@ def cmd_scales(args) -> None:
     check_overrides(list(args.overrides), arms)
     rows = []
     model = load_config(args.preset, None, list(args.overrides)).model
-    gpt_only(model, f"iattn scales (preset {args.preset})", "the same knobs (optim.decay_attention, "
-             "optim.attn_lr_by_init_rms) train a Llama-family model through iattn train")
     heads = args.heads or [model.n_head]
     for h in heads:
         for arm in arms:

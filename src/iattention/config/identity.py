@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import json
 
-from iattention.config.model import upgrade_config
+from iattention.config.model import normal_form, upgrade_config
 from iattention.config.run import BUDGET_KEYS, RunConfig
 
 # Keys that say where or how fast a run executes, not what it computes: a run may resume on
@@ -27,11 +27,16 @@ def config_identity(d: dict | None) -> dict | None:
     so a run recorded before a key existed is the same run as one that has the key at its default."""
     if not isinstance(d, dict):
         return d
-    d = upgrade_config(d)  # a run saved before a key was renamed is the same run
+    d = _normal(d)  # a run saved before a key was renamed, or by the two-family layout, is the same run
     defaults = _defaults()
     return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())
                    and not (k in defaults.get(sec, {}) and defaults[sec][k] == v)}
                   if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+
+
+def _normal(d: dict) -> dict:
+    d = upgrade_config(d)
+    return {**d, "model": normal_form(d["model"])} if isinstance(d.get("model"), dict) else d
 
 
 def _budget(train: dict) -> tuple[str, int]:
@@ -64,7 +69,7 @@ def _first_difference(a, b, where="") -> str:
 
 def _with_defaults(d: dict) -> dict:
     """A config dict with every key its section's dataclass has (missing ones at their default)."""
-    d = upgrade_config(d)
+    d = _normal(d)
     return {sec: ({**_defaults().get(sec, {}), **vals} if isinstance(vals, dict) else vals) for sec, vals in d.items()}
 
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import yaml
 
-from iattention.config.llama import ARCH as LLAMA_ARCH
-from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys, upgrade_override_key
 from iattention.config.run import RunConfig
 from iattention.data.tokenizers import vocab_size_of
@@ -124,30 +122,21 @@ def _build(raw: dict) -> RunConfig:
         values = raw.get(name) or {}
         if not isinstance(values, dict):
             raise UserError(f"config section {name!r} must be a mapping of keys, got {values!r}")
-        if name == "model":
-            cls, values = _model_class(values)
         hints = typing.get_type_hints(cls)
         allowed = [x.name for x in dataclasses.fields(cls)]
         for key in values:
             if key not in hints:
                 raise UserError(f"unknown config key {name}.{key}; allowed keys: {', '.join(allowed)}")
         kwargs = {k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in values.items()}
-        if cls in (GPTConfig, LlamaConfig):
+        if cls is GPTConfig:
             kwargs.setdefault("vocab_size", 0)
         built[name] = cls(**kwargs)
     return RunConfig(**built)
 
 
-ARCHES = ("gpt", LLAMA_ARCH)
-
-
-def _model_class(values: dict) -> tuple[type, dict]:
-    """The model section's class by its `arch` key (absent: GPT-2) and the section without that key."""
-    arch = values.get("arch", "gpt")
-    if arch not in ARCHES:
-        raise UserError(f"unknown model.arch {arch!r}; choose one of {', '.join(ARCHES)} (e.g. --preset llama-cpu)")
-    rest = {k: v for k, v in values.items() if k != "arch"}
-    return (LlamaConfig if arch == LLAMA_ARCH else GPTConfig), rest
+def _family(raw: dict | None) -> str:
+    model = (upgrade_config(raw or {}) or {}).get("model")
+    return model.get("family", "gpt2") if isinstance(model, dict) else "gpt2"
 
 
 def parse_override(text: str, note=None) -> dict:
@@ -194,12 +183,10 @@ def load_config(preset: str | None = None, config_file: str | None = None, overr
     for o in overrides:
         raw = _merge(raw, parse_override(o, note))
     if base is not None:
-        was, now = (((d or {}).get("model") or {}).get("arch", "gpt") for d in (base, raw))
+        was, now = (_family(d) for d in (base, raw))
         if was != now:
-            names = {"gpt": "GPT-2", LLAMA_ARCH: "Llama-family"}
-            raise UserError(f"this run trains a {names.get(was, was)} model; model.arch={now} would make it a "
-                            f"{names.get(now, now)} one: a run keeps its model family, so train that in a new --out "
-                            "(or drop model.arch)")
+            raise UserError(f"this run trains a {was} model; model.family={now} would make it a {now} one: a run "
+                            "keeps its model family, so train that in a new --out (or drop model.family)")
     cfg = _build(raw)
     source = cfg.train.init_from
     if source and source != ((base or {}).get("train") or {}).get("init_from"):

@@ -1,27 +1,60 @@
-"""Model configuration: a small dataclass. The attention variants it accepts are the registry's
-(`attention/registry.py`); presets that build it are `config/load.py`."""
+"""Model configuration: one small dataclass for every family (GPT-2, Llama / Qwen2 / Mistral), as litgpt's
+`Config`. `family` names the transformers class an export writes and gives the structural defaults (FAMILIES:
+positions, norm, MLP, biases, tied head, projection layout); every other key may override one. The attention
+variants it accepts are the registry's (`attention/registry.py`); presets that build it are `config/load.py`
+(run presets) and `config/shapes.py` (shape-only presets of published models)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field, fields
 
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
+from iattention.attention.rope import LAYOUTS
 from iattention.errors import UserError
 from iattention.kernels import ATTN_KERNELS
 
-INITS = ("gpt2", "matched")
+INITS = ("gpt2", "matched", "normal")
 CANONICAL_HALVES = ("both", "qk", "vo")
+POSITIONS = ("learned", "rope")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu_tanh", "swiglu")
+PROJECTIONS = ("fused", "separate")
+ROPE_TYPES = ("default", "llama3")
+LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+# family (transformers' model_type of an export) -> the structural keys it sets unless given
+_LLAMA = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
+              vocab_pad_multiple=1, init="normal", projection="separate")
+FAMILIES: dict[str, dict] = {
+    "gpt2": dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
+                 vocab_pad_multiple=64, init="gpt2", projection="fused"),
+    "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
+}
+FAMILY_NAMES = tuple(FAMILIES)
 # Model keys renamed since runs were first saved: old name -> new name. A saved run (config.yaml, summary.json,
 # checkpoint metadata, arm.json) is read under the new name silently; a user's YAML or override gets a note.
-RENAMED_MODEL_KEYS = {"canonical": "canonical_halves"}
+# The Llama family's own config (LlamaConfig, before the one family) called two keys otherwise.
+RENAMED_MODEL_KEYS = {"canonical": "canonical_halves", "d_ff": "mlp_hidden", "rms_eps": "norm_eps"}
+# A saved Llama-family config said `arch: llama` (and its family); GPT-2's said nothing.
+OLD_ARCH = {"llama": None, "gpt": "gpt2"}
 
 
 def upgrade_model_keys(model: dict, note=None) -> dict:
     """A model section with every renamed key under its new name (a new dict; `model` is not changed).
     note(old, new) is called for each old key found. Both names at once is a user error."""
-    if not isinstance(model, dict) or not any(old in model for old in RENAMED_MODEL_KEYS):
+    if not isinstance(model, dict) or not any(old in model for old in (*RENAMED_MODEL_KEYS, "arch")):
         return model
     out = dict(model)
+    if "arch" in out:  # arch: llama (with its family key) or arch: gpt, the two-family layout's switch
+        arch = out.pop("arch")
+        if arch not in OLD_ARCH:
+            raise UserError(f"unknown model.arch {arch!r}; model.family says the architecture now: one of "
+                            f"{', '.join(FAMILY_NAMES)}")
+        out.setdefault("family", OLD_ARCH[arch] or "llama")
+        if arch == "llama":  # its rot was stored resolved, and 0 meant "all dims" there
+            if out.get("rot") == 0:
+                out.pop("rot")
     for old, new in RENAMED_MODEL_KEYS.items():
         if old in out:
             if new in out:
@@ -40,6 +73,16 @@ def upgrade_config(raw, note=None):
         return raw
     model = upgrade_model_keys(raw["model"], note)
     return raw if model is raw["model"] else {**raw, "model": model}
+
+
+def normal_form(model: dict) -> dict:
+    """A saved model section as today's to_dict writes it (old names renamed, a Llama-family one's derived keys
+    left out), so two sections describing one model compare equal; one that does not build is returned renamed."""
+    model = upgrade_model_keys(model)
+    try:
+        return GPTConfig.from_dict(model).to_dict()
+    except (UserError, TypeError):
+        return model
 
 
 def upgrade_override_key(key: str, note=None) -> str:
@@ -66,23 +109,39 @@ def check_kernel_and_dropout(attn_kernel, dropout) -> None:
 
 @dataclass
 class GPTConfig:
-    """GPT-2 architecture: learned positions, pre-LayerNorm, GELU MLP, tied embeddings.
+    """One decoder-only transformer: GPT-2, Llama, Qwen2, Mistral as values of these keys (litgpt's `Config`).
 
-    attention: a registered variant (`variant_names()`: attention/registry.py; each class's module
-        docstring says what it learns), e.g. "standard" or "canonical" (I-Attention).
-    canonical_halves: which halves of a canonical head have their r x r block fixed to I: "both", "qk" (the
-        query/key half: W_K's block) or "vo" (the value/output half: W_O's block). Saved runs call it `canonical`.
-    init: "gpt2": N(0, 0.02) for every learned matrix entry (residual projections scaled), biases 0.
-        "matched": draw the standard GPT-2 initialisation from the same RNG stream, then canonicalize
-        it exactly (pivoted blocks), so a canonical model starts from the very function that a
-        standard model built with the same seed starts from.
-    minimal_bias: (canonical) no key bias and no value bias. Both are redundant: b_K adds q_i . b_K to
-        every score of query i, which softmax ignores; b_V adds sum_j a_ij b_V W_O = b_V W_O (attention
-        rows sum to one), which folds into b_O. `canonicalize(..., minimal=True)` folds them away.
-    vocab_pad_multiple: the embedding table is padded to a multiple of this for speed;
-        padded rows are never predicted (logits are cut to vocab_size) nor counted.
-    mlp_hidden: width of each MLP's hidden layer (0: GPT-2's 4 * n_embd). `symmetry.iso_param_mlp_hidden`
-        gives the width that spends the parameters a reduced attention saves on the MLP instead.
+    family: the transformers model_type an export writes (FAMILY_NAMES); it gives the structural keys below their
+        defaults (FAMILIES): a key left at its "unset" value ("", None, 0.0) takes its family's, so
+        GPTConfig(family="llama", ...) is a Llama-shaped model and every one key can still be overridden.
+    n_head query heads and n_kv_head key/value heads (0: n_head; n_kv_head divides n_head: MHA n_kv_head = n_head,
+        MQA 1), each d_head wide (0: n_embd // n_head; a Llama-family checkpoint may use any width).
+    pos: "learned" (GPT-2's table, `wpe`) or "rope" (rotary: the first `rot` dims of each head turn with the
+        position; -1: all d_head dims, 0: none; rope_layout "half" (transformers' rotate_half) or "interleaved";
+        rope_theta, rope_type and rope_scaling give the frequencies as transformers' rope_parameters do).
+    norm: "layernorm" (with a bias iff `bias`) or "rmsnorm" (statistics in float32, as transformers); norm_eps.
+    mlp: "gelu_tanh" (GPT-2: c_fc, GELU tanh, c_proj) or "swiglu" (gate_proj, up_proj, down_proj); mlp_hidden its
+        hidden width (0: 4 x n_embd). `symmetry.iso_param_mlp_hidden` gives the width that spends the parameters a
+        reduced attention saves on the MLP instead.
+    bias: biases on the norms and the MLP, and the default of qkv_bias (query/key/value, Qwen2's) and o_bias
+        (the output projection; Llama's attention_bias sets both).
+    projection: how a standard layer stores q, k, v: "fused" (one `c_attn`, [H r | G r | G r] outputs, and
+        `c_proj`: GPT-2's names) or "separate" (`q_proj`, `k_proj`, `v_proj`, `o_proj`: the Llama family's).
+    tie_embeddings: the head is the embedding table. vocab_pad_multiple: the embedding table is padded to a
+        multiple of this for speed; padded rows are never predicted (logits are cut to vocab_size) nor counted.
+    block_size: the longest sequence. sliding_window (Mistral's, 0: none) and max_positions
+        (max_position_embeddings, 0: block_size) are kept for an export; this model attends over its whole block.
+    attention: a registered variant (`variant_names()`: attention/registry.py; each class's module docstring says
+        what it learns), e.g. "standard" or "canonical" (I-Attention).
+    canonical_halves: which halves of a canonical head have their block fixed: "both", "qk" (the query/key half:
+        W_K's) or "vo" (the value/output half: W_O's). Saved runs call it `canonical`.
+    init: "gpt2": N(0, 0.02) for every learned matrix entry (residual projections scaled), biases 0. "normal": the
+        same without the residual scaling (the Llama family's). "matched": draw the standard initialisation from
+        the same RNG stream, then canonicalize it exactly (pivoted blocks), so a canonical model starts from the
+        very function that a standard model built with the same seed starts from.
+    minimal_bias: (canonical) no key bias and no value bias. Both are redundant without rotary dims: b_K adds
+        q_i . b_K to every score of query i, which softmax ignores; b_V adds sum_j a_ij b_V W_O = b_V W_O
+        (attention rows sum to one), which folds into b_O. `canonicalize(..., minimal=True)` folds them away.
     attn_kernel: which attention kernel runs (auto | sdpa | math | triton; `kernels/__init__.py`): auto takes
         what kernels/auto_table.json measured fastest on this device, or without rows for it the Triton kernel
         for wide heads (> 256) on CUDA and SDPA everywhere else; math is two matrix products and a softmax that
@@ -96,57 +155,139 @@ class GPTConfig:
     vocab_size: int = 50257
     block_size: int = 1024
     dropout: float = 0.0
-    bias: bool = True
+    bias: bool | None = None
     attention: str = "standard"
     canonical_halves: str = "both"
-    init: str = "gpt2"
+    init: str = ""
     minimal_bias: bool = False
-    vocab_pad_multiple: int = 64
+    vocab_pad_multiple: int = 0
     mlp_hidden: int = 0
     attn_kernel: str = "auto"
+    family: str = "gpt2"
+    n_kv_head: int = 0
+    d_head: int = 0
+    pos: str = ""
+    rot: int = -1
+    rope_layout: str = "half"
+    rope_theta: float = 10000.0
+    rope_type: str = "default"
+    rope_scaling: dict = field(default_factory=dict)
+    norm: str = ""
+    norm_eps: float = 0.0
+    mlp: str = ""
+    qkv_bias: bool | None = None
+    o_bias: bool | None = None
+    projection: str = ""
+    tie_embeddings: bool | None = None
+    sliding_window: int = 0
+    max_positions: int = 0
 
     def __post_init__(self) -> None:
+        for name, value in self._derived().items():
+            setattr(self, name, value)
         self.validate(allow_auto_vocab=True)
+
+    def _derived(self) -> dict:
+        """The value each key left unset takes (its family's, or one following from the other keys)."""
+        fam = FAMILIES.get(self.family, FAMILIES["gpt2"])
+        out = {k: v for k, v in fam.items() if _unset(getattr(self, k))}
+        bias = out.get("bias", self.bias)
+        if self.qkv_bias is None:
+            out["qkv_bias"] = bias
+        if self.o_bias is None:
+            out["o_bias"] = bias
+        if not self.n_kv_head:
+            out["n_kv_head"] = self.n_head
+        if not self.d_head and _positive(self.n_embd) and _positive(self.n_head):
+            out["d_head"] = self.n_embd // self.n_head
+        if self.rot == -1:
+            pos = out.get("pos", self.pos)
+            out["rot"] = out.get("d_head", self.d_head) if pos == "rope" else 0
+        return out
 
     def validate(self, allow_auto_vocab: bool = False) -> None:
         """allow_auto_vocab: vocab_size = 0 means "take it from the tokenizer" (training configs)."""
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "vocab_pad_multiple"):
+        if self.family not in FAMILIES:
+            raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
+        for name in ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "vocab_size", "block_size",
+                     "vocab_pad_multiple"):
             value = getattr(self, name)
             low = 0 if (name == "vocab_size" and allow_auto_vocab) else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(f"model.{name} must be a positive integer, got {value!r}")
-        if self.n_embd % self.n_head:
-            raise UserError(
-                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
-                f"pick a head count that divides {self.n_embd}"
-            )
+        if self.n_head * self.d_head != self.n_embd and self.d_head == self.n_embd // self.n_head:
+            raise UserError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick a head count that "
+                            f"divides {self.n_embd} (or set model.d_head)")
+        if self.n_head % self.n_kv_head:
+            raise UserError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.n_kv_head}; each key/value "
+                            "head serves the same number of query heads")
+        if self.d_head > self.n_embd:
+            raise UserError(f"d_head={self.d_head} exceeds n_embd={self.n_embd}; a head cannot be wider than the "
+                            "residual stream here")
+        for name, allowed in (("pos", POSITIONS), ("norm", NORMS), ("mlp", MLPS), ("projection", PROJECTIONS),
+                              ("rope_layout", LAYOUTS), ("rope_type", ROPE_TYPES), ("init", INITS),
+                              ("canonical_halves", CANONICAL_HALVES)):
+            if getattr(self, name) not in allowed:
+                raise UserError(f"unknown model.{name} {getattr(self, name)!r}; choose one of {', '.join(allowed)}")
+        for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.rot, int) or self.rot < 0 or self.rot % 2 or self.rot > self.d_head:
+            raise UserError(f"model.rot must be an even number of rotary dims in [0, d_head={self.d_head}] (-1: all), "
+                            f"got {self.rot!r}")
+        if self.rot and self.pos != "rope":
+            raise UserError(f"model.rot={self.rot} rotates dims but model.pos={self.pos}; set model.pos=rope or drop "
+                            "model.rot")
         if self.attention not in ATTENTION_REGISTRY:
             raise UserError(f"unknown attention {self.attention!r}; choose one of {', '.join(variant_names())}")
-        if self.canonical_halves not in CANONICAL_HALVES:
-            raise UserError(f"unknown model.canonical_halves {self.canonical_halves!r}; choose one of "
-                            f"{', '.join(CANONICAL_HALVES)}")
+        cls = ATTENTION_REGISTRY[self.attention]
+        if (why := cls.unsupported(self)) is not None:
+            raise UserError(f"attention={self.attention} {why}")
         if self.canonical_halves != "both" and self.attention != "canonical":
             raise UserError(f"model.canonical_halves={self.canonical_halves} only applies to attention=canonical (got "
                             f"attention={self.attention}); drop it or set model.attention=canonical")
-        if self.minimal_bias and (self.attention != "canonical" or not self.bias):
-            raise UserError("model.minimal_bias=true applies to attention=canonical with bias=true; drop it or set "
+        if self.minimal_bias and (self.attention != "canonical" or not (self.qkv_bias and self.o_bias) or self.rot):
+            raise UserError("model.minimal_bias=true applies to attention=canonical with query/key/value and output "
+                            "biases and no rotary dims (on a rotary dim b_K is not redundant); drop it or set "
                             "model.attention=canonical")
-        if self.init not in INITS:
-            raise UserError(f"unknown model.init {self.init!r}; choose one of {', '.join(INITS)}")
-        if self.init == "matched" and not ATTENTION_REGISTRY[self.attention].full_class:
+        if self.init == "matched" and not cls.full_class:
             raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
             raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
         check_kernel_and_dropout(self.attn_kernel, self.dropout)
-
-    @property
-    def d_head(self) -> int:
-        return self.n_embd // self.n_head
+        for name, example in (("rope_theta", "10000"), ("norm_eps", "1e-6")):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise UserError(f"model.{name} must be a finite number > 0, got {value!r}; e.g. model.{name}={example}")
+        if self.rope_type == "llama3":
+            missing = [k for k in LLAMA3_SCALING if not isinstance(self.rope_scaling.get(k), (int, float))
+                       or isinstance(self.rope_scaling.get(k), bool)]
+            if missing:
+                raise UserError(f"model.rope_type=llama3 needs numbers {', '.join(LLAMA3_SCALING)} in "
+                                f"model.rope_scaling; missing or not a number: {', '.join(missing)}")
+        elif self.rope_scaling:
+            raise UserError(f"model.rope_scaling={self.rope_scaling!r} is read only with model.rope_type=llama3; drop "
+                            "it or set model.rope_type=llama3")
+        # this model attends over its whole block: a shorter Mistral window or position limit would be ignored
+        # here and applied by transformers after an export, so a trained model and its export would differ
+        for name in ("sliding_window", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UserError(f"model.{name} must be an integer >= 0 (0: none), got {value!r}")
+            if 0 < value < self.block_size:
+                raise UserError(f"model.{name}={value} is shorter than model.block_size={self.block_size}; this "
+                                f"model attends over its whole block, so set model.block_size={value} or drop "
+                                f"model.{name}")
 
     @property
     def d_mlp(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.n_head // self.n_kv_head
 
     @property
     def padded_vocab_size(self) -> int:
@@ -154,14 +295,26 @@ class GPTConfig:
         return (self.vocab_size + m - 1) // m * m
 
     def replace(self, **changes) -> GPTConfig:
-        return GPTConfig(**{**asdict(self), **changes})
+        return GPTConfig(**{**self.to_dict(), **changes})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every key, except one a newer key-set added (NEW_KEYS) at the value it would take unset: so a GPT-2
+        config is written as before the one family, and a config read back derives the same values."""
+        raw = asdict(self)
+        unset = GPTConfig.__new__(GPTConfig)
+        unset.__dict__.update({**raw, **{k: _UNSET[k] for k in NEW_KEYS if k != "family"}})
+        derived = {**_UNSET, **unset._derived()}
+        return {k: v for k, v in raw.items() if k not in NEW_KEYS or v != derived[k]}
+
+    @classmethod
+    def key_types(cls) -> dict[str, type]:
+        """Each key's value type (for readers of saved configs)."""
+        hint = {"bool | None": bool, "int": int, "float": float, "str": str, "dict": dict, "bool": bool}
+        return {f.name: hint[f.type] for f in fields(cls)}
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
-        """A saved model section (old key names read under their new ones)."""
+        """A saved model section (old key names read under their new ones, a Llama-family one's too)."""
         d = upgrade_model_keys(d)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
@@ -169,3 +322,20 @@ class GPTConfig:
             raise UserError(f"unknown model key(s) {unknown}; allowed: {sorted(names)}")
         return cls(**d)
 
+
+def _unset(value) -> bool:
+    """A key left at its "unset" value: "", None or a number 0 (not False: false is a setting)."""
+    return value is None or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                             and value == 0)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+# The keys added since GPT-2 was the only family, each with its "unset" value: to_dict leaves one out where it holds
+# what it would derive, so configs of earlier runs and of new ones compare equal (config/identity.py).
+_UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default) for f in fields(GPTConfig)}
+NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
+            "projection", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
+            "sliding_window", "max_positions")

@@ -7,7 +7,6 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from iattention.config.llama import LlamaConfig
 from iattention.config.model import GPTConfig
 from iattention.data.config import DataConfig
 from iattention.errors import UserError
@@ -119,12 +118,12 @@ BUDGET_KEYS = ("epochs", "max_steps", "max_tokens")  # what ends a run; --resume
 
 @dataclass
 class RunConfig:
-    # GPT-2 (the default) or a Llama-family decoder: a model section with `arch: llama` (config/load.py)
-    model: GPTConfig | LlamaConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
+    # GPT-2 (the default), or another family's decoder: a model section with `family: llama` (config/model.py)
+    model: GPTConfig = field(default_factory=lambda: GPTConfig(vocab_size=0))
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
 
     def to_dict(self) -> dict:
-        """Plain dicts; a Llama model section keeps its `arch: llama`, so a saved run reads back as one."""
+        """Plain dicts (the model section as GPTConfig.to_dict writes it)."""
         return {**dataclasses.asdict(self), "model": self.model.to_dict()}

@@ -22,7 +22,6 @@ from iattention.errors import UserError
 from iattention.interop.convert import block_conditioning
 from iattention.interop.hf import from_hf
 from iattention.interop.load import load_model
-from iattention.model import gpt_only
 from iattention.symmetry.transforms import canonicalize
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import perplexity, split_nll
@@ -83,8 +82,10 @@ def run(args) -> None:
     results = []
     if args.checkpoint:  # read first: a model this study cannot take is refused before the minutes of GPT-2
         model, meta = load_model(args.checkpoint)
-        gpt_only(model.config, f"iattn conditioning ({args.checkpoint})", "iattn convert --from it --to canonical "
-                 "prints its fixed blocks' conditioning, pivoted against aligned")
+        if model.config.pos == "rope":  # this study's table has no rotary pairs; convert's report has them
+            raise UserError(f"iattn conditioning ({args.checkpoint}) reads models without rotary dims, and this one "
+                            f"({model.config.family}) has {model.config.rot} per head; iattn convert --from it --to "
+                            "canonical prints its fixed blocks' conditioning, pivoted against aligned")
     if args.gpt2 or not args.checkpoint:  # the reference model: minutes on a CPU
         torch.manual_seed(0)
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init

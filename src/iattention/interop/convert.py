@@ -25,8 +25,7 @@ from iattention.interop.hf_llama import to_hf_llama
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
-from iattention.symmetry import grouped
-from iattention.symmetry.blocks import condition_numbers, select_blocks
+from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
 from iattention.utils.files import as_os_error, os_error_message
@@ -37,15 +36,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @torch.no_grad()
 def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
-    """Condition numbers of each head's fixed key / output block: {'key': (L, H), 'output': (L, H)}."""
-    if model.config.attention != "standard":
+    """Condition numbers of each head's (KV group's) fixed key / output block: {'key': (L, G), 'output': (L, G)}."""
+    c = model.config
+    if c.attention != "standard":
         model = expand(model)
     keys, outs = [], []
     for attn in model.attention_layers:
         hw = attn.to_heads().to(torch.float64)
-        k_rows, o_cols = select_blocks(hw.W_K, hw.W_O, block)
-        keys.append(condition_numbers(hw.W_K, k_rows))
-        outs.append(condition_numbers(hw.W_O.mT, o_cols))
+        cond = transforms.conditioning(hw, c.rot, c.rope_layout, transforms.select_blocks(hw, c.rot, c.rope_layout,
+                                                                                          block))
+        keys.append(cond["pass"].numpy())
+        outs.append(cond["output"].numpy())
     return {"key": np.stack(keys), "output": np.stack(outs)}
 
 
@@ -99,7 +100,7 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", r
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if grouped.is_grouped(src):
+    if src.config.pos == "rope":  # its conditioning report has the rotary pairs too
         out, rep = convert_grouped(src, to, block, dtype)
     else:
         out, rep = _convert_gpt(src, to, block, dtype)
@@ -147,7 +148,7 @@ def grouped_conditioning(model) -> dict[str, list]:
     '<block> <what>', each (L, G) as lists."""
     c = model.config
     out: dict[str, list] = {}
-    for attn in grouped.expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
+    for attn in expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
         for key, v in layer_conditioning(attn.to_heads().to(torch.float64), c).items():
             out.setdefault(key, []).append(v)
     return out
@@ -170,8 +171,8 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
     `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
     out = {}
     for block in ("pivoted", "aligned"):
-        blocks = (known or {}).get(block) or grouped.select_blocks(hw, c.rot, c.rope_layout, block)
-        for what, v in grouped.conditioning(hw, c.rot, c.rope_layout, blocks).items():
+        blocks = (known or {}).get(block) or transforms.select_blocks(hw, c.rot, c.rope_layout, block)
+        for what, v in transforms.conditioning(hw, c.rot, c.rope_layout, blocks).items():
             out[f"{block} {what}"] = v.tolist()
     return out
 
@@ -184,10 +185,10 @@ def convert_grouped(src, to: str, block: str, dtype: str):
     ref = src64(x)[0]
     cond = None
     if to == "canonical":
-        out = grouped.canonicalize(src64, block=block).to(DTYPES[dtype])
+        out = canonicalize(src64, block=block).to(DTYPES[dtype])
         cond = grouped_conditioning(src64)
     elif to == "standard":
-        out = grouped.expand(src64).to(DTYPES[dtype])
+        out = expand(src64).to(DTYPES[dtype])
     else:
         out = to_hf_llama(src64)
         inv_freq = out.model.rotary_emb.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32

@@ -1,8 +1,10 @@
-"""Exact conversion between transformers' Llama-family models and `iattention.model.llama.Llama`.
+"""Exact conversion between transformers' Llama-family models and our model (`GPT` with family llama / qwen2 /
+mistral).
 
 `LlamaForCausalLM`, `Qwen2ForCausalLM` and `MistralForCausalLM` (SmolLM2 is LlamaForCausalLM) share one layout:
-separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model uses the same
-parameter names, so the weights copy one to one; canonical models are expanded first on export. The rotary width
+separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model (projection
+"separate") holds the same tensors under GPT-2's prefixes (model/names.py renames them), so the weights copy one to
+one; canonical models are expanded first on export. The rotary width
 is read from the model's own `inv_freq` (Llama accepts `partial_rotary_factor` in its config and ignores it), and
 our frequencies must equal transformers' bit for bit. Out of scope, refused in one line: QK-norm models (Qwen3,
 Gemma-3, OLMo-2: a norm between the projection and RoPE breaks the gauge), fused projections (Phi-3), MLP biases,
@@ -21,11 +23,12 @@ import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint.run_folder import read_json_object
-from iattention.config.llama import LLAMA3_SCALING, ROPE_TYPES, LlamaConfig
+from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
 from iattention.errors import UserError
 from iattention.interop.hf import _check_hf_weights, _transformers
-from iattention.model.llama import Llama, inv_freq_of
-from iattention.symmetry.grouped import expand
+from iattention.model.gpt import GPT, inv_freq_of
+from iattention.model.names import from_family, to_family
+from iattention.symmetry.transforms import expand
 
 # model_type -> transformers class name
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
@@ -161,7 +164,7 @@ def attention_biases(family: str, attention_bias: bool) -> dict[str, bool]:
     return {"qkv_bias": attention_bias, "o_bias": attention_bias}
 
 
-def shape_from_folder(folder: Path) -> LlamaConfig:
+def shape_from_folder(folder: Path) -> GPTConfig:
     """The shape a Llama-family folder's config.json describes (checked as `read_llama_config` checks it), for
     counting: no weights read, no transformers needed (these families rotate whole heads)."""
     cfg = read_llama_config(folder)
@@ -169,15 +172,15 @@ def shape_from_folder(folder: Path) -> LlamaConfig:
     n_head, d = cfg["num_attention_heads"], cfg["hidden_size"]
     d_head = cfg.get("head_dim") or d // n_head
     bias = bool(cfg.get("attention_bias", False))
-    return LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
-                       n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
-                       d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
+    return GPTConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
+                     n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
+                     mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
                        **attention_biases(family, bias),
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
                        family=family)
 
 
-def config_from_hf(hf, family: str) -> LlamaConfig:
+def config_from_hf(hf, family: str) -> GPTConfig:
     """Our config for a loaded transformers model (its rotary width from its inv_freq)."""
     return llama_config_of(hf.config, hf.model.rotary_emb, _tied(hf), family)
 
@@ -189,7 +192,7 @@ def rotary_of(hf_config, family: str):
     return getattr(module, f"{name}RotaryEmbedding")(hf_config)
 
 
-def llama_config_of(c, rotary, tied: bool, family: str) -> LlamaConfig:
+def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
     """Our config for a transformers config `c`, its rotary embedding module and whether the head is tied."""
     where = f"this {family} model"
     if getattr(c, "mlp_bias", False):
@@ -210,12 +213,12 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> LlamaConfig:
     d_head = getattr(c, "head_dim", None) or c.hidden_size // n_head
     window = getattr(c, "sliding_window", None) if family == "mistral" else None
     bias = bool(getattr(c, "attention_bias", False))
-    cfg = LlamaConfig(
+    cfg = GPTConfig(
         n_layer=c.num_hidden_layers, n_head=n_head, n_kv_head=c.num_key_value_heads or n_head, n_embd=c.hidden_size,
-        d_head=d_head, d_ff=c.intermediate_size, vocab_size=c.vocab_size,
+        d_head=d_head, mlp_hidden=c.intermediate_size, vocab_size=c.vocab_size,
         block_size=min(c.max_position_embeddings, window or c.max_position_embeddings),
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
-        rope_scaling=rope if rope_type != "default" else {}, rms_eps=float(c.rms_norm_eps),
+        rope_scaling=rope if rope_type != "default" else {}, norm_eps=float(c.rms_norm_eps),
         **attention_biases(family, bias),
         tie_embeddings=tied, family=family, sliding_window=window or 0,
         max_positions=c.max_position_embeddings)
@@ -233,12 +236,12 @@ def _tied(hf) -> bool:
 
 
 @torch.no_grad()
-def from_hf_llama(hf, family: str) -> Llama:
+def from_hf_llama(hf, family: str) -> GPT:
     """A loaded transformers Llama-family model -> our standard model, same dtype, same logits."""
     cfg = config_from_hf(hf, family)
     dtype = hf.model.embed_tokens.weight.dtype
-    model = Llama(cfg).to(dtype)
-    state = {k: v for k, v in hf.state_dict().items() if not k.endswith("rotary_emb.inv_freq")}
+    model = GPT(cfg).to(dtype)
+    state = {from_family(k, family): v for k, v in hf.state_dict().items() if not k.endswith("rotary_emb.inv_freq")}
     model.load_state_dict(state, strict=True)
     return model.eval()
 
@@ -253,7 +256,7 @@ def _transformers_v5():
     return tf
 
 
-def load_hf_llama(path: str | Path) -> Llama:
+def load_hf_llama(path: str | Path) -> GPT:
     """An HF Llama / Qwen2 / Mistral folder (safetensors) -> our standard model."""
     tf = _transformers_v5()
     path = Path(path)
@@ -302,7 +305,7 @@ def _strict_error():
     return StrictDataclassError
 
 
-def hf_llama_config(cfg: LlamaConfig):
+def hf_llama_config(cfg: GPTConfig):
     tf = _transformers_v5()
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
         raise UserError(f"transformers' {FAMILIES[cfg.family]} rotates all of a head's dims in the 'half' layout; "
@@ -311,10 +314,10 @@ def hf_llama_config(cfg: LlamaConfig):
             cfg.family != "qwen2" and cfg.qkv_bias != cfg.o_bias:
         raise UserError(f"transformers' {FAMILIES[cfg.family]} cannot hold qkv_bias={cfg.qkv_bias} with "
                         f"o_bias={cfg.o_bias}")
-    kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.d_ff,
+    kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.d_mlp,
               num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,
               head_dim=cfg.d_head, max_position_embeddings=cfg.max_positions or cfg.block_size,
-              rms_norm_eps=cfg.rms_eps, tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
+              rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
               rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling})
     if cfg.family == "llama":
         kw["attention_bias"] = cfg.qkv_bias
@@ -324,16 +327,18 @@ def hf_llama_config(cfg: LlamaConfig):
 
 
 @torch.no_grad()
-def to_hf_llama(model: Llama):
+def to_hf_llama(model: GPT):
     """Any iattention Llama (canonical is expanded) -> the transformers model of its family, same logits."""
     tf = _transformers_v5()
     if model.config.attention != "standard":
         model = expand(model)
     hf = getattr(tf, FAMILIES[model.config.family])(hf_llama_config(model.config))
-    hf = hf.to(model.model.embed_tokens.weight.dtype)
-    if not torch.equal(hf.model.rotary_emb.inv_freq.float().cpu(), model.model.rotary_emb.inv_freq.float().cpu()):
+    hf = hf.to(model.transformer.wte.weight.dtype)
+    if not torch.equal(hf.model.rotary_emb.inv_freq.float().cpu(),
+                       model.transformer.rotary_emb.inv_freq.float().cpu()):
         raise UserError("the exported model's RoPE frequencies differ from this model's; it cannot be exported exactly")
-    missing, unexpected = hf.load_state_dict(model.state_dict(), strict=False)
+    state = {to_family(k, model.config.family): v for k, v in model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.endswith("inv_freq")]:
         raise RuntimeError(f"no one-to-one state dict: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return hf.eval()

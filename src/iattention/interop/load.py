@@ -8,7 +8,6 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
-from iattention.config.llama import ARCH, LlamaConfig
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
@@ -17,7 +16,6 @@ from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_llama import load_hf_llama
 from iattention.model.gpt import GPT
-from iattention.model.llama import Llama
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
 DATA_SPEC_FILE = "iattention-data.json"
@@ -45,10 +43,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
     # the kernel a run trained with says where it ran, not what it computes: here, whatever runs here
-    if model_cfg.get("arch") == ARCH:
-        model = Llama(LlamaConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
-    else:
-        model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
+    model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
     tensors = {}
     for file in shards or [path]:
         if not file.is_file():

@@ -3,7 +3,7 @@ safetensors file or an index's shards) to our canonical or standard checkpoint f
 `--to standard`), and an iattention Llama-family folder back to an HF folder (`--to hf`).
 
 Tensors are read lazily (safetensors `safe_open`, one layer's at a time, each file closed again so its pages are
-let go); each layer's gauge algebra runs in float64 (`symmetry.grouped.canonicalize_layer`, what the whole-model
+let go); each layer's gauge algebra runs in float64 (`symmetry.transforms.canonicalize_layer`, what the whole-model
 `canonicalize` runs per layer); embeddings, norms and MLPs are only cast to the output dtype (by default the
 source's, so untouched). The output is written as it is made: every shard's safetensors header is laid out first
 (the output's names, dtypes and shapes follow from the config), then each tensor's bytes are appended; peak memory
@@ -35,11 +35,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
-from iattention.attention.registry import build_grouped_attention
+from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import read_json_object
-from iattention.config.llama import ARCH, LlamaConfig
+from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.interop.convert import (
     DTYPES,
@@ -65,8 +65,9 @@ from iattention.interop.hf_llama import (
     rotary_of,
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
-from iattention.model.llama import Llama, inv_freq_of
-from iattention.symmetry import grouped
+from iattention.model.gpt import GPT, inv_freq_of
+from iattention.model.names import to_family
+from iattention.symmetry import transforms
 from iattention.utils.faults import fault_point
 
 SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (decimal GB)
@@ -189,11 +190,13 @@ class Source:
                                 f"{_RESAVE}")
 
 
-def shapes_of(cfg: LlamaConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
-    """{name: (shape, dtype)} of a model of `cfg`, in state-dict order, a tied head once (none allocated)."""
+def shapes_of(cfg: GPTConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
+    """{name: (shape, dtype)} of a model of `cfg`, in state-dict order, a tied head once (none allocated), under
+    its family's transformers names (model/names.py): a converted folder keeps the tensor names of the HF folder it
+    came from (our loader reads them as ours)."""
     with torch.device("meta"):
-        model = Llama(cfg)
-    return {prefix + k: (list(v.shape), v.dtype) for k, v in model.state_dict().items()
+        model = GPT(cfg)
+    return {prefix + to_family(k, cfg.family): (list(v.shape), v.dtype) for k, v in model.state_dict().items()
             if not (cfg.tie_embeddings and k == "lm_head.weight")}
 
 
@@ -320,7 +323,7 @@ class StreamReport:
     out: str
     to: str
     dtype: torch.dtype
-    config: LlamaConfig
+    config: GPTConfig
     block: str
     params_before: int = 0
     params_after: int = 0
@@ -380,7 +383,7 @@ class StreamReport:
 class LayerCheck:
     """A fixed float64 probe through one attention layer: source against converted (exact and rounded)."""
 
-    def __init__(self, cfg: LlamaConfig, seed: int = 0):
+    def __init__(self, cfg: GPTConfig, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
         T = min(PROBE_TOKENS, cfg.block_size)
         self.x = torch.randn(1, T, cfg.n_embd, generator=g, dtype=torch.float64)
@@ -400,11 +403,11 @@ class LayerCheck:
         return {"algebra": algebra, "rounded": relative(dst(self.x, rope=self.rope), ref)}
 
 
-def _layer_module(cfg: LlamaConfig, state: dict[str, torch.Tensor] | None = None):
+def _layer_module(cfg: GPTConfig, state: dict[str, torch.Tensor] | None = None):
     """A float64 attention layer of `cfg`, uninitialised (built on the meta device: no random init to pay for)
     unless `state` is given; its caller loads every weight and buffer (load_heads and set_blocks, or `state`)."""
     with torch.device("meta"):
-        attn = build_grouped_attention(cfg)
+        attn = build_attention(cfg)
     attn = attn.to_empty(device="cpu").to(torch.float64).eval()
     if state is not None:
         attn.load_state_dict({k: v.to(torch.float64) if v.is_floating_point() else v for k, v in state.items()})
@@ -437,7 +440,7 @@ def _progress(n: int):
     return tqdm(total=n, desc="converting", unit="layer", file=sys.stderr, disable=None, leave=False)
 
 
-def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: LlamaConfig, out_cfg: LlamaConfig,
+def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GPTConfig, out_cfg: GPTConfig,
                     src_prefix: str, out_prefix: str, dtype: torch.dtype, block: str) -> list[dict]:
     """Write every planned tensor, one layer at a time; the per-layer checks."""
     check = LayerCheck(src_cfg)
@@ -460,7 +463,7 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: Ll
                 dst = _layer_module(out_cfg, attn_state)
             elif out_cfg.attention == "canonical":
                 dst = _layer_module(out_cfg)
-                chosen = {block: grouped.canonicalize_layer(src_attn, dst, src_cfg, block, layer)}
+                chosen = {block: transforms.canonicalize_layer(src_attn, dst, out_cfg, block, layer)}
                 cond = layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen)
             else:  # to standard: the assembled matrices
                 dst = _layer_module(out_cfg)
@@ -485,7 +488,7 @@ def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: 
     writer.put_chunks(name, chunks, source.shapes[src_name], dtype)
 
 
-def _whole_fits(cfg: LlamaConfig) -> tuple[bool, str]:
+def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:
     n = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
     need = n * 8
     if need <= WHOLE_CHECK_BYTES:
@@ -494,7 +497,7 @@ def _whole_fits(cfg: LlamaConfig) -> tuple[bool, str]:
                    "streaming converter allows itself; the per-layer check above stands for it")
 
 
-def _probe(cfg: LlamaConfig) -> torch.Tensor:
+def _probe(cfg: GPTConfig) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     return torch.randint(0, cfg.vocab_size, (2, min(64, cfg.block_size)), generator=g)
 
@@ -580,7 +583,8 @@ def is_streamed_source(path: str | Path) -> bool:
         return False
     meta = ckpt.read_meta(path / files[0])
     model = (meta.get("config") or {}).get("model") or {}
-    return model.get("arch") == ARCH and "data" not in meta.get("config", {})
+    family = upgrade_model_keys(model).get("family", "gpt2") if isinstance(model, dict) else "gpt2"
+    return family != "gpt2" and "data" not in meta.get("config", {})
 
 
 def _our_files(path: Path) -> list[str]:
@@ -597,7 +601,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     src, out = Path(src), Path(out)
     files = _our_files(src)
     meta = ckpt.read_meta(src / files[0])
-    cfg = LlamaConfig.from_dict(meta["config"]["model"])
+    cfg = GPTConfig.from_dict(meta["config"]["model"])
     index = src / INDEX if (src / INDEX).exists() else None
     source = Source(src, files, index)
     src_dtype = source.float_dtype(allowed_ints=("_perm",))

@@ -4,9 +4,9 @@ forward pass (like TransformerLens' `run_with_cache`), built on the model direct
 Names follow TransformerLens: `blocks.{l}.hook_resid_pre` (B, T, d), `blocks.{l}.attn.hook_pattern`
 (B, H, T_query, T_key: softmax of the scores, causal), `blocks.{l}.hook_attn_out` (B, T, d),
 `blocks.{l}.hook_resid_post` (B, T, d), and `ln_final.hook_normalized`. The pattern is recomputed from
-the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with. Both
-families: a Llama-family model's blocks are `model.layers`, its pattern the RoPE'd scores of each query
-head against its group's key head, and `ln_final` its final RMSNorm.
+the layer's own q and k (SDPA does not return it), so it is exactly what the layer attends with. Every family:
+with RoPE the pattern is the rotated scores of each query head against its group's key head, and `ln_final` is
+the family's final norm.
 
 A canonical model's own parameterization (what external tools never see: they get the expanded standard
 model) comes by name from `canonical_view(model)`, or in the cache with `run_with_cache(..., canonical=True)`:
@@ -22,10 +22,8 @@ import torch
 
 
 def _parts(model):
-    """(blocks, their attention layers, the final norm) of a GPT-2 or a Llama-family model."""
-    if hasattr(model, "transformer"):  # GPT
-        return model.transformer.h, [block.attn for block in model.transformer.h], model.transformer.ln_f
-    return model.model.layers, [block.self_attn for block in model.model.layers], model.model.norm
+    """(blocks, their attention layers, the final norm)."""
+    return model.transformer.h, [block.attn for block in model.transformer.h], model.transformer.ln_f
 
 
 @torch.no_grad()
@@ -57,9 +55,6 @@ def canonical_view(model) -> dict[str, torch.Tensor]:
     layers = model.attention_layers
     if not all(isinstance(attn, CanonicalAttention) for attn in layers):
         variant = getattr(model.config, "attention", type(layers[0]).__name__)
-        if variant == "canonical":  # the Llama family's canonical layers have no view by name yet
-            raise UserError("a Llama-family canonical model has no canonical view yet (only GPT-2 canonical "
-                            "models have one)")
         raise UserError(f"a {variant}-attention model has no canonical view (only canonical models do); "
                         "make one with iattn convert --to canonical")
     return {f"blocks.{layer}.attn.canonical.{name}": t
@@ -80,7 +75,7 @@ def run_with_cache(model, idx: torch.Tensor, canonical: bool = False) -> tuple[t
         def post(_, args, out, layer=layer):
             cache[f"blocks.{layer}.hook_resid_post"] = out.detach()
 
-        def attn_in(module, args, kwargs, layer=layer):  # a Llama layer gets rope= from its block
+        def attn_in(module, args, kwargs, layer=layer):  # rope= from its block (None without RoPE)
             cache[f"blocks.{layer}.attn.hook_pattern"] = attention_pattern(module, args[0], kwargs.get("rope"))
 
         def attn_out(_, args, out, layer=layer):

@@ -1,7 +1,11 @@
-"""GPT-2 decoder (learned positions, pre-LayerNorm, GELU MLP, tied embeddings).
+"""One decoder-only transformer for every family, as its GPTConfig says (litgpt's `GPT`): GPT-2 (learned
+positions, LayerNorm, GELU MLP, tied embeddings), Llama / Qwen2 / Mistral (RoPE, RMSNorm, SwiGLU, grouped-query
+attention, an untied head).
 
-Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...)
-wherever the attention variant allows, so standard checkpoints map one-to-one.
+Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...) for every
+family; interop/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
+RMSNorm computes its statistics in float32 and RoPE its angles in float32, exactly as transformers does, so a
+float64 model reproduces transformers' float64 logits to rounding.
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.registry import build_attention
-from iattention.config.llama import LlamaConfig
+from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_inv_freq
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.generate import generate
-from iattention.symmetry.counts import llama_standard_param_count, standard_param_count
+from iattention.symmetry.counts import standard_param_count
 from iattention.symmetry.transforms import canonicalize_into, load_into
+
+CACHES = ("full", "k-only")
 
 
 class MLP(nn.Module):
+    """GPT-2's: c_fc, GELU (tanh approximation), c_proj."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
@@ -36,17 +44,61 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
 
 
+class SwiGLU(nn.Module):
+    """The Llama family's: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.up_proj = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.down_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.down_proj.residual_scale = True
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        # (B, T, d) -> silu(gate) * up (B, T, d_mlp) -> down (B, T, d)
+        return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        # (B, T, d): x / rms(x) in float32 (transformers' arithmetic, for any input dtype), times the gain
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.n_embd, config.norm_eps)
+    return nn.LayerNorm(config.n_embd, bias=config.bias, eps=config.norm_eps)
+
+
 class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias, eps=1e-5)
+        self.ln_1 = norm(config)
         self.attn = build_attention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias, eps=1e-5)
-        self.mlp = MLP(config)
+        self.ln_2 = norm(config)
+        self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0):
-        x = x + self.attn(self.ln_1(x), cache, layer)  # (B, T, d)
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None):
+        x = x + self.attn(self.ln_1(x), cache, layer, rope=rope)  # (B, T, d)
         return x + self.mlp(self.ln_2(x))  # (B, T, d)
+
+
+def inv_freq_of(config: GPTConfig) -> torch.Tensor:
+    """(rot/2,) float32 inverse frequencies of the config's rope_type."""
+    if config.rope_type == "llama3":
+        s = config.rope_scaling
+        return llama3_inv_freq(config.rot, config.rope_theta, s["factor"], s["low_freq_factor"],
+                               s["high_freq_factor"], s["original_max_position_embeddings"])
+    return default_inv_freq(config.rot, config.rope_theta)
 
 
 def available_memory(device: torch.device | None = None) -> int | None:
@@ -67,15 +119,12 @@ def available_memory(device: torch.device | None = None) -> int | None:
         return None
 
 
-def memory_estimate(config: GPTConfig | LlamaConfig, batch_size: int = 0, cuda: bool = False) -> dict[str, int]:
+def memory_estimate(config: GPTConfig, batch_size: int = 0, cuda: bool = False) -> dict[str, int]:
     """Bytes a float32 model needs (an estimate): its weights with the padded vocabulary; when training
     (batch_size > 0) also the gradients, AdamW's two moments and the activations of one batch (per layer
     34 bytes per token and channel, as in Korthikanti et al. 2022 for half precision: a low estimate, so no
     run that fits is refused; the logits; on CPU one layer's attention scores)."""
-
-    llama = hasattr(config, "n_kv_head")  # a LlamaConfig (model/llama.py): the same estimate, its own count
-    params = (llama_standard_param_count(config) if llama else standard_param_count(config)) \
-        + (config.padded_vocab_size - config.vocab_size) * config.n_embd
+    params = standard_param_count(config) + (config.padded_vocab_size - config.vocab_size) * config.n_embd
     need = {"weights": params * 4}
     if batch_size:
         B, T, d, H = batch_size, config.block_size, config.n_embd, config.n_head
@@ -87,7 +136,7 @@ def memory_estimate(config: GPTConfig | LlamaConfig, batch_size: int = 0, cuda: 
     return need
 
 
-def check_fits_in_memory(config: GPTConfig | LlamaConfig, batch_size: int = 0,
+def check_fits_in_memory(config: GPTConfig, batch_size: int = 0,
                          device: torch.device | None = None) -> None:
     """Refuse, in one line and before allocating anything, a model (and, with batch_size, its training)
     whose estimated memory exceeds what this machine has available: an absurd size would otherwise die in
@@ -116,22 +165,24 @@ class GPT(nn.Module):
         rng_at_entry = torch.random.get_rng_state()
         self.config = config
         d = config.n_embd
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.padded_vocab_size, d),
-            wpe=nn.Embedding(config.block_size, d),
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(d, bias=config.bias, eps=1e-5),
-        ))
+        parts = dict(wte=nn.Embedding(config.padded_vocab_size, d))
+        if config.pos == "learned":
+            parts["wpe"] = nn.Embedding(config.block_size, d)
+        parts.update(drop=nn.Dropout(config.dropout), h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                     ln_f=norm(config))
+        if config.pos == "rope":
+            parts["rotary_emb"] = RotaryEmbedding(inv_freq_of(config))
+        self.transformer = nn.ModuleDict(parts)
         self.lm_head = nn.Linear(d, config.padded_vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied
+        if config.tie_embeddings:
+            self.lm_head.weight = self.transformer.wte.weight
         self.apply(self._init_weights)
         if config.init == "matched" and config.attention != "standard":
             self._init_matched(rng_at_entry)
 
     @torch.no_grad()
     def _init_matched(self, rng_at_entry: torch.Tensor) -> None:
-        """Start from the standard GPT-2 init that the same RNG state gives: canonicalized exactly (pivoted
+        """Start from the standard init that the same RNG state gives: canonicalized exactly (pivoted
         blocks) for `canonical`, loaded head by head (`load_heads`) for any other full-class variant.
 
         The standard model is drawn from the RNG state this constructor was entered with, and the
@@ -150,8 +201,8 @@ class GPT(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "residual_scale", False) else 0.02
-            nn.init.normal_(module.weight, 0.0, std)
+            scaled = getattr(module, "residual_scale", False) and self.config.init != "normal"
+            nn.init.normal_(module.weight, 0.0, 0.02 / math.sqrt(2 * self.config.n_layer) if scaled else 0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
@@ -162,33 +213,56 @@ class GPT(nn.Module):
         return [block.attn for block in self.transformer.h]
 
     def num_params(self, exclude_positions: bool = False) -> int:
-        """Learned parameters, counting the true vocabulary (padding rows excluded)."""
+        """Learned parameters, counting the true vocabulary (padding rows excluded; a tied head once)."""
         n = sum(p.numel() for p in self.parameters())
         n -= (self.config.padded_vocab_size - self.config.vocab_size) * self.config.n_embd
-        if exclude_positions:
+        if not self.config.tie_embeddings:
+            n -= (self.config.padded_vocab_size - self.config.vocab_size) * self.config.n_embd
+        if exclude_positions and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
         return n
 
     def make_cache(self, kind: str = "full"):
-        """An empty cache for generate: "full" (keys and values) or "k-only" (keys only: GPT-2's key map, d x
-        n_head d_head, is always square, so the values are rebuilt from the keys; half the memory)."""
+        """An empty cache for generate: "full" (keys and values) or "k-only" (the pre-RoPE keys only; the values
+        are rebuilt from them, half the memory: exact where the key map is square, n_kv_head x d_head = n_embd,
+        as GPT-2's always is)."""
+        c = self.config
         if kind == "full":
-            return KVCache(self.config.n_layer)
+            return KVCache(c.n_layer)
         if kind != "k-only":
-            raise UserError(f"unknown cache {kind!r}; choose one of full, k-only")
-        return KOnlyCache(self.config.n_layer)
+            raise UserError(f"unknown cache {kind!r}; choose one of {', '.join(CACHES)}")
+        keys = c.n_kv_head * c.d_head
+        if keys != c.n_embd:
+            why = ("(grouped-query attention already caches fewer numbers than that)" if c.n_kv_head < c.n_head else
+                   "(the keys do not determine the layer input)") if keys < c.n_embd else \
+                "(the key map is not square, so the values are not rebuilt from the keys)"
+            raise UserError(f"a K-only cache is exact only when the keys determine the layer input (n_kv_head x "
+                            f"d_head = n_embd); this model has {c.n_kv_head} x {c.d_head} = {keys} "
+                            f"{'<' if keys < c.n_embd else '>'} {c.n_embd} key dims per token {why}: use the full "
+                            "cache")
+        if c.pos != "rope":
+            return KOnlyCache(c.n_layer)
+        wte = self.transformer.wte.weight
+        return KOnlyCache(c.n_layer, lambda n: self.transformer.rotary_emb(torch.arange(n, device=wte.device),
+                                                                             wte.dtype))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
         """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.
-        With a KVCache, idx holds the positions after the cached ones (see model/generate.py)."""
+        With a cache (make_cache), idx holds the positions after the cached ones (see model/generate.py)."""
         B, T = idx.shape  # (B, T) token ids
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(past, past + T, device=idx.device)  # (T,)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, d) + (T, d)
+        x = self.transformer.wte(idx)  # (B, T, d)
+        rope = None
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe(pos)  # (B, T, d) + (T, d)
+        if "rotary_emb" in self.transformer:
+            rope = self.transformer.rotary_emb(pos, x.dtype)  # (T, rot/2) x 2
+        x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, cache, layer)  # (B, T, d)
+            x = block(x, cache, layer, rope)  # (B, T, d)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, padded_vocab_size)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # (B, T, vocab_size)
@@ -198,6 +272,6 @@ class GPT(nn.Module):
         return logits, loss
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
-        """Append max_new_tokens sampled tokens to idx (B, T); see model/generate.py for the options."""
-
+        """Append max_new_tokens sampled tokens to idx (B, T); cache="k-only" for the K-only cache (see
+        model/generate.py for the other options)."""
         return generate(self, idx, max_new_tokens, **kwargs)

@@ -1,7 +1,7 @@
 """Symmetry tools: random gauge moves, canonical form, expansion, counts and balancedness."""
 
 from iattention.symmetry.balance import balancedness
-from iattention.symmetry.blocks import BLOCKS, condition_numbers, select_blocks
+from iattention.symmetry.blocks import BLOCKS, condition_numbers
 from iattention.symmetry.counts import (
     bias_redundancy,
     fully_reduced_count,
@@ -17,6 +17,7 @@ from iattention.symmetry.transforms import (
     fold_biases,
     load_into,
     random_gauge,
+    select_blocks,
 )
 
 __all__ = [

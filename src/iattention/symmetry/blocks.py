@@ -1,12 +1,10 @@
-"""Choosing each head's r x r block: aligned coordinates or column-pivoted QR."""
+"""Choosing a block of rows: column-pivoted QR (`transforms.select_blocks` uses it), and blocks' conditioning."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
 import torch
-
-from iattention.attention.canonical import aligned_blocks
 
 BLOCKS = ("aligned", "pivoted")
 
@@ -19,19 +17,6 @@ def pivoted_rows(W: torch.Tensor) -> list[int]:
     r = W.shape[1]
     _, _, piv = scipy.linalg.qr(W.detach().double().cpu().numpy().T, mode="economic", pivoting=True)
     return sorted(int(i) for i in piv[:r])
-
-
-def select_blocks(W_K: torch.Tensor, W_O: torch.Tensor, block: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(H, r) key rows and (H, r) output columns to fix to the identity, per head."""
-    H, d, r = W_K.shape
-    if block == "aligned":
-        b = aligned_blocks(H, r)
-        return b, b.clone()
-    if block == "pivoted":
-        k = torch.tensor([pivoted_rows(W_K[h]) for h in range(H)])
-        o = torch.tensor([pivoted_rows(W_O[h].t()) for h in range(H)])
-        return k, o
-    raise ValueError(f"unknown block {block!r}; choose one of {', '.join(BLOCKS)}")
 
 
 def condition_numbers(W: torch.Tensor, rows: torch.Tensor) -> np.ndarray:

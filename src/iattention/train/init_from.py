@@ -1,7 +1,7 @@
 """`train.init_from`: start a run from existing weights instead of a fresh initialisation.
 
 The source is one of our checkpoints (run folder, .safetensors, converted folder) or a Hugging Face
-GPT-2 folder; for a Llama-family run (model.arch=llama), a Llama-family checkpoint of ours (a converted
+GPT-2 folder; for a Llama-family run (model.family=llama), a Llama-family checkpoint of ours (a converted
 Llama, Qwen2 or Mistral folder included). Its weights are moved exactly into the run's attention
 variant: to `standard` by expanding (products formed, no solve), to `canonical` by canonicalizing
 with pivoted blocks (the best-conditioned r x r blocks), so "convert a pretrained GPT-2 to I-Attention
@@ -15,21 +15,20 @@ import torch
 from iattention.errors import UserError
 from iattention.interop.load import load_any
 from iattention.model.gpt import GPT
-from iattention.model.llama import Llama
-from iattention.symmetry import grouped
 from iattention.symmetry.transforms import canonicalize, expand
 
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias")
-# no block_size: RoPE has no position weights, so a run may train at any block (a source's max_position_embeddings,
-# 8192 for SmolLM2, says how far it was trained, not what it holds)
-LLAMA_SHAPE_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "d_ff", "rot", "rope_layout", "rope_theta",
-                    "rope_type", "rope_scaling", "rms_eps", "qkv_bias", "o_bias", "tie_embeddings")
+# no block_size with RoPE: it has no position weights, so a run may train at any block (a source's
+# max_position_embeddings, 8192 for SmolLM2, says how far it was trained, not what it holds)
+SHAPE_KEYS = ("family", "n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "block_size", "bias", "pos", "rot",
+              "rope_layout", "rope_theta", "rope_type", "rope_scaling", "norm", "norm_eps", "mlp", "mlp_hidden",
+              "qkv_bias", "o_bias", "tie_embeddings")
 
 
-def _check_fits(source: str, want, have, data: dict | None, cfg, llama: bool) -> None:
+def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     """Every way the source differs from the run, in one line: the model keys to set, and the tokenizer (which
     fixes the vocabulary: model.vocab_size follows the run's tokenizer, so it is not a key to set)."""
-    keys = [k for k in (LLAMA_SHAPE_KEYS if llama else SHAPE_KEYS) if getattr(want, k) != getattr(have, k)]
+    keys = [k for k in SHAPE_KEYS if getattr(want, k) != getattr(have, k)
+            and not (k == "block_size" and want.pos == "rope")]
     problems, fixes = [], []
     if keys:
         problems.append(", ".join(f"model.{k} (source {getattr(have, k)}, run {getattr(want, k)})" for k in keys))
@@ -48,22 +47,17 @@ def _check_fits(source: str, want, have, data: dict | None, cfg, llama: bool) ->
 
 
 @torch.no_grad()
-def load_initial_weights(model: GPT | Llama, source: str, cfg) -> dict:
+def load_initial_weights(model: GPT, source: str, cfg) -> dict:
     """Load `source` into `model` (built from the run's config), exactly; return what was loaded."""
     src, data, _ = load_any(source)
     want, have = model.config, src.config
-    llama = grouped.is_grouped(model)
-    if grouped.is_grouped(src) != llama:
-        kinds = ("a Llama-family", "a GPT-2") if llama else ("a GPT-2", "a Llama-family")
-        fix = "drop model.arch=llama" if llama else "set model.arch=llama and the source's shape"
-        raise UserError(f"train.init_from={source} holds {kinds[1]} model, the run trains {kinds[0]} one; start from "
-                        f"a model of the run's family, or {fix}")
-    _check_fits(source, want, have, data, cfg, llama)
+    if want.family != have.family:
+        raise UserError(f"train.init_from={source} holds a {have.family} model, the run trains a {want.family} one; "
+                        f"start from a model of the run's family, or set model.family={have.family} and the source's "
+                        "shape")
+    _check_fits(source, want, have, data, cfg)
     target = want.attention
-    if llama:  # the family's two variants: both full-class, moved exactly either way
-        moved = src if target == have.attention else (grouped.expand(src) if target == "standard"
-                                                      else grouped.canonicalize(src.double(), block="pivoted"))
-    elif target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
+    if target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
         moved = src
     elif target == "standard":
         moved = expand(src)

@@ -3,16 +3,16 @@
 They hold the shapes of the published configs (hidden size, layers, heads, KV heads, head width, SwiGLU width,
 vocabulary, tied embeddings, q/k/v bias), nothing to train with: they live here, apart from the run presets of
 presets/*.yaml, so `iattn train --preset` cannot pick one up (its preset lookup never reads this table).
-Totals (`symmetry.grouped_counts.llama_param_count`) equal the published parameter counts exactly;
+Totals (`symmetry.counts.standard_param_count`) equal the published parameter counts exactly;
 `tests/unit/symmetry/test_llama_counts.py` checks them from arithmetic and from a meta-device model.
 """
 
 from __future__ import annotations
 
-from iattention.config.llama import LlamaConfig
+from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 
-# name -> (LlamaConfig keys, the published parameter count or None)
+# name -> (GPTConfig keys (family llama unless said), the published parameter count or None)
 SHAPES: dict[str, tuple[dict, int | None]] = {
     # meta-llama/Meta-Llama-3-8B config.json
     "llama-3-8b": (dict(n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, d_ff=14336, vocab_size=128256,
@@ -34,11 +34,11 @@ def shape_names() -> tuple[str, ...]:
     return tuple(SHAPES)
 
 
-def llama_shape(name: str) -> LlamaConfig:
-    """The LlamaConfig of a shape-only preset (one-line refusal for an unknown name)."""
+def llama_shape(name: str) -> GPTConfig:
+    """The GPTConfig of a shape-only preset (one-line refusal for an unknown name)."""
     if name not in SHAPES:
         raise UserError(f"unknown Llama shape preset {name!r}; choose one of {', '.join(SHAPES)}")
-    return LlamaConfig(**SHAPES[name][0])
+    return GPTConfig.from_dict({"family": "llama", **SHAPES[name][0]})
 
 
 def published_count(name: str) -> int | None:
