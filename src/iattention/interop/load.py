@@ -8,6 +8,7 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
+from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
@@ -124,10 +125,14 @@ def _check_beside(folder: Path, meta: dict) -> None:
         if (folder / name).exists() and key in config:
             beside = read_json_object(folder / name, f"the {key} config beside the checkpoint",
                                       f"delete {name} (the checkpoint carries its own) or convert again")
-            if name == "config.json" and beside.get("model_type") == OURS_MODEL_TYPE:
-                beside = {k: v for k, v in beside.items() if k not in ("model_type", "note")}
-            if beside != config[key]:
-                differ = sorted(k for k in {*beside, *config[key]} if beside.get(k) != config[key].get(k))
+            own = config[key]
+            if name == "config.json":
+                if beside.get("model_type") == OURS_MODEL_TYPE:
+                    beside = {k: v for k, v in beside.items() if k not in ("model_type", "note")}
+                # a folder written before the one family says its Llama-family config in the old names
+                beside, own = normal_form(beside), normal_form(own)
+            if beside != own:
+                differ = sorted(k for k in {*beside, *own} if beside.get(k) != own.get(k))
                 raise UserError(f"{folder / name} does not match the checkpoint's own {key} config (differs in "
                                 f"{', '.join(map(str, differ[:3]))}); delete {name} or convert again")
 
