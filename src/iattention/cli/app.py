@@ -15,7 +15,7 @@ from iattention.cli import bench, data, experiments, generate, inspect, interop,
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.config import default_heads, model_preset, preset_names
-from iattention.config.shapes import llama_shape, published_count, shape_names
+from iattention.config.shapes import shape_preset, published_count, shape_names
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
     fully_reduced_count,
@@ -37,7 +37,7 @@ def cmd_llama_params(args) -> None:
         raise UserError("--heads is for GPT presets; a Llama preset has its own head counts (the published ones, "
                         "or llama-cpu's n_head; runs at other counts: iattn compare --preset llama-cpu --heads N)")
     preset = args.preset or "llama-3-8b"
-    shape = args.shape or _llama_shape(preset)
+    shape = args.shape or _shape_preset(preset)
     std = standard_param_count(shape)
     full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
     pub = published_count(preset) if preset in shape_names() and not args.shape else None
@@ -46,7 +46,9 @@ def cmd_llama_params(args) -> None:
         if cls.unsupported(shape) is not None:
             continue
         removed = cls.removed_params(shape)
-        split = removed_split(shape) if removed else {"query_key": 0, "value_output": 0}
+        # the query/key | value/output split of what canonical removes (the identity variants remove whole maps)
+        split = removed_split(shape) if attention == "canonical" else \
+            {"query_key": 0, "value_output": 0} if not removed else {"query_key": None, "value_output": None}
         rows.append(dict(attention=attention, n_head=shape.n_head, n_kv_head=shape.n_kv_head, d_head=shape.d_head,
                          rot=shape.rot, params=std - removed, removed=removed, **{f"removed_{k}": v
                                                                                   for k, v in split.items()},
@@ -58,23 +60,23 @@ def cmd_llama_params(args) -> None:
     only = " (shape only)" if preset in shape_names() else ""
     name = f"{args.source}/config.json ({shape.family})" if args.shape else f"preset {preset}{only}"
     print(f"{name}: {shape.n_layer} layers, d={shape.n_embd}, {shape.n_head} query / "
-          f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), SwiGLU {shape.d_mlp}, vocab "
+          f"{shape.n_kv_head} KV heads of {shape.d_head} (rotary {shape.rot}), {shape.mlp} MLP {shape.d_mlp}, vocab "
           f"{shape.vocab_size}, {'tied' if shape.tie_embeddings else 'untied'} head"
           f"{', q/k/v bias' if shape.qkv_bias else ''}; published total: {f'{pub:,}' if pub else 'not stated'}")
     print(f"{'attention':<10} {'params':>15} {'removed':>11} {'query/key':>10} {'value/out':>11}")
     for r in rows:
-        print(f"{r['attention']:<10} {r['params']:>15,} {r['removed']:>11,} {r['removed_query_key']:>10,} "
-              f"{r['removed_value_output']:>11,}")
+        qk, vo = (f"{r[k]:,}" if r[k] is not None else "-" for k in ("removed_query_key", "removed_value_output"))
+        print(f"{r['attention']:<10} {r['params']:>15,} {r['removed']:>11,} {qk:>10} {vo:>11}")
     why = ("" if k_only is not None else f" (none: n_kv_head x d_head = {shape.n_kv_head * shape.d_head} < n_embd = "
            f"{shape.n_embd}, the keys do not determine the layer input)")
     print(f"decoding cache per token (bf16, all layers): full {full * CACHE_BYTES:,} B; K-only "
           f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
 
 
-def _llama_shape(preset: str):
+def _shape_preset(preset: str):
     """A shape-only Llama preset, or a run preset whose model is a Llama (llama-cpu), vocabulary resolved."""
     if preset in shape_names() or preset not in preset_names():
-        return llama_shape(preset)  # the shape, or the one-line refusal that lists them
+        return shape_preset(preset)  # the shape, or the one-line refusal that lists them
     shape = model_preset(preset)
     if shape.family == "gpt2":
         raise UserError(f"preset {preset} is a GPT-2 model; drop --arch llama, or name a Llama preset: "
@@ -88,7 +90,7 @@ def _preset_family(preset: str | None) -> str | None:
     if preset is None:
         return None
     if preset in shape_names():
-        return "llama"
+        return "gpt_neox" if shape_preset(preset).family == "gpt_neox" else "llama"
     if preset not in preset_names():
         raise UserError(f"unknown preset {preset!r}; choose one of {', '.join(preset_names())} (runs), or a "
                         f"Llama-family shape: {', '.join(shape_names())}")
@@ -109,6 +111,10 @@ def _shape_from(folder: str):
         raise UserError(f"--from {folder}: no config.json there; give a Hugging Face model folder")
     kind = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
                             schema={"model_type": (str,)})["model_type"]
+    if kind == "gpt_neox":
+        from iattention.interop.hf_neox import shape_from_folder as neox_shape
+
+        return "gpt_neox", neox_shape(path)
     if kind != "gpt2":
         return "llama", shape_from_folder(path)
     c = read_hf_config(path)
@@ -126,11 +132,11 @@ def cmd_params(args) -> None:
             raise UserError("--from reads the model's own config.json; drop --preset and --arch")
         args.arch, args.shape = _shape_from(args.source)
     family = _preset_family(args.preset)
-    if args.arch == "gpt" and family == "llama":
-        raise UserError(f"preset {args.preset} is a Llama-family model; use --arch llama (or leave out --arch)")
+    if args.arch == "gpt" and family not in (None, "gpt"):
+        raise UserError(f"preset {args.preset} is a {family} model; use --arch {family} (or leave out --arch)")
     if args.arch is None:
         args.arch = family or "gpt"  # the preset's name says its family; no preset: gpt2-small
-    if args.arch == "llama":
+    if args.arch in ("llama", "gpt_neox"):
         return cmd_llama_params(args)
     args.preset = args.preset or "gpt2-small"
     shape = args.shape or model_preset(args.preset)
@@ -168,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
-    sp.add_argument("--arch", choices=("gpt", "llama"), default=None,
-                    help="gpt: GPT-2 presets, per variant and head count; llama: a shape-only Llama-family preset "
+    sp.add_argument("--arch", choices=("gpt", "llama", "gpt_neox"), default=None,
+                    help="gpt: GPT-2 presets, per variant and head count; llama, gpt_neox: a shape-only preset "
                          "(query/key and value/output split, cache bytes per token); default: the preset's family "
                          "(gpt without --preset)")
     sp.add_argument("--preset", default=None,
@@ -178,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "preset (llama-cpu)")
     sp.add_argument("--from", dest="source", default=None, metavar="DIR",
                     help="count the model a Hugging Face folder's config.json describes (gpt2, llama, qwen2, "
-                         "mistral; no weights read) instead of a preset")
+                         "mistral, gpt_neox; no weights read) instead of a preset")
     sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")

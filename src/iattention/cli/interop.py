@@ -29,6 +29,7 @@ from iattention.interop.convert import (
 )
 from iattention.interop.hf import hf_logits
 from iattention.interop.hf_llama import hf_llama_logits
+from iattention.interop.hf_neox import hf_neox_logits
 from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
@@ -53,7 +54,7 @@ def cmd_convert(args) -> None:
     shard = parse_size(args.shard_size)
     model_type = read_json_object(src_path / "config.json", "a model config", "re-save the model").get(
         "model_type") if is_hf_folder(src_path) else None
-    if args.to != "hf" and model_type not in (None, "gpt2"):
+    if args.to != "hf" and model_type not in (None, "gpt2", "gpt_neox"):  # the Llama family streams
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force)
         return
@@ -82,7 +83,8 @@ def cmd_convert(args) -> None:
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
     reference = None  # an HF folder's own transformers class in float64
     if model_type is not None:
-        reference = (hf_logits if model_type == "gpt2" else hf_llama_logits)(src_path, probe_batch(src))
+        reference = {"gpt2": hf_logits, "gpt_neox": hf_neox_logits}.get(model_type, hf_llama_logits)(
+            src_path, probe_batch(src))
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
     _print_report(args, src, rep, dtype)
     refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)

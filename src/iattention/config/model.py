@@ -19,17 +19,21 @@ INITS = ("gpt2", "matched", "normal")
 CANONICAL_HALVES = ("both", "qk", "vo")
 POSITIONS = ("learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu_tanh", "swiglu")
-PROJECTIONS = ("fused", "separate")
+MLPS = ("gelu_tanh", "gelu", "swiglu")
+PROJECTIONS = ("fused", "separate", "neox")
 ROPE_TYPES = ("default", "llama3")
 LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 # family (transformers' model_type of an export) -> the structural keys it sets unless given
 _LLAMA = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
-              vocab_pad_multiple=1, init="normal", projection="separate")
+              vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False)
 FAMILIES: dict[str, dict] = {
     "gpt2": dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
-                 vocab_pad_multiple=64, init="gpt2", projection="fused"),
+                 vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False),
     "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
+    # GPT-NeoX (Pythia): LayerNorm with biases, exact GELU, x + attn(ln_1(x)) + mlp(ln_2(x)), per-head interleaved
+    # query_key_value, untied embed_out; its presets set rot (rotary_pct x d_head: 25% for Pythia)
+    "gpt_neox": dict(pos="rope", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True, tie_embeddings=False,
+                     vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
 }
 FAMILY_NAMES = tuple(FAMILIES)
 # Model keys renamed since runs were first saved: old name -> new name. A saved run (config.yaml, summary.json,
@@ -119,14 +123,17 @@ class GPTConfig:
     pos: "learned" (GPT-2's table, `wpe`) or "rope" (rotary: the first `rot` dims of each head turn with the
         position; -1: all d_head dims, 0: none; rope_layout "half" (transformers' rotate_half) or "interleaved";
         rope_theta, rope_type and rope_scaling give the frequencies as transformers' rope_parameters do).
+    parallel_residual: x + attn(ln_1(x)) + mlp(ln_2(x)) (GPT-NeoX) instead of two residual steps.
     norm: "layernorm" (with a bias iff `bias`) or "rmsnorm" (statistics in float32, as transformers); norm_eps.
-    mlp: "gelu_tanh" (GPT-2: c_fc, GELU tanh, c_proj) or "swiglu" (gate_proj, up_proj, down_proj); mlp_hidden its
+    mlp: "gelu_tanh" (GPT-2: c_fc, GELU tanh, c_proj), "gelu" (the same with exact GELU: GPT-NeoX) or "swiglu"
+        (gate_proj, up_proj, down_proj); mlp_hidden its
         hidden width (0: 4 x n_embd). `symmetry.iso_param_mlp_hidden` gives the width that spends the parameters a
         reduced attention saves on the MLP instead.
     bias: biases on the norms and the MLP, and the default of qkv_bias (query/key/value, Qwen2's) and o_bias
         (the output projection; Llama's attention_bias sets both).
     projection: how a standard layer stores q, k, v: "fused" (one `c_attn`, [H r | G r | G r] outputs, and
-        `c_proj`: GPT-2's names) or "separate" (`q_proj`, `k_proj`, `v_proj`, `o_proj`: the Llama family's).
+        `c_proj`: GPT-2's names), "separate" (`q_proj`, `k_proj`, `v_proj`, `o_proj`: the Llama family's) or
+        "neox" (`query_key_value` laid out per head as [q_h k_h v_h], and `dense`: GPT-NeoX's; n_kv_head = n_head).
     tie_embeddings: the head is the embedding table. vocab_pad_multiple: the embedding table is padded to a
         multiple of this for speed; padded rows are never predicted (logits are cut to vocab_size) nor counted.
     block_size: the longest sequence. sliding_window (Mistral's, 0: none) and max_positions
@@ -177,6 +184,7 @@ class GPTConfig:
     mlp: str = ""
     qkv_bias: bool | None = None
     o_bias: bool | None = None
+    parallel_residual: bool | None = None
     projection: str = ""
     tie_embeddings: bool | None = None
     sliding_window: int = 0
@@ -229,7 +237,7 @@ class GPTConfig:
                               ("canonical_halves", CANONICAL_HALVES)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"unknown model.{name} {getattr(self, name)!r}; choose one of {', '.join(allowed)}")
-        for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias"):
+        for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias", "parallel_residual"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.rot, int) or self.rot < 0 or self.rot % 2 or self.rot > self.d_head:
@@ -238,6 +246,9 @@ class GPTConfig:
         if self.rot and self.pos != "rope":
             raise UserError(f"model.rot={self.rot} rotates dims but model.pos={self.pos}; set model.pos=rope or drop "
                             "model.rot")
+        if self.projection == "neox" and self.n_kv_head != self.n_head:
+            raise UserError(f"model.projection=neox lays out one key/value head per query head; n_kv_head="
+                            f"{self.n_kv_head} of n_head={self.n_head} needs model.projection=separate or fused")
         if self.attention not in ATTENTION_REGISTRY:
             raise UserError(f"unknown attention {self.attention!r}; choose one of {', '.join(variant_names())}")
         cls = ATTENTION_REGISTRY[self.attention]
@@ -337,5 +348,6 @@ def _positive(value) -> bool:
 # what it would derive, so configs of earlier runs and of new ones compare equal (config/identity.py).
 _UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default) for f in fields(GPTConfig)}
 NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
+            "parallel_residual",
             "projection", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
             "sliding_window", "max_positions")

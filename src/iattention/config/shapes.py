@@ -1,4 +1,4 @@
-"""Shape-only presets of published Llama-family models, for `iattn params --arch llama` only.
+"""Shape-only presets of published models (the Llama family, GPT-NeoX), for `iattn params --arch llama` only.
 
 They hold the shapes of the published configs (hidden size, layers, heads, KV heads, head width, SwiGLU width,
 vocabulary, tied embeddings, q/k/v bias), nothing to train with: they live here, apart from the run presets of
@@ -24,6 +24,9 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     "qwen2.5-0.5b": (dict(n_layer=24, n_head=14, n_kv_head=2, n_embd=896, d_ff=4864, vocab_size=151936,
                           block_size=32768, rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True,
                           family="qwen2"), 494_032_768),
+    # EleutherAI/pythia-160m config.json: GPT-NeoX, rotary_pct 0.25 of d_head 64
+    "pythia-160m": (dict(family="gpt_neox", n_layer=12, n_head=12, n_embd=768, mlp_hidden=3072, vocab_size=50304,
+                         block_size=2048, rot=16), 162_322_944),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, d_ff=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, rms_eps=1e-5, tie_embeddings=True), None),
@@ -34,10 +37,10 @@ def shape_names() -> tuple[str, ...]:
     return tuple(SHAPES)
 
 
-def llama_shape(name: str) -> GPTConfig:
+def shape_preset(name: str) -> GPTConfig:
     """The GPTConfig of a shape-only preset (one-line refusal for an unknown name)."""
     if name not in SHAPES:
-        raise UserError(f"unknown Llama shape preset {name!r}; choose one of {', '.join(SHAPES)}")
+        raise UserError(f"unknown shape preset {name!r}; choose one of {', '.join(SHAPES)}")
     return GPTConfig.from_dict({"family": "llama", **SHAPES[name][0]})
 
 

@@ -22,6 +22,7 @@ from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
 from iattention.interop.hf_llama import to_hf_llama
+from iattention.interop.hf_neox import to_hf_neox
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
@@ -179,7 +180,7 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 
 @torch.no_grad()
 def convert_grouped(src, to: str, block: str, dtype: str):
-    """convert() for a Llama-family model: canonical, standard or its transformers class."""
+    """convert() for a rotary model (the Llama family, GPT-NeoX): canonical, standard or its transformers class."""
     src64 = copy.deepcopy(src).double().eval()
     x = probe_batch(src64)
     ref = src64(x)[0]
@@ -190,10 +191,11 @@ def convert_grouped(src, to: str, block: str, dtype: str):
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
     else:
-        out = to_hf_llama(src64)
-        inv_freq = out.model.rotary_emb.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32
+        out = (to_hf_neox if src.config.family == "gpt_neox" else to_hf_llama)(src64)
+        rotary = out.base_model.rotary_emb
+        inv_freq = rotary.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32
         out = out.to(DTYPES[dtype])
-        out.model.rotary_emb.inv_freq = inv_freq
+        rotary.inv_freq = inv_freq
     diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:

@@ -49,8 +49,9 @@ def llama_family(model_type: str, where) -> str:
         return model_type
     if model_type in REFUSED:
         raise UserError(f"{where}: {model_type} models are out of scope: {REFUSED[model_type]}; iattention converts "
-                        f"{', '.join(FAMILIES)} and gpt2")
-    raise UserError(f"{where} describes a {model_type!r} model; iattention converts gpt2, {', '.join(FAMILIES)}")
+                        f"{', '.join(FAMILIES)}, gpt_neox and gpt2")
+    raise UserError(f"{where} describes a {model_type!r} model; iattention converts gpt2, {', '.join(FAMILIES)}, "
+                    "gpt_neox")
 
 
 # What a Llama-family config.json must hold (key: accepted types), then the keys it may hold, each of the types

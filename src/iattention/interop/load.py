@@ -16,6 +16,7 @@ from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_llama import load_hf_llama
+from iattention.interop.hf_neox import load_hf_neox
 from iattention.model.gpt import GPT
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
@@ -101,8 +102,9 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if is_hf_folder(path):
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
-        if model_type != "gpt2":  # a Llama-family folder (or a one-line refusal): no tokenizer we know
-            return load_hf_llama(path), _data_spec_beside(path, flag), {"source": str(path)}
+        if model_type != "gpt2":  # another family's folder (or a one-line refusal): no tokenizer we know
+            load = load_hf_neox if model_type == "gpt_neox" else load_hf_llama
+            return load(path), _data_spec_beside(path, flag), {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):

@@ -584,7 +584,7 @@ def is_streamed_source(path: str | Path) -> bool:
     meta = ckpt.read_meta(path / files[0])
     model = (meta.get("config") or {}).get("model") or {}
     family = upgrade_model_keys(model).get("family", "gpt2") if isinstance(model, dict) else "gpt2"
-    return family != "gpt2" and "data" not in meta.get("config", {})
+    return family in FAMILIES and "data" not in meta.get("config", {})
 
 
 def _our_files(path: Path) -> list[str]:

@@ -30,7 +30,7 @@ CACHES = ("full", "k-only")
 
 
 class MLP(nn.Module):
-    """GPT-2's: c_fc, GELU (tanh approximation), c_proj."""
+    """GPT-2's: c_fc, GELU (tanh approximation; exact for mlp "gelu", GPT-NeoX's), c_proj."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -38,10 +38,11 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.c_proj.residual_scale = True
         self.dropout = nn.Dropout(config.dropout)
+        self.approximate = "tanh" if config.mlp == "gelu_tanh" else "none"
 
     def forward(self, x):
         # (B, T, d) -> c_fc (B, T, d_mlp) -> GELU -> c_proj (B, T, d)
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class SwiGLU(nn.Module):
@@ -86,9 +87,13 @@ class Block(nn.Module):
         self.attn = build_attention(config)
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
+        self.parallel = config.parallel_residual
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None):
-        x = x + self.attn(self.ln_1(x), cache, layer, rope=rope)  # (B, T, d)
+        a = self.attn(self.ln_1(x), cache, layer, rope=rope)  # (B, T, d)
+        if self.parallel:  # GPT-NeoX: both read the block's input (its sum order)
+            return self.mlp(self.ln_2(x)) + a + x  # (B, T, d)
+        x = x + a
         return x + self.mlp(self.ln_2(x))  # (B, T, d)
 
 

@@ -20,7 +20,18 @@ _LLAMA = [  # (ours, theirs), {i}: the layer index
     ("transformer.ln_f.", "model.norm."),
     ("transformer.rotary_emb.", "model.rotary_emb."),
 ]
-FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {"gpt2": [], "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA}
+_NEOX = [
+    ("transformer.wte.", "gpt_neox.embed_in."),
+    ("transformer.h.{i}.ln_1.", "gpt_neox.layers.{i}.input_layernorm."),
+    ("transformer.h.{i}.attn.", "gpt_neox.layers.{i}.attention."),
+    ("transformer.h.{i}.ln_2.", "gpt_neox.layers.{i}.post_attention_layernorm."),
+    ("transformer.h.{i}.mlp.c_fc.", "gpt_neox.layers.{i}.mlp.dense_h_to_4h."),
+    ("transformer.h.{i}.mlp.c_proj.", "gpt_neox.layers.{i}.mlp.dense_4h_to_h."),
+    ("transformer.ln_f.", "gpt_neox.final_layer_norm."),
+    ("transformer.rotary_emb.", "gpt_neox.rotary_emb."),
+]
+FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {"gpt2": [], "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
+                                                  "gpt_neox": _NEOX}
 
 
 def _rules(family: str, reverse: bool) -> list[tuple[re.Pattern, str]]:
