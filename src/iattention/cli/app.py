@@ -15,7 +15,7 @@ from iattention.cli import bench, data, experiments, generate, inspect, interop,
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
 from iattention.config import default_heads, model_preset, preset_names
-from iattention.config.shapes import shape_preset, published_count, shape_names
+from iattention.config.shapes import published_count, shape_names, shape_preset
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
     fully_reduced_count,
