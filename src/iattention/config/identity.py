@@ -6,8 +6,9 @@ import dataclasses
 import functools
 import json
 
-from iattention.config.model import normal_form, upgrade_config
+from iattention.config.model import NEW_KEYS, GPTConfig, normal_form, upgrade_config
 from iattention.config.run import BUDGET_KEYS, RunConfig
+from iattention.errors import UserError
 
 # Keys that say where or how fast a run executes, not what it computes: a run may resume on
 # another machine (other paths, thread count) and still be the same run.
@@ -24,13 +25,16 @@ def _defaults() -> dict[str, dict]:
 
 def config_identity(d: dict | None) -> dict | None:
     """A resolved config dict without its execution-only keys, and without keys at their default value,
-    so a run recorded before a key existed is the same run as one that has the key at its default."""
+    so a run recorded before a key existed is the same run as one that has the key at its default. The model's
+    NEW_KEYS are left as normal_form writes them: it already left out each one at its family's value, and the
+    defaults here are GPT-2's (a tied Llama and an untied one would otherwise both lose tie_embeddings)."""
     if not isinstance(d, dict):
         return d
     d = _normal(d)  # a run saved before a key was renamed, or by the two-family layout, is the same run
     defaults = _defaults()
     return {sec: ({k: v for k, v in vals.items() if k not in EXECUTION_KEYS.get(sec, ())
-                   and not (k in defaults.get(sec, {}) and defaults[sec][k] == v)}
+                   and not (k in defaults.get(sec, {}) and defaults[sec][k] == v
+                            and not (sec == "model" and k in NEW_KEYS))}
                   if isinstance(vals, dict) else vals) for sec, vals in d.items()}
 
 
@@ -68,9 +72,16 @@ def _first_difference(a, b, where="") -> str:
 
 
 def _with_defaults(d: dict) -> dict:
-    """A config dict with every key its section's dataclass has (missing ones at their default)."""
+    """A config dict with every key its section's dataclass has (missing ones at their default; the model's at
+    the value its family gives them, where the section builds)."""
     d = _normal(d)
-    return {sec: ({**_defaults().get(sec, {}), **vals} if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+    out = {sec: ({**_defaults().get(sec, {}), **vals} if isinstance(vals, dict) else vals) for sec, vals in d.items()}
+    if isinstance(d.get("model"), dict):
+        try:
+            out["model"] = {**out["model"], **dataclasses.asdict(GPTConfig.from_dict(d["model"]))}
+        except (UserError, TypeError):
+            pass
+    return out
 
 
 def config_mismatch(old: dict | None, new: dict) -> str | None:

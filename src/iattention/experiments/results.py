@@ -114,12 +114,11 @@ def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}
     drop |= {tuple(k.split(".", 1)) for k in arm_keys}
     m = c.get("model", {})
-    if m.get("arch") == "llama" and m.get("n_head"):  # d_head and rot as n_head makes them (the preset's "0":
-        auto = m.get("n_embd", 0) // m["n_head"]       # auto) vary with heads too; set by hand they stay
-        if m.get("d_head") == auto:
-            drop.add(("model", "d_head"))
-            if m.get("rot") == auto:
-                drop.add(("model", "rot"))
+    # d_head and rot as n_head makes them are left out of a saved config (normal_form), so they vary with heads
+    # unseen; n_kv_head equal to n_head is left out too: a Llama-family study keeps its key/value head count
+    # across head counts (as the two-family layout wrote it), so 2 KV heads at 2 and at 4 query heads are one study
+    if m.get("family", "gpt2") != "gpt2" and m.get("n_head"):
+        m.setdefault("n_kv_head", m["n_head"])
     for sec, key in drop:
         c.get(sec, {}).pop(key, None)
     return c

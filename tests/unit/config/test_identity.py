@@ -33,3 +33,15 @@ def test_a_larger_budget_of_any_kind_may_extend_a_run_and_a_smaller_one_of_its_k
                                                                                 with_(max_tokens=1000))
     assert extends(steps, with_(max_tokens=5000)) and extends(base, steps) and extends(steps, with_(epochs=9))
     assert not extends(steps, with_(max_steps=40, seed=1))
+
+
+def test_a_llama_family_key_at_gpt2_s_default_is_still_a_difference():
+    """A family key left out where it holds its family's value, and kept otherwise, even where it holds GPT-2's
+    default: a tied and an untied Llama, or a Qwen2 with and without query/key/value biases, are two runs."""
+    def cfg(*ov):
+        return load_config("llama-cpu", None, list(ov)).to_dict()
+
+    assert "model.tie_embeddings" in config_mismatch(cfg(), cfg("model.tie_embeddings=false"))
+    qwen = ("model.family=qwen2",)
+    assert "model.qkv_bias" in config_mismatch(cfg(*qwen), cfg(*qwen, "model.qkv_bias=true"))
+    assert config_mismatch(cfg(), cfg("model.tie_embeddings=true", "model.norm_eps=1e-6")) is None

@@ -109,23 +109,29 @@ def test_init_from_is_stored_absolute_and_a_saved_run_s_own_value_kept(tmp_path,
     assert load_config(None, None, [], base=saved).train.init_from == "runs/old"
 
 
-def test_a_model_section_with_arch_llama_is_a_llama_config_that_round_trips():
+def test_a_model_section_with_family_llama_is_a_llama_shaped_config_that_round_trips():
     from iattention.config import config_from_dict, load_config
-    from iattention.config.llama import LlamaConfig
 
     cfg = load_config("llama-cpu", None, ["model.n_kv_head=1", "model.rope_scaling={}"])
-    assert isinstance(cfg.model, LlamaConfig) and cfg.model.n_kv_head == 1 and cfg.model.vocab_size == 0
+    assert cfg.model.family == "llama" and cfg.model.n_kv_head == 1 and cfg.model.vocab_size == 0
+    assert (cfg.model.pos, cfg.model.norm, cfg.model.mlp, cfg.model.mlp_hidden) == ("rope", "rmsnorm", "swiglu", 512)
     assert cfg.model.d_head == 64 and cfg.model.rot == 64  # from n_embd / n_head when not given
     saved = cfg.to_dict()
-    assert saved["model"]["arch"] == "llama" and config_from_dict(saved) == cfg
-    assert isinstance(load_config("tiny").model, GPTConfig) and "arch" not in load_config("tiny").to_dict()["model"]
-    assert isinstance(load_config("tiny", None, ["model.arch=gpt"]).model, GPTConfig)
+    assert saved["model"]["family"] == "llama" and config_from_dict(saved) == cfg
+    assert load_config("tiny").model.family == "gpt2" and "family" not in load_config("tiny").to_dict()["model"]
+    # a saved two-family run's model section (arch: llama, d_ff, rms_eps) reads as the same config
+    old = {k: v for k, v in saved["model"].items() if k not in ("family", "mlp_hidden")}
+    old = {**saved, "model": {**old, "arch": "llama", "d_ff": 512, "rms_eps": cfg.model.norm_eps}}
+    assert config_from_dict(old) == cfg
+    assert load_config("tiny", None, ["model.arch=gpt"]).model.family == "gpt2"
 
 
-def test_an_unknown_arch_or_a_gpt_key_on_a_llama_is_one_line():
+def test_an_unknown_arch_or_family_or_a_misspelt_key_is_one_line():
     from iattention.config import load_config
 
-    with pytest.raises(UserError, match=r"unknown model.arch 'mamba'; choose one of gpt, llama"):
+    with pytest.raises(UserError, match=r"unknown model.arch 'mamba'; model.family says the architecture now"):
         load_config("tiny", None, ["model.arch=mamba"])
-    with pytest.raises(UserError, match=r"unknown config key model.bias; allowed keys: .*n_kv_head"):
-        load_config("llama-cpu", None, ["model.bias=false"])
+    with pytest.raises(UserError, match=r"unknown model.family 'mamba'; choose one of gpt2, llama"):
+        load_config("tiny", None, ["model.family=mamba"])
+    with pytest.raises(UserError, match=r"unknown config key model.biass; allowed keys: .*n_kv_head"):
+        load_config("llama-cpu", None, ["model.biass=false"])

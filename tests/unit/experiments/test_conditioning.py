@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from iattention.errors import UserError
 from iattention.experiments import conditioning
 
 pytest.importorskip("transformers")
@@ -22,7 +23,7 @@ def studied(monkeypatch):
         labels.append(label)
         return {"model": label, "tokens": 0, "original_ppl": {"float32": 1.0, "bfloat16": 1.0}, "blocks": {}}
 
-    tiny = types.SimpleNamespace(config=types.SimpleNamespace(block_size=8))
+    tiny = types.SimpleNamespace(config=types.SimpleNamespace(block_size=8, pos="learned"))
     monkeypatch.setattr(conditioning, "study", fake_study)
     monkeypatch.setattr(conditioning, "load_data", lambda cfg, splits: types.SimpleNamespace(splits={"test": [0] * 9}))
     monkeypatch.setattr(conditioning, "load_model", lambda path: (tiny, {"config": {"data": {}}}))
@@ -48,3 +49,10 @@ def test_gpt2_reference_with_the_flag_or_without_a_checkpoint(studied):
 
 def test_gpt2_reference_without_a_checkpoint(studied):
     assert [lab[:12] for lab in studied()] == ["GPT-2 small "]
+
+
+def test_a_rotary_checkpoint_is_refused_before_the_gpt2_reference(studied, monkeypatch):
+    rotary = types.SimpleNamespace(config=types.SimpleNamespace(block_size=8, pos="rope", family="llama", rot=16))
+    monkeypatch.setattr(conditioning, "load_model", lambda path: (rotary, {"config": {"data": {}}}))
+    with pytest.raises(UserError, match=r"llama\) has 16 per head; iattn convert --from it --to canonical"):
+        studied("--checkpoint", "RUN/best.safetensors", "--gpt2")

@@ -85,8 +85,9 @@ def test_groups_are_ordered_by_heads_then_by_the_arms_first_appearance():
 
 
 def test_a_llama_study_is_one_config_across_head_counts_unless_its_head_width_is_set():
-    """A Llama run's saved config holds d_head and rot as its n_head made them (n_embd / n_head): they vary with
-    the heads a sweep varies, so runs at 2 and 4 heads are one study; a d_head set by hand stays a difference."""
+    """A Llama run's d_head and rot as its n_head made them (n_embd / n_head) vary with the heads a sweep varies,
+    and its n_kv_head is left out of the saved config where it equals n_head: runs at 2 and 4 heads with 2
+    key/value heads are one study; a d_head, rot or key/value head count set otherwise stays a difference."""
     from iattention.config import load_config
     from iattention.experiments.results import _study_config
 
@@ -96,3 +97,5 @@ def test_a_llama_study_is_one_config_across_head_counts_unless_its_head_width_is
     assert _study_config(cfg("model.n_head=2")) == _study_config(cfg("model.n_head=4"))
     assert _study_config(cfg("model.n_head=2", "model.d_head=32")) != _study_config(cfg("model.n_head=4"))
     assert _study_config(cfg("model.n_head=4", "model.rot=32")) != _study_config(cfg("model.n_head=4"))
+    assert _study_config(cfg("model.n_head=4", "model.n_kv_head=1")) != _study_config(cfg("model.n_head=4"))
+    assert _study_config(cfg("model.n_head=4", "model.n_kv_head=4")) != _study_config(cfg("model.n_head=4"))
