@@ -91,15 +91,15 @@ def _toy_class():
             return self.c_proj(y)
 
         def head_blocks(self):
-            d, r, H = self.n_embd, self.d_head, self.n_head
-            return {"c_qv.weight": row_blocks(2, d, r, H), "c_proj.weight": column_blocks(r, H)}
+            r, H = self.d_head, self.n_head
+            return {"c_qv.weight": row_blocks((H, H), r), "c_proj.weight": column_blocks(r, H)}
 
         @classmethod
         def redundant_biases(cls, config):
             return ("b_V",) if config.bias else ()  # b_K is b_Q (tied): not droppable
 
         def to_heads(self):
-            qv = fused_to_heads(self.c_qv, "QV", self.n_head)
+            qv = fused_to_heads(self.c_qv, "QV", (self.n_head, self.n_head), self.d_head)
             return HeadWeights(W_K=qv["W_Q"], b_K=qv["b_Q"], **qv, **out_to_heads(self.c_proj, self.n_head))
 
         def load_heads(self, hw):

@@ -39,7 +39,7 @@ def is_matrix(name: str, p: torch.Tensor) -> bool:
 def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
     """Groups keyed by (weight decay, lr scale); the trainer multiplies the scheduled lr by `lr_scale`."""
     groups: dict[tuple[float, float], list] = {}
-    # an attention layer's parameters, whatever its module is called (GPT-2's `attn`, the Llama family's `self_attn`)
+    # an attention layer's parameters (every family's `attn`; found by class, not by name)
     in_attention = {id(p) for m in model.modules() if isinstance(m, CausalSelfAttention) for p in m.parameters()}
     for name, p in model.named_parameters():
         if not p.requires_grad:

@@ -105,18 +105,15 @@ def test_a_gpt_through_the_math_path_equals_the_gpt_through_sdpa(monkeypatch, at
 def test_the_llama_family_dispatches_through_the_same_point(monkeypatch):
     """A Llama-family layer (grouped-query attention: 4 query heads, 2 key/value heads) calls kernels.attend:
     with its attn_kernel set to math the math path runs, with the same loss and gradients as SDPA."""
-    from iattention.config.llama import LlamaConfig
-    from iattention.model.llama import Llama
-
     calls = _spy_on_math_path(monkeypatch)
-    cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=16, block_size=12)
+    cfg = GPTConfig(family="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=16, block_size=12)
     x = torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(1))
     results = []
     for kernel in ("sdpa", "math"):
         torch.manual_seed(0)
-        model = Llama(cfg)
-        for block in model.model.layers:
-            block.self_attn.attn_kernel = kernel
+        model = GPT(cfg)
+        for block in model.transformer.h:
+            block.attn.attn_kernel = kernel
         loss = model(x, x)[1]
         loss.backward()
         results.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))

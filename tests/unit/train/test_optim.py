@@ -309,19 +309,16 @@ def test_apply_step_clips_steps_and_drops_gradients():
 
 
 @pytest.mark.parametrize("attention", ["standard", "canonical"])
-def test_the_attention_knobs_find_a_llama_model_s_self_attn_matrices(attention):
-    """decay_attention=false and attn_lr_by_init_rms act on the Llama family's `self_attn` layers too, and only
+def test_the_attention_knobs_find_a_llama_model_s_attention_matrices(attention):
+    """decay_attention=false and attn_lr_by_init_rms act on a Llama-family model's attention layers too, and only
     on them (the MLP, embeddings and norms keep the default)."""
-    from iattention.config.llama import LlamaConfig
-    from iattention.model.llama import Llama
-
     torch.manual_seed(0)
-    model = Llama(LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48, vocab_size=64,
-                              attention=attention))
+    model = GPT(GPTConfig(family="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48, vocab_size=64,
+                          attention=attention))
     opt = build_optimizer(model, OptimConfig(weight_decay=0.1, decay_attention=False, attn_lr_by_init_rms=True), "cpu")
     seen = 0
     for name, p in model.named_parameters():
-        attn = ".self_attn." in name
+        attn = ".attn." in name
         group = _group_of(opt, p)
         assert group["weight_decay"] == (0.1 if p.dim() >= 2 and not attn else 0.0), name
         if attn and p.dim() >= 2:
@@ -337,25 +334,22 @@ def test_muon_splits_a_llama_model_s_attention_per_head_and_its_first_step_is_or
     """The Llama family's head_blocks reach Muon: every attention and MLP matrix entry in exactly one block,
     AdamW holds the rest, and with no weight decay each block's first update is near-orthogonal (its own
     Newton-Schulz, not the fused projection's)."""
-    from iattention.config.llama import LlamaConfig
-    from iattention.model.llama import Llama
-
     torch.manual_seed(0)
-    model = Llama(LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48, vocab_size=50, block_size=16,
-                              attention=attention))
+    model = GPT(GPTConfig(family="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48, vocab_size=50,
+                          block_size=16, attention=attention))
     opt = build_optimizer(model, OptimConfig(name="muon", weight_decay=0.0, lr=1e-3), "cpu")
     cover = {id(p): torch.zeros_like(p) for p, _ in opt.sources}
     for p, idx in opt.sources:
         cover[id(p)][idx] += 1
     adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
     for name, p in model.named_parameters():
-        hidden = (".self_attn." in name or ".mlp." in name) and is_matrix(name, p)
+        hidden = (".attn." in name or ".mlp." in name) and is_matrix(name, p)
         assert (id(p) in adamw) != hidden, name
         if hidden:
             assert torch.equal(cover[id(p)], torch.ones_like(p)), name
     before = [view.clone() for view in opt.views]
     _muon_step(model, opt)
-    attn = {id(p) for p in model.model.layers[0].self_attn.parameters()}
+    attn = {id(p) for p in model.transformer.h[0].attn.parameters()}
     checked = 0
     for i, (p, _) in enumerate(opt.sources):
         view = opt.views[i]
