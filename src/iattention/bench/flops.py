@@ -18,7 +18,7 @@ from iattention.symmetry.counts import param_count
 
 
 def attention_projection_flops(cfg) -> int:
-    """One layer's projection FLOPs per token, forward (a GPTConfig or a LlamaConfig): its class says."""
+    """One layer's projection FLOPs per token, forward (any family's GPTConfig): its attention class says."""
     return attention_class(cfg).projection_flops(cfg)
 
 

@@ -80,13 +80,13 @@ def _shape_preset(preset: str):
     shape = model_preset(preset)
     if shape.family == "gpt2":
         raise UserError(f"preset {preset} is a GPT-2 model; drop --arch llama, or name a Llama preset: "
-                        f"{', '.join(shape_names())} or a run preset with model.arch=llama")
+                        f"{', '.join(shape_names())} or a run preset with another model.family than gpt2")
     return shape
 
 
 def _preset_family(preset: str | None) -> str | None:
     """"gpt" or "llama": the family a preset's name says (a Llama shape, or a run preset and its
-    model.arch); None without a preset; a UserError naming both families' presets for an unknown name."""
+    model.family); None without a preset; a UserError naming both families' presets for an unknown name."""
     if preset is None:
         return None
     if preset in shape_names():

@@ -140,7 +140,7 @@ def data_overrides(args) -> list[str]:
 
 def check_heads(heads: list[int], n_embd: int, preset: str, n_kv_head: int = 0) -> None:
     """--heads of a command against a preset's width (and a Llama preset's key/value heads: n_kv_head), before
-    anything runs (GPTConfig and LlamaConfig say the same per run)."""
+    anything runs (GPTConfig says the same per run)."""
     for h in heads:
         if n_kv_head and h % n_kv_head:
             raise UserError(f"--heads {h}: preset {preset} has n_kv_head={n_kv_head} key/value heads, each serving "

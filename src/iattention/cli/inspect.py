@@ -15,7 +15,7 @@ def cmd_inspect(args) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("inspect", help="attention patterns on a prompt and head spectra of trained runs",
-                       description="For each run (run folder, checkpoint, converted or HF folder; GPT-2 or Llama "
+                       description="For each run (run folder, checkpoint, converted or HF folder; of any model "
                                    "family): its "
                                    "attention pattern on --prompt for every layer and head, and the singular "
                                    "values of every head's W_Q W_K^T and W_V W_O, runs side by side. Python: "

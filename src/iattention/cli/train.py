@@ -66,8 +66,8 @@ def register(sub) -> None:
                         "schedule is recomputed over the new total)")
     p.add_argument("--init-from", metavar="PATH",
                    help="start from these weights (run folder, checkpoint, converted or HF GPT-2 folder; for "
-                        "model.arch=llama a Llama-family run or a folder iattn convert made from an HF Llama, Qwen2 "
-                        "or Mistral); with model.attention=canonical they are canonicalized exactly (pivoted blocks)")
+                        "another model.family a run of that family or a folder iattn convert made from an HF model "
+                        "of it); with model.attention=canonical they are canonicalized exactly (pivoted blocks)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     add_data_flags(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 model.n_head=4")

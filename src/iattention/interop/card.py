@@ -3,10 +3,15 @@ and how three clients nobody here wrote load it (transformers, TransformerLens, 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
-FAMILY_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}  # config/llama.py's family -> class prefix
+from iattention.config.model import GPTConfig, upgrade_model_keys
+from iattention.errors import UserError
+
+# model.family -> the transformers class prefix an export writes (GPT-2's is GPT2LMHeadModel, named below)
+FAMILY_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gpt_neox": "GPTNeoX"}
 _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
             ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
 
@@ -29,6 +34,15 @@ def card_command(argv: list[str], src: str, out: str) -> str:
     return shlex.join(words)
 
 
+def _resolved(config: dict) -> dict:
+    """A saved model section with every key at its value (family defaults, n_kv_head and d_head from the shape;
+    a two-family layout's `arch: llama` section read under today's names); as saved where it does not build."""
+    try:
+        return dataclasses.asdict(GPTConfig.from_dict(config))
+    except (UserError, TypeError):
+        return upgrade_model_keys(config)
+
+
 def model_card(*, source: str, config: dict, params_ours: int, params_exported: int, data: dict | None,
                tokenizer: str | None, eos_id: int | None, summary: dict | None, command: str,
                max_abs_logit_diff: float, eos_silent: bool = True, trained: bool = True) -> str:
@@ -37,8 +51,9 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     folder: the card says converted, not trained)."""
     attention = config.get("attention", "standard")
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
-    llama = config.get("arch") == "llama"  # a Llama-family model (config/llama.py), exported as its family's class
-    family = config.get("family", "llama")
+    config = _resolved(config)
+    family = config.get("family", "gpt2")
+    llama = family != "gpt2"  # a rotary family, exported as its family's class
     name, cls, form = ((FAMILY_NAMES.get(family, family), f"{FAMILY_NAMES.get(family, family)}ForCausalLM",
                         f"{FAMILY_NAMES.get(family, family)} form") if llama else ("GPT-2", "GPT2LMHeadModel",
                                                                                    "GPT-2 form"))

@@ -293,3 +293,24 @@ def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--arms", "identity_q,nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err
+
+
+def test_a_llama_family_study_says_its_family_and_leaves_out_the_gpt2_paper(tmp_path):
+    """The header of a Llama-family study names its shape (key/value heads, RoPE, MLP, norm, tied head) from
+    today's saved config and from a two-family layout's (`arch: llama`, d_ff, rms_eps, derived keys written), and
+    the report has no GPT-2 paper section."""
+    new = load_config("llama-cpu", None, ["data.tokenizer=byte"]).to_dict()
+    old = {**new, "model": {**{k: v for k, v in new["model"].items() if k not in ("family", "mlp_hidden")},
+                            "arch": "llama", "family": "llama", "d_ff": 512, "rms_eps": 1e-6, "n_kv_head": 2,
+                            "d_head": 64, "rot": 64}}
+    words = ("Model: Llama family (4 query heads sharing 2 key/value heads of width 64, full RoPE, SwiGLU 512, "
+             "RMSNorm, tied embeddings), 4 layers, d=256")
+    for name, config in (("new", new), ("old", old)):
+        _study(tmp_path / name, config)
+        report = write_report([tmp_path / name], tmp_path / f"out-{name}").read_text()
+        assert words in report, report.split("\n")[2]
+        assert "published numbers" not in report
+    partial = load_config("llama-cpu", None, ["data.tokenizer=byte", "model.rot=16", "model.tie_embeddings=false"])
+    _study(tmp_path / "partial", partial.to_dict())
+    report = write_report([tmp_path / "partial"], tmp_path / "out-partial").read_text()
+    assert "RoPE on 16 of 64 head dims" in report and "untied embeddings" in report

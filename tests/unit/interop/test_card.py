@@ -77,3 +77,19 @@ def test_the_card_gives_each_client_its_install_line_as_the_doc_does():
     for line in ('pip install "lm-eval[hf]"', 'pip install "transformer-lens<3"', 'pip install "transformer-lens>=4"'):
         assert line in card and line in doc, line
     assert "convert_gpt2_weights" in card and "HookedTransformer.from_pretrained" not in card
+
+
+def test_a_llama_family_card_names_its_family_s_class_and_its_key_value_heads():
+    """The card of a rotary family says its transformers class and its grouped heads, from today's config (where
+    n_kv_head and d_head are left out when the shape gives them) and from a two-family layout's `arch: llama` one."""
+    shape = dict(n_layer=2, n_head=4, n_embd=32, block_size=16)
+    for config in ({**shape, "family": "qwen2", "n_kv_head": 2},
+                   {**shape, "arch": "llama", "family": "qwen2", "n_kv_head": 2, "d_head": 8, "d_ff": 48}):
+        card = _card(config=config)
+        assert "`Qwen2ForCausalLM`" in card and "tags: [qwen2, iattention]" in card, card
+        assert "4 query heads sharing 2 key/value heads of 8 dims, RoPE" in card
+    mha = _card(config={**shape, "family": "llama"})
+    assert "`LlamaForCausalLM`" in mha and "4 query heads sharing 4 key/value heads of 8 dims" in mha
+    assert "`GPTNeoXForCausalLM`" in _card(config={**shape, "family": "gpt_neox"})
+    gpt2 = _card(config=shape)
+    assert "`GPT2LMHeadModel`" in gpt2 and "2 layers, 4 heads," in gpt2 and "tags: [gpt2, iattention]" in gpt2
