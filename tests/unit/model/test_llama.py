@@ -1,4 +1,4 @@
-"""Unit tests of iattention.model.llama: cached decoding, full and K-only (transformers parity is in
+"""Unit tests of a Llama-family iattention.model.gpt.GPT: cached decoding, full and K-only (transformers parity is in
 tests/unit/interop/test_hf_llama.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from helpers import make_llama
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.errors import UserError
-from iattention.symmetry.grouped import canonicalize
+from iattention.symmetry.transforms import canonicalize
 
 # MHA shapes where the key map is square (n_kv_head x d_head = n_embd): full and partial RoPE, biases, canonical
 # shapes whose keys fill the width (n_kv_head x d_head = n_embd), so a K-only cache is exact: MHA, one head, and
