@@ -31,7 +31,7 @@ def _k_only_cases():
     return {"gpt2-one-canonical-head": lambda: canonicalize(make_model(n_head=1), block="pivoted"),
             "gpt2-three-heads": lambda: make_model(n_head=3),
             "llama-gqa-wide-heads": lambda: make_llama(n_head=4, n_kv_head=2, d_head=16),
-            "llama-gqa-canonical": lambda: canonicalize(make_llama(n_head=4, n_kv_head=2, d_head=16))}
+            "llama-gqa-canonical": lambda: canonicalize(make_llama(n_head=4, n_kv_head=2, d_head=16), block="pivoted")}
 
 
 @pytest.mark.parametrize("case", list(_k_only_cases()))

@@ -21,7 +21,7 @@ MHA = [dict(n_kv_head=4), dict(n_kv_head=4, rot=4, qkv_bias=True, o_bias=True),
 
 def _model(kw, canonical=False, dtype=torch.float64):
     model = make_llama(dtype=dtype, **kw)
-    return canonicalize(model) if canonical else model
+    return canonicalize(model, block="pivoted") if canonical else model
 
 
 def _steps(model, x, cache):
