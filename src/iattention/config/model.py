@@ -312,10 +312,14 @@ class GPTConfig:
         """Every key, except one a newer key-set added (NEW_KEYS) at the value it would take unset: so a GPT-2
         config is written as before the one family, and a config read back derives the same values."""
         raw = asdict(self)
-        unset = GPTConfig.__new__(GPTConfig)
-        unset.__dict__.update({**raw, **{k: _UNSET[k] for k in NEW_KEYS if k != "family"}})
-        derived = {**_UNSET, **unset._derived()}
-        return {k: v for k, v in raw.items() if k not in NEW_KEYS or v != derived[k]}
+
+        def derived(key):  # what `key` alone unset derives from the others as set (rot follows d_head and pos)
+            unset = GPTConfig.__new__(GPTConfig)
+            unset.__dict__.update({**raw, key: _UNSET[key]})
+            return {**_UNSET, **unset._derived()}[key]
+
+        return {k: v for k, v in raw.items()
+                if k not in NEW_KEYS or v != (_UNSET[k] if k == "family" else derived(k))}
 
     @classmethod
     def key_types(cls) -> dict[str, type]:

@@ -56,10 +56,10 @@ def test_canonical_one_head_uses_no_key_or_output_gemm(blocks):
         attn.b_K.normal_()
         attn.b_O.normal_()
     if blocks == "permuted":
-        attn.set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+        attn.set_blocks({"pass": torch.randperm(48)[None], "out": torch.randperm(48)[None]})
     elif blocks == "permuted-by-load":
         other = make_model(attention="canonical", n_head=1)
-        other.attention_layers[0].set_blocks(torch.randperm(48)[None], torch.randperm(48)[None])
+        other.attention_layers[0].set_blocks({"pass": torch.randperm(48)[None], "out": torch.randperm(48)[None]})
         model.load_state_dict(other.state_dict())
     assert (attn._k_identity, attn._o_identity) == ((True, True) if blocks == "aligned" else (False, False))
     x = torch.randn(2, 7, 48, dtype=torch.float64)
@@ -261,7 +261,8 @@ def test_a_memoised_weight_follows_a_new_block_choice(perm, change):
     with torch.no_grad(), frozen_weights(model):
         before = model(x)[0]  # memoise
         if change == "in place":
-            attn.set_blocks(*((rows, None) if perm == "k_perm" else (None, rows)))
+            kept = {"pass": attn.k_perm[:, :4].clone(), "out": attn.o_perm[:, :4].clone()}  # r = 4
+            attn.set_blocks({**kept, ("pass" if perm == "k_perm" else "out"): rows})
         else:
             from iattention.attention.canonical import block_permutation
             setattr(attn, perm, block_permutation(rows, cfg.n_embd))
@@ -292,7 +293,7 @@ def test_the_aligned_one_head_key_map_copies_nothing():
     with torch.no_grad(), Ops() as ops:
         k = attn.qkv(x)[1]
     assert "index_select" not in ops.names and k is x
-    attn.set_blocks(torch.tensor([[1, 0, 2, 3, 4, 5, 6, 7]]), None)
+    attn.set_blocks({"pass": torch.tensor([[1, 0, 2, 3, 4, 5, 6, 7]]), "out": attn.o_perm[:, :8]})
     with torch.no_grad(), Ops() as ops:
         k = attn.qkv(x)[1]
     assert "index_select" in ops.names and torch.equal(k, x[..., [1, 0, 2, 3, 4, 5, 6, 7]])

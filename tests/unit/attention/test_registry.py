@@ -1,4 +1,6 @@
-"""Unit tests of iattention.attention.registry."""
+"""Unit tests of iattention.attention.registry: every registered variant against one contract, on every family
+(GPT-2 shapes and Llama-family shapes: MHA, GQA, MQA, partial rotary, the interleaved layout, biases), and each
+shape a variant cannot take refused in one line."""
 
 from __future__ import annotations
 
@@ -10,72 +12,95 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import make_llama, make_model, max_rel, measured_projection_flops
+from helpers import make_llama, make_model, max_rel, measured_projection_flops, tells
 from iattention import GPT, GPTConfig
 from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
-from iattention.attention.grouped import GroupedAttention, GroupedHeadWeights
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, heads_to_fused
 from iattention.attention.identity_ko import IdentityKOAttention
 from iattention.attention.identity_q import IdentityQAttention
-from iattention.attention.llama_standard import LlamaStandardAttention
-from iattention.attention.registry import (
-    ATTENTION_REGISTRY,
-    GROUPED_REGISTRY,
-    attention_class,
-    registry_for,
-    variant_names,
-)
+from iattention.attention.registry import ATTENTION_REGISTRY, attention_class, variant_names
 from iattention.attention.rope import pair_dims
 from iattention.attention.standard import StandardAttention
-from iattention.config.llama import LlamaConfig
 from iattention.errors import UserError
-from iattention.model.llama import Llama
 from iattention.symmetry import canonicalize, expand, fully_reduced_count, param_count, redundancy
-from iattention.symmetry import grouped as sg
+from iattention.symmetry.transforms import removed_per_layer
 
 ROOT = Path(__file__).resolve().parents[3]
 
+FAMILIES = ("gpt2", "llama")
+GPT2_SHAPE = dict(n_layer=2, n_embd=6, vocab_size=97, block_size=16)
+LLAMA_SHAPE = dict(family="llama", n_layer=2, n_embd=8, mlp_hidden=16, vocab_size=97, block_size=16)
+# Each family's shapes. GPT-2: one head (r = d), several, no biases. Llama: MHA, GQA, MQA, head width != n_embd /
+# n_head, partial rotary, the interleaved layout, a tied head; q/k/v biases without (Qwen2) and with (Llama's
+# attention_bias) an output bias, and an output bias alone.
+SHAPES = {
+    "gpt2": {"one-head": dict(n_head=1), "three-heads": dict(n_head=3), "no-bias": dict(n_head=2, bias=False)},
+    "llama": {
+        "mha": dict(n_head=2, n_kv_head=2),
+        "gqa-qkv-bias": dict(n_head=4, n_kv_head=2, qkv_bias=True),
+        "mqa-attention-bias": dict(n_head=4, n_kv_head=1, qkv_bias=True, o_bias=True),
+        "wide-heads-tied": dict(n_head=4, n_kv_head=2, d_head=6, qkv_bias=True, o_bias=True, tie_embeddings=True),
+        "partial-rotary": dict(n_head=4, n_kv_head=2, d_head=6, rot=2, qkv_bias=True, o_bias=True),
+        "interleaved": dict(n_head=2, n_kv_head=1, d_head=6, rot=4, rope_layout="interleaved", qkv_bias=True),
+        "o-bias-only": dict(n_head=2, n_kv_head=1, o_bias=True),
+    },
+}
+# Options that only some variants accept, each tried on one shape of each family: (family, shape, option)
+OPTIONS = [("gpt2", "three-heads", dict(canonical_halves="qk")), ("gpt2", "three-heads", dict(canonical_halves="vo")),
+           ("gpt2", "three-heads", dict(minimal_bias=True)),
+           ("llama", "partial-rotary", dict(canonical_halves="qk")), ("llama", "partial-rotary",
+                                                                       dict(canonical_halves="vo"))]
 
-SHAPE = dict(n_layer=2, n_embd=6, vocab_size=97, block_size=16)
+
+def family_shapes(family: str) -> list[dict]:
+    """Every config (keys) a variant of `family` is tried at: the family's shapes, then its options."""
+    base = GPT2_SHAPE if family == "gpt2" else LLAMA_SHAPE
+    return [{**base, **kw} for kw in SHAPES[family].values()] + \
+        [{**base, **SHAPES[f][shape], **o} for f, shape, o in OPTIONS if f == family]
 
 
-# Options that only some variants accept; each is tried on every variant and kept where the config accepts it.
-OPTIONS = [dict(canonical_halves="qk"), dict(canonical_halves="vo"), dict(minimal_bias=True)]
-
-
-def contract_configs(name: str) -> list[GPTConfig]:
-    """The shapes a variant is checked at: one head (r = d), several, no biases, and each option it accepts."""
+def contract_configs(name: str, family: str = "gpt2") -> list[GPTConfig]:
+    """The configs of `family` that variant `name` accepts (test_unsupported_shapes_are_refused_in_one_line checks
+    that the others are refused, and why)."""
     out = []
-    for kw in [dict(n_head=1), dict(n_head=3), dict(n_head=2, bias=False)] + [dict(n_head=3, **o) for o in OPTIONS]:
+    for kw in family_shapes(family):
         try:
-            out.append(GPTConfig(**SHAPE, attention=name, **kw))
+            out.append(GPTConfig(**kw, attention=name))
         except UserError:
-            pass  # an option of another variant
+            pass  # a shape the variant cannot take, or an option of another variant
     return out
 
 
-def _grouped(cfg) -> bool:
-    """A Llama-family config (its layers are GroupedAttention, its registry GROUPED_REGISTRY)."""
-    return registry_for(cfg) is GROUPED_REGISTRY
+def expected_refusal(name: str, kw: dict) -> tuple[str, ...]:
+    """What a built-in variant's refusal of config keys `kw` must say (empty: it must accept them): written here
+    from the variants' definitions, not read from their `unsupported`."""
+    H = kw["n_head"]
+    G, r = kw.get("n_kv_head") or H, kw.get("d_head") or kw["n_embd"] // H
+    if name in ("identity_q", "identity_ko") and not (G == H and H * r == kw["n_embd"]):
+        # queries (identity_q) or keys and outputs (identity_ko) are the input split into heads
+        return f"attention={name}", "key/value heads", "use standard or canonical"
+    if name != "canonical" and kw.get("canonical_halves", "both") != "both":
+        return f"attention={name}", "only applies to attention=canonical"
+    if name != "canonical" and kw.get("minimal_bias"):
+        return "minimal_bias", "attention=canonical"
+    return ()
 
 
 def _build(cfg):
-    """A model of `cfg`'s family, as the library builds it."""
-    return Llama(cfg) if _grouped(cfg) else GPT(cfg)
+    """A model of `cfg`, as the library builds it (one class for every family)."""
+    return GPT(cfg)
 
 
 def _standard_of(cfg):
     """The standard-attention config of the same shape."""
-    if _grouped(cfg):
-        return cfg.replace(attention="standard")
     return cfg.replace(attention="standard", canonical_halves="both", minimal_bias=False)
 
 
 def _model(cfg):
     """A float64 model with every attention weight and bias random, so no term of the function is zero (a
     Llama-family one: every weight, bias and norm gain random, helpers.make_llama)."""
-    if _grouped(cfg):
-        return make_llama(**{k: v for k, v in cfg.to_dict().items() if k != "arch"})
+    if cfg.family != "gpt2":
+        return make_llama(**cfg.to_dict())
     model = make_model(**{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size",
                                                        "bias", "attention", "canonical_halves", "minimal_bias")})
     gen = torch.Generator().manual_seed(11)
@@ -94,28 +119,26 @@ def _fields(hw: HeadWeights) -> dict[str, torch.Tensor | None]:
     return {f.name: getattr(hw, f.name) for f in fields(hw)}
 
 
-def _products(hw: HeadWeights | GroupedHeadWeights, cfg) -> dict[str, torch.Tensor]:
-    """The per-head quantities the function depends on, each (H, ...): W_Q W_K^T and W_V W_O. For the Llama
-    family, per query head h and its group j: on each rotary pair k the complex outer product Q_k K_k^H of the
-    pair's columns (first_k + i second_k; a complex scalar gauge z multiplies Q_k by z and K_k by 1 / conj(z)),
-    W_Q W_K^T on the pass dims, and W_V[j] W_O[h]."""
-    if not isinstance(hw, GroupedHeadWeights):
-        return {"W_Q W_K^T": hw.W_Q @ hw.W_K.mT, "W_V W_O": hw.W_V @ hw.W_O}
-    j = torch.arange(hw.n_head) // hw.group
-    W_K, W_V, rot = hw.W_K[j], hw.W_V[j], cfg.rot  # (H, d, r): each query head's KV head
+def _products(hw: HeadWeights, cfg) -> dict[str, torch.Tensor]:
+    """The per-head quantities the function depends on, each (H, ...), per query head h and its group's key/value
+    head: on each rotary pair k the complex outer product Q_k K_k^H of the pair's columns (first_k + i second_k; a
+    complex scalar gauge z multiplies Q_k by z and K_k by 1 / conj(z)), W_Q W_K^T on the pass dims (every dim
+    without RoPE), and W_V W_O."""
+    W_K, W_V, rot = hw.per_query_head("W_K"), hw.per_query_head("W_V"), cfg.rot  # (H, d, r)
     first, second = pair_dims(rot, cfg.rope_layout)
     Q, K = (torch.complex(W[:, :, first], W[:, :, second]) for W in (hw.W_Q, W_K))  # (H, d, rot/2)
     out = {"rotary Q_k K_k^H": torch.einsum("hak,hbk->hkab", Q, K.conj()),
            "pass W_Q W_K^T": hw.W_Q[:, :, rot:] @ W_K[:, :, rot:].mT, "W_V W_O": W_V @ hw.W_O}
-    return {k: v for k, v in out.items() if k != "pass W_Q W_K^T" or rot < hw.W_Q.shape[-1]}
+    return {k: v for k, v in out.items() if (k != "pass W_Q W_K^T" or rot < hw.W_Q.shape[-1])
+            and (k != "rotary Q_k K_k^H" or rot)}
 
 
-def _forward_heads(layer) -> HeadWeights | GroupedHeadWeights:
+def _forward_heads(layer) -> HeadWeights:
     """The layer's math form read off its forward path (qkv and project_out on the unit vectors), without
-    asking its to_heads: q = x W_Q + b_Q etc., per head (H query heads; G key/value heads in the Llama family,
-    whose project_out reads the H r merged head outputs)."""
+    asking its to_heads: q = x W_Q + b_Q etc., per head (H query heads, G key/value heads; project_out reads the
+    H r merged head outputs)."""
     d, r = layer.n_embd, layer.d_head
-    width = layer.n_head * r  # merged heads: d in GPT
+    width = layer.n_head * r  # merged heads
     with torch.no_grad():
         eye, zero = torch.eye(d, dtype=torch.float64)[None], torch.zeros(1, 1, d, dtype=torch.float64)
         maps = [(a - b)[0] for a, b in zip(layer.qkv(eye), layer.qkv(zero))]
@@ -123,8 +146,7 @@ def _forward_heads(layer) -> HeadWeights | GroupedHeadWeights:
         b_O = layer.project_out(torch.zeros(1, 1, width, dtype=torch.float64))[0, 0]
         W_O = layer.project_out(torch.eye(width, dtype=torch.float64)[None])[0] - b_O  # (H r, d)
     split_in = [W.reshape(d, -1, r).transpose(0, 1) for W in maps]  # (H or G, d, r)
-    kind = GroupedHeadWeights if isinstance(layer, GroupedAttention) else HeadWeights
-    return kind(*split_in, W_O.reshape(-1, r, d), *(b.reshape(-1, r) for b in biases), b_O)
+    return HeadWeights(*split_in, W_O.reshape(-1, r, d), *(b.reshape(-1, r) for b in biases), b_O)
 
 
 def _math_jacobian(layer) -> tuple[torch.Tensor, dict[str, slice]]:
@@ -195,7 +217,7 @@ def _same_function(cfg, model, moved, what: str, tol: float) -> None:
 
 def check_expand_is_exact(cfg) -> None:
     model = _model(cfg)
-    std = (sg.expand if _grouped(cfg) else expand)(model)
+    std = expand(model)
     assert std.config.attention == "standard"
     _same_function(cfg, model, std, "expand", 1e-12)
 
@@ -205,16 +227,15 @@ def check_canonicalize_is_exact(cfg) -> None:
     if not attention_class(cfg).full_class:
         return
     model = _model(cfg)
-    if _grouped(cfg):
-        _same_function(cfg, model, sg.canonicalize(model, block="pivoted"), "canonicalize", 1e-10)
-        return
-    for minimal in (False, True) if cfg.bias else (False,):
+    # minimal biases: b_K and b_V folded away, where both are learned and no dim rotates (on one, b_K matters)
+    for minimal in (False, True) if cfg.qkv_bias and cfg.o_bias and not cfg.rot else (False,):
         canon = canonicalize(model, block="pivoted", minimal=minimal)
         _same_function(cfg, model, canon, f"canonicalize(minimal={minimal})", 1e-10)
 
 
 def check_matched_init(cfg: GPTConfig) -> None:
-    """A full-class variant built with init=matched computes what standard GPT-2 built from the same seed does."""
+    """A full-class variant built with init=matched computes what a standard model of its family built from the same
+    seed does."""
     if not ATTENTION_REGISTRY[cfg.attention].full_class:
         return
     torch.manual_seed(7)
@@ -227,26 +248,24 @@ def check_matched_init(cfg: GPTConfig) -> None:
 
 
 def _feeds_one_head(cfg, fed: set[tuple[str, int]]) -> bool:
-    """Whether a block that moves these (math-form map, head) pairs is one head's: in GPT one head (whichever
-    of its maps). In the Llama family one map of one head: a query head's W_Q or W_O, a key/value head's W_K or
-    W_V; and a variant that removes parameters (canonical fixes r columns of each group's r x (g d) output map)
-    may give W_O one block per group, feeding that group's query heads only."""
-    if not _grouped(cfg):
-        return len({h for _, h in fed}) == 1
+    """Whether a block that moves these (math-form map, head) pairs is one head's: one map of one head (a query
+    head's W_Q or W_O, a key/value head's W_K or W_V); with as many key/value heads as query heads (GPT-2, MHA)
+    any maps of one head; and a variant that removes parameters (canonical fixes r columns of each group's
+    r x (g d) output map) may give W_O one block per group, feeding that group's query heads only."""
     if not fed:
         return False
-    (field, *more), heads = {W for W, _ in fed}, {h for _, h in fed}
-    if more:
-        return False
-    if len(heads) == 1:
+    maps, heads = {W for W, _ in fed}, {h for _, h in fed}
+    if len(heads) == 1 and (len(maps) == 1 or cfg.n_kv_head == cfg.n_head):
         return True
-    return field == "W_O" and attention_class(cfg).removed_params(cfg) > 0 and len({h // cfg.group for h in heads}) == 1
+    one_group = len({h // cfg.group for h in heads}) == 1
+    return maps == {"W_O"} and attention_class(cfg).removed_params(cfg) > 0 and one_group
+
 
 
 def check_head_blocks(cfg) -> None:
     """head_blocks names every learned matrix, splits it into non-empty 2-D blocks (none past its end) that cover
     each entry once, and each block feeds exactly one head (so Muon gives every head its own block; see
-    _feeds_one_head for the Llama family)."""
+    _feeds_one_head)."""
     layer = _layer(cfg)
     try:
         blocks = layer.head_blocks()
@@ -305,21 +324,23 @@ def check_removed_params(cfg) -> None:
 
 
 def check_redundant_biases(cfg: GPTConfig) -> None:
-    """redundant_biases names exactly the b_K and (with a learned b_O to fold into) the b_V that have parameters
-    of their own (a b_K tied to b_Q has none: dropping it changes the scores), and fully_reduced_count drops
-    exactly those parameters."""
+    """redundant_biases names exactly the b_K with parameters of its own on a pass dim (a rotary dim's b_K is not
+    redundant: check_redundant_biases_keep_the_function) and, with a learned b_O to fold into, the b_V with
+    parameters of its own (a b_K tied to b_Q has none: dropping it changes the scores); and fully_reduced_count
+    drops exactly those parameters."""
     layer = _layer(cfg)
     J, rows = _math_jacobian(layer)
     rank = int(torch.linalg.matrix_rank(J))
 
-    def own(name):
-        """Parameter directions that reach the math form through this field only."""
+    def own(name, from_dim=0):
+        """Parameter directions that reach the math form through this field only (its dims >= from_dim)."""
+        idx = torch.arange(rows[name].start, rows[name].stop)
         others = torch.ones(J.shape[0], dtype=torch.bool)
-        others[rows[name]] = False
+        others[idx[(idx - rows[name].start) % cfg.d_head >= from_dim]] = False
         return rank - int(torch.linalg.matrix_rank(J[others]))
 
     learned_b_O = rows["b_O"].stop > rows["b_O"].start and bool(J[rows["b_O"]].any())
-    own_params = {"b_K": own("b_K"), "b_V": own("b_V") if learned_b_O else 0}
+    own_params = {"b_K": own("b_K", cfg.rot), "b_V": own("b_V") if learned_b_O else 0}
     expected = {name for name, n in own_params.items() if n}
     try:
         said = ATTENTION_REGISTRY[cfg.attention].redundant_biases(cfg)
@@ -332,6 +353,44 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
         f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the math form shows {reduced}"
 
 
+def _moved_bias(model, name: str, gen: torch.Generator, dims: slice = slice(None)):
+    """A copy of `model` with bias `name` of every layer moved by a random delta on `dims` of each head (math form,
+    load_heads); a moved b_V is folded into b_O where the layer learns one: b_O - sum_h delta[j(h)] W_O[h]."""
+    out = _build(model.config).double().eval()
+    out.load_state_dict(model.state_dict())
+    for attn in out.attention_layers:
+        hw = attn.to_heads()  # fields are replaced below, never changed in place
+        delta = torch.zeros_like(getattr(hw, name))
+        delta[:, dims] = 0.3 * torch.randn(delta[:, dims].shape, generator=gen, dtype=torch.float64)
+        setattr(hw, name, getattr(hw, name) + delta)
+        if name == "b_V" and hw.b_O is not None:
+            hw.b_O = hw.b_O - torch.einsum("hr,hrd->d", delta.repeat_interleave(hw.group, 0), hw.W_O)
+        attn.load_heads(hw)
+    return out
+
+
+def check_redundant_biases_keep_the_function(cfg: GPTConfig) -> None:
+    """Measured on the function: moving what redundant_biases names (b_K on its pass dims, b_V folded into b_O)
+    keeps the logits; moving a learned b_K on its rotary dims changes them (under RoPE q_i M(j - i) b_K^T depends
+    on the key's position j), which is why only the pass dims of b_K count as redundant."""
+    model, gen = _model(cfg), torch.Generator().manual_seed(13)
+    said = set(attention_class(cfg).redundant_biases(cfg))
+    with torch.no_grad():
+        before = model(_x())[0]
+        for name in sorted(said):
+            # b_K: on its pass dims; with none (every dim rotates), on all of them, so naming it there fails
+            dims = slice(cfg.rot, None) if name == "b_K" and cfg.rot < cfg.d_head else slice(None)
+            moved = _moved_bias(model, name, gen, dims)
+
+            rel = max_rel(moved(_x())[0], before)
+            assert rel <= 1e-10, f"{cfg.attention}: redundant_biases names {name}, but moving it changes the " \
+                                 f"logits (max rel. {rel:.3g})"
+        b_K = model.attention_layers[0].to_heads().b_K
+        if cfg.rot and b_K is not None and bool(b_K.any()):
+            rel = max_rel(_moved_bias(model, "b_K", gen, slice(0, cfg.rot))(_x())[0], before)
+            assert rel > 1e-6, f"{cfg.attention}: moving b_K on its rotary dims keeps the logits (max rel. {rel:.3g})"
+
+
 def check_projection_flops(cfg) -> None:
     """projection_flops (bench/flops.py's attention term) is what a built layer's projections execute."""
     said = attention_class(cfg).projection_flops(cfg)
@@ -339,14 +398,27 @@ def check_projection_flops(cfg) -> None:
     assert said == measured, f"{cfg.attention}: projection_flops says {said}, a forward pass runs {measured:g}"
 
 
+def check_canonical_counts(cfg: GPTConfig) -> None:
+    """Canonical's removed_params is symmetry.transforms.removed_per_layer's count for its halves (plus b_K and b_V
+    with minimal biases), whole model."""
+    if cfg.attention != "canonical":
+        return
+    said = attention_class(cfg).removed_params(cfg)
+    per_layer = removed_per_layer(cfg.n_kv_head, cfg.d_head, cfg.rot)
+    halves = {"both": ("qk", "vo"), "qk": ("qk",), "vo": ("vo",)}[cfg.canonical_halves]
+    want = cfg.n_layer * (sum(per_layer[h] for h in halves) + cfg.minimal_bias * 2 * cfg.n_kv_head * cfg.d_head)
+    assert said == want, f"canonical: removed_params {said}, removed_per_layer {per_layer} per layer"
+
+
 CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
           check_canonicalize_is_exact, check_matched_init, check_head_blocks, check_removed_params,
-          check_redundant_biases, check_projection_flops]
+          check_redundant_biases, check_redundant_biases_keep_the_function, check_projection_flops,
+          check_canonical_counts]
 
 
-def run_contract(name: str, configs=contract_configs, checks=CHECKS) -> None:
-    """Every check at every shape the variant is checked at (GPT's by default; the Llama family passes its own)."""
-    for cfg in configs(name):
+def run_contract(name: str, family: str = "gpt2", checks=CHECKS) -> None:
+    """Every check at every shape of `family` the variant accepts."""
+    for cfg in contract_configs(name, family):
         for check in checks:
             check(cfg)
 
@@ -423,17 +495,40 @@ def unnamed_variants() -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", variant_names())
-def test_contract(name, check):
-    configs = contract_configs(name)
-    assert configs, f"{name}: no config of the contract's shapes is accepted"
+def test_contract(name, family, check):
+    configs = contract_configs(name, family)
+    assert configs, f"{name}: no {family} config of the contract's shapes is accepted"
     for cfg in configs:
         check(cfg)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", variant_names())
+def test_unsupported_shapes_are_refused_in_one_line(name, family):
+    """Each shape (and option) of the family is accepted by a variant, or refused by GPTConfig in one line that
+    names the variant and why (identity_q / identity_ko: queries, or keys and outputs, are the input split into
+    heads, so they need n_kv_head = n_head and n_head x d_head = n_embd: GPT-2 and a square MHA only)."""
+    accepted = 0
+    for kw in family_shapes(family):
+        why = expected_refusal(name, kw)
+        if not why:
+            GPTConfig(**kw, attention=name)
+            accepted += 1
+            continue
+        with pytest.raises(UserError) as err:
+            GPTConfig(**kw, attention=name)
+        assert "\n" not in str(err.value), str(err.value)
+        tells(err, *why)
+
+    assert accepted, f"{name}: refuses every {family} shape"
+
+
+
 def test_the_contract_catches_a_variant_whose_to_heads_doubles_w_v(monkeypatch):
     monkeypatch.setitem(ATTENTION_REGISTRY, DoubledV.variant, DoubledV)
-    cfg = GPTConfig(**SHAPE, n_head=3, attention=DoubledV.variant)
+    cfg = GPTConfig(**GPT2_SHAPE, n_head=3, attention=DoubledV.variant)
     for check in (check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
                   check_canonicalize_is_exact):
         with pytest.raises(AssertionError, match="doubled_v"):
@@ -467,7 +562,7 @@ def test_a_variant_must_state_its_redundant_biases_and_its_fused_heads(monkeypat
         redundant_biases = CausalSelfAttention.__dict__["redundant_biases"]
 
     monkeypatch.setitem(ATTENTION_REGISTRY, Fused.variant, Fused)
-    cfg = GPTConfig(**SHAPE, n_head=3, attention=Fused.variant)
+    cfg = GPTConfig(**GPT2_SHAPE, n_head=3, attention=Fused.variant)
     with pytest.raises(NotImplementedError, match="redundant_biases"):
         fully_reduced_count(cfg)
     with pytest.raises(AssertionError, match="redundant_biases|head_blocks"):
@@ -489,8 +584,8 @@ class KVPlusOneBlocks(IdentityQAttention):
     variant = "kv_plus_one_blocks"
 
     def head_blocks(self):
-        d, r, H = self.n_embd, self.d_head, self.n_head
-        return {"c_kv.weight": row_blocks(3, d, r, H), "c_proj.weight": column_blocks(r, H)}
+        r, H = self.d_head, self.n_head
+        return {"c_kv.weight": row_blocks((H, H, H), r), "c_proj.weight": column_blocks(r, H)}
 
     @classmethod
     def projection_flops(cls, config):
@@ -499,7 +594,7 @@ class KVPlusOneBlocks(IdentityQAttention):
 
 def test_the_contract_catches_blocks_past_the_end_and_a_wrong_flop_count(monkeypatch):
     monkeypatch.setitem(ATTENTION_REGISTRY, KVPlusOneBlocks.variant, KVPlusOneBlocks)
-    cfg = GPTConfig(**SHAPE, n_head=3, attention=KVPlusOneBlocks.variant)
+    cfg = GPTConfig(**GPT2_SHAPE, n_head=3, attention=KVPlusOneBlocks.variant)
     with pytest.raises(AssertionError) as err:
         check_head_blocks(cfg)
     assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: a block of c_kv.weight (12, 6) is empty"
@@ -508,95 +603,8 @@ def test_the_contract_catches_blocks_past_the_end_and_a_wrong_flop_count(monkeyp
     assert str(err.value).splitlines()[0] == "kv_plus_one_blocks: projection_flops says 288, a forward pass runs 216"
 
 
-# ------------------------------------------------------------- the Llama family (GROUPED_REGISTRY), same contract
-LLAMA_SHAPE = dict(n_layer=2, n_embd=8, d_ff=16, vocab_size=97, block_size=16)
-
-# MHA, GQA, MQA, head width != n_embd / n_head, partial rotary, the interleaved layout, a tied head; q/k/v biases
-# without (Qwen2) and with (Llama's attention_bias) an output bias, and an output bias alone.
-LLAMA_SHAPES = {
-    "mha": dict(n_head=2, n_kv_head=2),
-    "gqa-qkv-bias": dict(n_head=4, n_kv_head=2, qkv_bias=True),
-    "mqa-attention-bias": dict(n_head=4, n_kv_head=1, qkv_bias=True, o_bias=True),
-    "wide-heads-tied": dict(n_head=4, n_kv_head=2, d_head=6, qkv_bias=True, o_bias=True, tie_embeddings=True),
-    "partial-rotary": dict(n_head=4, n_kv_head=2, d_head=6, rot=2, qkv_bias=True, o_bias=True),
-    "interleaved": dict(n_head=2, n_kv_head=1, d_head=6, rot=4, rope_layout="interleaved", qkv_bias=True),
-    "o-bias-only": dict(n_head=2, n_kv_head=1, o_bias=True),
-}
-
-
-def llama_contract_configs(name: str) -> list[LlamaConfig]:
-    return [LlamaConfig(**LLAMA_SHAPE, attention=name, **kw) for kw in LLAMA_SHAPES.values()]
-
-
-def _moved_bias(model, name: str, gen: torch.Generator):
-    """A copy of `model` with bias `name` of every layer moved by a random delta (math form, load_heads); a
-    moved b_V is folded into b_O where the layer learns one: b_O - sum_h delta[j(h)] W_O[h]."""
-    out = _build(model.config).double().eval()
-    out.load_state_dict(model.state_dict())
-    for attn in out.attention_layers:
-        hw = attn.to_heads()  # fields are replaced below, never changed in place
-        delta = 0.3 * torch.randn(getattr(hw, name).shape, generator=gen, dtype=torch.float64)
-        setattr(hw, name, getattr(hw, name) + delta)
-        if name == "b_V" and hw.b_O is not None:
-            hw.b_O = hw.b_O - torch.einsum("hr,hrd->d", delta[torch.arange(hw.n_head) // hw.group], hw.W_O)
-        attn.load_heads(hw)
-    return out
-
-
-def check_grouped_redundant_biases(cfg: LlamaConfig) -> None:
-    """Measured on the function: moving a bias that redundant_biases names (b_V folded into b_O) keeps the logits,
-    moving any other learned bias changes them (b_K too: under RoPE q_i M(j - i) b_K^T depends on the key's
-    position j); and fully_reduced_count drops exactly the named biases' parameters."""
-    model, gen = _model(cfg), torch.Generator().manual_seed(13)
-    said = set(attention_class(cfg).redundant_biases(cfg))
-    hw = model.attention_layers[0].to_heads()
-    learned = {name for name in ("b_Q", "b_K", "b_V", "b_O") if getattr(hw, name) is not None}
-    assert said <= learned, f"{cfg.attention}: redundant_biases names {sorted(said - learned)}, which the layer lacks"
-    with torch.no_grad():
-        before = model(_x())[0]
-        for name in sorted(learned):
-            rel = max_rel(_moved_bias(model, name, gen)(_x())[0], before)
-            if name in said:
-                assert rel <= 1e-10, f"{cfg.attention}: redundant_biases names {name}, but moving it changes the " \
-                                     f"logits (max rel. {rel:.3g})"
-            else:
-                assert rel > 1e-6, f"{cfg.attention}: moving {name} keeps the logits (max rel. {rel:.3g}), but " \
-                                   "redundant_biases does not name it"
-    reduced = _build(cfg).num_params() - cfg.n_layer * sum(getattr(hw, name).numel() for name in said)
-    assert fully_reduced_count(cfg) == reduced, \
-        f"{cfg.attention}: fully_reduced_count is {fully_reduced_count(cfg)}, the built model shows {reduced}"
-
-
-def check_canonical_counts(cfg: LlamaConfig) -> None:
-    """Canonical's removed_params is symmetry.grouped.removed_per_layer's count (and counts' split), whole model."""
-    if cfg.attention != "canonical":
-        return
-    said = attention_class(cfg).removed_params(cfg)
-    per_layer = sg.removed_per_layer(cfg.n_kv_head, cfg.d_head, cfg.rot)
-    assert said == cfg.n_layer * sum(per_layer.values()), f"canonical: removed_params {said}, removed_per_layer " \
-                                                          f"{per_layer} per layer"
-
-
-LLAMA_CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
-                check_canonicalize_is_exact, check_head_blocks, check_removed_params, check_grouped_redundant_biases,
-                check_projection_flops, check_canonical_counts]
-
-
-def run_llama_contract(name: str) -> None:
-    run_contract(name, llama_contract_configs, LLAMA_CHECKS)
-
-
-@pytest.mark.parametrize("shape", LLAMA_SHAPES)
-@pytest.mark.parametrize("check", LLAMA_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
-@pytest.mark.parametrize("name", list(GROUPED_REGISTRY))
-def test_llama_contract(name, check, shape):
-    check(LlamaConfig(**LLAMA_SHAPE, attention=name, **LLAMA_SHAPES[shape]))
-
-
-DoubledGroupedV = doubled_v(LlamaStandardAttention)
-
-
-class RemovesOneMore(LlamaStandardAttention):
+# ------------------------------------------------------- the contract can tell a broken variant of the Llama shapes
+class RemovesOneMore(StandardAttention):
     variant = "removes_one_more"
 
     @classmethod
@@ -604,7 +612,7 @@ class RemovesOneMore(LlamaStandardAttention):
         return 1
 
 
-class NoFoldedValueBias(LlamaStandardAttention):
+class NoFoldedValueBias(StandardAttention):
     """The bug this contract found: no redundant bias even with b_O to fold b_V into."""
     variant = "no_folded_b_v"
 
@@ -613,8 +621,8 @@ class NoFoldedValueBias(LlamaStandardAttention):
         return ()
 
 
-class GPTRuleBiases(LlamaStandardAttention):
-    """GPT's rule carried over: b_K named too, which RoPE makes position-dependent."""
+class GPTRuleBiases(StandardAttention):
+    """GPT's rule carried over: b_K named too, which RoPE on every dim makes position-dependent."""
     variant = "gpt_rule_biases"
 
     @classmethod
@@ -622,8 +630,8 @@ class GPTRuleBiases(LlamaStandardAttention):
         return ("b_K", "b_V") if config.qkv_bias and config.o_bias else ()
 
 
-class GroupOutputBlocks(LlamaStandardAttention):
-    """Broken on purpose: o_proj split per KV group (g query heads in one block), k_proj per query head."""
+class GroupOutputBlocks(StandardAttention):
+    """Broken on purpose: o_proj split per KV group (g query heads in one block)."""
     variant = "group_output_blocks"
 
     def head_blocks(self):
@@ -631,58 +639,57 @@ class GroupOutputBlocks(LlamaStandardAttention):
         return {**super().head_blocks(), "o_proj.weight": column_blocks(H // G * r, G)}
 
 
-class KeyBlocksPerQueryHead(LlamaStandardAttention):
+class KeyBlocksPerQueryHead(StandardAttention):
+    """Broken on purpose: k_proj split per query head (the blocks past its G r rows are empty)."""
     variant = "key_blocks_per_query_head"
 
     def head_blocks(self):
-        return {**super().head_blocks(), "k_proj.weight": row_blocks(1, self.n_head * self.d_head, self.d_head,
-                                                                     self.n_head)}
+        return {**super().head_blocks(), "k_proj.weight": row_blocks((self.n_head,), self.d_head)}
 
 
-class LlamaStandardCopy(LlamaStandardAttention):
-    """A correct third Llama-family variant: standard under another name."""
-    variant = "standard_copy"
-
-
-GQA_BIASES = dict(**LLAMA_SHAPE, **LLAMA_SHAPES["mqa-attention-bias"])
+GQA_BIASES = dict(**LLAMA_SHAPE, **SHAPES["llama"]["mqa-attention-bias"])  # MQA, RoPE on every dim, all biases
 
 
 @pytest.mark.parametrize("cls, checks, message", [
-    (DoubledGroupedV, [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
-                       check_canonicalize_is_exact], "doubled_v"),
+    (doubled_v(StandardAttention), [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,
+                                    check_canonicalize_is_exact], "doubled_v"),
     (RemovesOneMore, [check_removed_params], "removed_params says 1, the math form shows 0"),
-    (NoFoldedValueBias, [check_grouped_redundant_biases], "moving b_V keeps the logits"),
-    (GPTRuleBiases, [check_grouped_redundant_biases], "names b_K, but moving it changes"),
+    (NoFoldedValueBias, [check_redundant_biases], r"redundant_biases says \[\], the math form shows \['b_V'\]"),
+    (GPTRuleBiases, [check_redundant_biases], r"says \['b_K', 'b_V'\], the math form shows \['b_V'\]"),
+    (GPTRuleBiases, [check_redundant_biases_keep_the_function], "names b_K, but moving it changes"),
     (GroupOutputBlocks, [check_head_blocks], "a head_blocks block of o_proj.weight feeds heads"),
     (KeyBlocksPerQueryHead, [check_head_blocks], r"a block of k_proj.weight \(2, 8\) is empty"),
 ], ids=lambda v: getattr(v, "variant", ""))
-def test_the_llama_contract_catches_a_broken_variant(monkeypatch, cls, checks, message):
-    monkeypatch.setitem(GROUPED_REGISTRY, cls.variant, cls)
-    cfg = LlamaConfig(**GQA_BIASES, attention=cls.variant)
+def test_the_contract_catches_a_broken_variant_on_a_llama_shape(monkeypatch, cls, checks, message):
+    monkeypatch.setitem(ATTENTION_REGISTRY, cls.variant, cls)
+    cfg = GPTConfig(**GQA_BIASES, attention=cls.variant)
     for check in checks:
         with pytest.raises(AssertionError, match=message):
             check(cfg)
     with pytest.raises(AssertionError):
-        run_llama_contract(cls.variant)
+        run_contract(cls.variant, "llama")
 
 
-@pytest.mark.slow  # the whole Llama contract (seven shapes) on a registered toy: 7 s idle, 25 s on a loaded 2-core CPU
-def test_a_correct_extra_llama_variant_passes_the_contract(monkeypatch):
-    monkeypatch.setitem(GROUPED_REGISTRY, LlamaStandardCopy.variant, LlamaStandardCopy)
-    run_llama_contract(LlamaStandardCopy.variant)
+@pytest.mark.slow  # the whole Llama contract (every shape) on a registered toy: 7 s idle, 25 s on a loaded 2-core CPU
+def test_a_correct_extra_variant_passes_the_llama_contract(monkeypatch):
+    monkeypatch.setitem(ATTENTION_REGISTRY, StandardCopy.variant, StandardCopy)
+    run_contract(StandardCopy.variant, "llama")
 
 
-def test_attention_class_reads_either_family_s_registry(monkeypatch):
+def test_attention_class_reads_the_one_registry_for_every_family(monkeypatch):
     from iattention.bench.flops import attention_projection_flops
 
-    for attention in variant_names():
-        assert attention_class(GPTConfig(**SHAPE, n_head=3, attention=attention)) is ATTENTION_REGISTRY[attention]
-    for attention, cls in GROUPED_REGISTRY.items():
-        cfg = LlamaConfig(**LLAMA_SHAPE, attention=attention)
-        assert attention_class(cfg) is cls
+    for family in FAMILIES:
+        for attention in variant_names():
+            for cfg in contract_configs(attention, family):
+                assert attention_class(cfg) is ATTENTION_REGISTRY[attention]
+    for attention in ("standard", "canonical"):  # GQA: projections of H query and G key/value heads
+        cfg = GPTConfig(**LLAMA_SHAPE, n_head=4, n_kv_head=2, attention=attention)
+        cls = ATTENTION_REGISTRY[attention]
         d, r, H, G = 8, 2, 4, 2
         assert attention_projection_flops(cfg) == cls.projection_flops(cfg) == 2 * d * r * (2 * H + 2 * G)
-    monkeypatch.setitem(GROUPED_REGISTRY, LlamaStandardCopy.variant, LlamaStandardCopy)  # read at call time
-    assert attention_class(LlamaConfig(**LLAMA_SHAPE, attention=LlamaStandardCopy.variant)) is LlamaStandardCopy
+    monkeypatch.setitem(ATTENTION_REGISTRY, StandardCopy.variant, StandardCopy)  # read at call time
+    assert attention_class(GPTConfig(**LLAMA_SHAPE, n_head=4, n_kv_head=2, attention=StandardCopy.variant)) \
+        is StandardCopy
     source = (ROOT / "src/iattention/attention/registry.py").read_text()
     assert "iattention.config" not in source, "registry.py imports a config module (an import cycle)"

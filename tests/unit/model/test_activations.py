@@ -75,7 +75,8 @@ def test_the_fixed_blocks_are_the_identity_and_one_head_s_W_is_W_Q():
         assert torch.equal(view[f"blocks.0.attn.canonical.{name}"], eye)
     one = make_model(attention="canonical", n_head=1)
     attn = one.transformer.h[1].attn
-    attn.set_blocks(torch.randperm(48, generator=torch.Generator().manual_seed(0))[None], None)
+    attn.set_blocks({"pass": torch.randperm(48, generator=torch.Generator().manual_seed(0))[None],
+                     "out": torch.arange(48)[None]})
     view = canonical_view(one)
     rows = view["blocks.1.attn.canonical.k_rows"][0]
     assert not torch.equal(rows, torch.arange(48))  # a real permutation
@@ -102,31 +103,50 @@ LLAMA_SHAPES = [dict(), dict(n_kv_head=1, rot=4, rope_layout="interleaved", qkv_
 def test_a_llama_s_cached_patterns_reproduce_each_layers_attention_output(kw, canonical):
     """The Llama family: RoPE'd scores, each query head reading its group's key and value head."""
     from helpers import make_llama
-    from iattention.symmetry.grouped import canonicalize
+    from iattention.symmetry.transforms import canonicalize
 
     model = make_llama(**kw)
-    model = canonicalize(model) if canonical else model
+    model = canonicalize(model, block="pivoted") if canonical else model
     idx = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(0))
     logits, cache = run_with_cache(model, idx)
     assert torch.equal(logits, model(idx)[0])
     c = model.config
-    for layer, block in enumerate(model.model.layers):
+    for layer, block in enumerate(model.transformer.h):
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
         assert pattern.shape == (2, c.n_head, 12, 12) and pattern.triu(1).abs().max() == 0
-        attn = block.self_attn
-        _, _, v = attn.qkv(block.input_layernorm(cache[f"blocks.{layer}.hook_resid_pre"]))
+        attn = block.attn
+        _, _, v = attn.qkv(block.ln_1(cache[f"blocks.{layer}.hook_resid_pre"]))
         v = v.reshape(2, 12, c.n_kv_head, c.d_head).transpose(1, 2).repeat_interleave(c.n_head // c.n_kv_head, 1)
         y = (pattern @ v).transpose(1, 2).reshape(2, 12, -1)
         assert (attn.project_out(y) - cache[f"blocks.{layer}.hook_attn_out"]).abs().max() < 1e-12
         resid_mid = cache[f"blocks.{layer}.hook_resid_pre"] + cache[f"blocks.{layer}.hook_attn_out"]
-        assert torch.allclose(resid_mid + block.mlp(block.post_attention_layernorm(resid_mid)),
+        assert torch.allclose(resid_mid + block.mlp(block.ln_2(resid_mid)),
                               cache[f"blocks.{layer}.hook_resid_post"])
     assert torch.equal(model.lm_head(cache["ln_final.hook_normalized"]), logits)
 
 
-def test_a_llama_canonical_model_s_missing_canonical_view_is_named_as_such():
+@pytest.mark.parametrize("kw", LLAMA_SHAPES, ids=["gqa", "mqa-partial-interleaved-bias", "mha-wide"])
+def test_a_llama_canonical_model_s_view_is_its_expanded_model_s_products(kw):
+    """One family: a canonical Llama-family model has a canonical view too (before, it was refused as
+    "Llama-family ... no canonical view"): W_QK is each query head's W_Q with its group's W_K, the pass rows are
+    the identity, each rotary pair's pivot row is (1, 0)."""
     from helpers import make_llama
-    from iattention.symmetry.grouped import canonicalize
+    from iattention.attention.rope import pair_dims
+    from iattention.symmetry.transforms import canonicalize, expand
 
-    with pytest.raises(UserError, match="Llama-family.*no canonical view.*GPT-2"):
-        canonical_view(canonicalize(make_llama()))
+    canon = canonicalize(make_llama(**kw), block="pivoted")
+    view, c = canonical_view(canon), canon.config
+    G, r, rot = c.n_kv_head, c.d_head, c.rot
+    first, second = pair_dims(rot, c.rope_layout)
+    for layer, std in enumerate(expand(canon).attention_layers):
+        hw = std.to_heads()
+        v = {k.rsplit(".", 1)[-1]: t for k, t in view.items() if k.startswith(f"blocks.{layer}.attn.canonical.")}
+        assert (v["W_QK"] - hw.W_Q @ hw.per_query_head("W_K").transpose(1, 2)).abs().max() < 1e-12
+        assert v["rot_rows"].shape == (G, rot // 2) and v["o_cols"].shape == (G, r)
+        assert torch.equal(v["W_O_fixed"], torch.eye(r, dtype=torch.float64).expand(G, r, r))
+        if r > rot:
+            assert torch.equal(v["W_K_fixed"], torch.eye(r - rot, dtype=torch.float64).expand(G, r - rot, r - rot))
+        for j in range(G):
+            pivots = hw.W_K[j, v["rot_rows"][j]]  # (rot/2, r): each pair's pivot row of the expanded key map
+            k = torch.arange(rot // 2)
+            assert (pivots[k, first] - 1).abs().max() < 1e-12 and pivots[k, second].abs().max() < 1e-12

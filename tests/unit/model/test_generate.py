@@ -26,13 +26,12 @@ def test_greedy_generation_with_cache_equals_without(attention, heads):
 
 def _k_only_cases():
     from helpers import make_llama
-    from iattention.symmetry.grouped import canonicalize as canonical_llama
     from iattention.symmetry.transforms import canonicalize
 
     return {"gpt2-one-canonical-head": lambda: canonicalize(make_model(n_head=1), block="pivoted"),
             "gpt2-three-heads": lambda: make_model(n_head=3),
             "llama-gqa-wide-heads": lambda: make_llama(n_head=4, n_kv_head=2, d_head=16),
-            "llama-gqa-canonical": lambda: canonical_llama(make_llama(n_head=4, n_kv_head=2, d_head=16))}
+            "llama-gqa-canonical": lambda: canonicalize(make_llama(n_head=4, n_kv_head=2, d_head=16), block="pivoted")}
 
 
 @pytest.mark.parametrize("case", list(_k_only_cases()))

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.model.llama: cached decoding, full and K-only (transformers parity is in
+"""Unit tests of a Llama-family iattention.model.gpt.GPT: cached decoding, full and K-only (transformers parity is in
 tests/unit/interop/test_hf_llama.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from helpers import make_llama
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.errors import UserError
-from iattention.symmetry.grouped import canonicalize
+from iattention.symmetry.transforms import canonicalize
 
 # MHA shapes where the key map is square (n_kv_head x d_head = n_embd): full and partial RoPE, biases, canonical
 # shapes whose keys fill the width (n_kv_head x d_head = n_embd), so a K-only cache is exact: MHA, one head, and
@@ -21,7 +21,7 @@ MHA = [dict(n_kv_head=4), dict(n_kv_head=4, rot=4, qkv_bias=True, o_bias=True),
 
 def _model(kw, canonical=False, dtype=torch.float64):
     model = make_llama(dtype=dtype, **kw)
-    return canonicalize(model) if canonical else model
+    return canonicalize(model, block="pivoted") if canonical else model
 
 
 def _steps(model, x, cache):

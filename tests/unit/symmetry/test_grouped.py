@@ -1,4 +1,5 @@
-"""Unit tests of iattention.symmetry.grouped: the RoPE / grouped-query gauge, its canonical form, the counts."""
+"""Unit tests of iattention.symmetry.transforms on the Llama family: the RoPE / grouped-query gauge, its canonical
+form, the counts (the GPT-2 cases are test_transforms.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 
 from helpers import make_llama
 from iattention.attention.rope import pair_dims
-from iattention.symmetry import grouped as sg
+from iattention.symmetry import transforms as sg
 
 # (name, config overrides): MHA, GQA, MQA, partial RoPE in both layouts, no RoPE, head width != d / H, biases
 SHAPES = [
@@ -18,6 +19,7 @@ SHAPES = [
     ("partial-interleaved", dict(rot=6, rope_layout="interleaved")),
     ("interleaved", dict(rope_layout="interleaved", n_kv_head=1)),
     ("d_head-12", dict(d_head=12, rot=8)),
+    ("no-rope", dict(rot=0, qkv_bias=True, o_bias=True)),  # rot=0: no rotary dims (was "all" before one family)
 ]
 IDS = [name for name, _ in SHAPES]
 
@@ -30,7 +32,7 @@ def _layer_outputs(model):
     """Each attention layer's output on the same random normalised input (no residual stream in between), so
     a change far below the logits' float32 RMSNorm rounding is still seen."""
     x = torch.randn(2, 20, model.config.n_embd, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    rope = model.model.rotary_emb(torch.arange(20), torch.float64)
+    rope = model.transformer.rotary_emb(torch.arange(20), torch.float64)
     with torch.no_grad():
         return torch.stack([attn(x, rope=rope) for attn in model.attention_layers])
 
@@ -112,7 +114,7 @@ def test_one_group_must_share_its_gauges():
     eye = torch.eye(cfg.d_head, dtype=torch.float64)
     per_head = _moved(model, A_q, A_q[:: cfg.group], eye.repeat(cfg.n_kv_head, 1, 1), eye.repeat(cfg.n_head, 1, 1))
     assert _diff(per_head, model) > 1e-3
-    S_o = sg.random_invertible(cfg.n_head, cfg.d_head, gen)
+    S_o = sg._random_invertible(cfg.n_head, cfg.d_head, gen, 2.0)
     per_head_vo = _moved(model, eye.repeat(cfg.n_head, 1, 1), eye.repeat(cfg.n_kv_head, 1, 1), S_o[:: cfg.group], S_o)
     assert _diff(per_head_vo, model) > 1e-3
     shared = _moved(model, A_q[:: cfg.group].repeat_interleave(cfg.group, 0), A_q[:: cfg.group],
@@ -137,7 +139,7 @@ def test_the_fixed_entries_are_one_zero_and_identity(kw):
     blocks pivoting chose for the source."""
     model = make_llama(**kw)
     cfg = model.config
-    canon = sg.canonicalize(model)
+    canon = sg.canonicalize(model, block="pivoted")
     hw = canon.attention_layers[0].to_heads()
     blocks = sg.select_blocks(model.attention_layers[0].to_heads(), cfg.rot, cfg.rope_layout, "pivoted")
     first, second = pair_dims(cfg.rot, cfg.rope_layout)

@@ -1,5 +1,6 @@
 """`iattn params --arch llama`: shape-only presets of published models, their totals (arithmetic and a
-meta-device model), the query/key vs value/output split, and the cache bytes per token."""
+meta-device model), the query/key vs value/output split, and the cache bytes per token; GPT-2 small (the default
+GPTConfig) alongside them, counted by the same code."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import torch
 
 from helpers import one_line_error
 from iattention.cli.app import main
-from iattention.config.llama_shapes import SHAPES, llama_shape, published_count, shape_names
-from iattention.model.llama import Llama
-from iattention.symmetry.counts import kv_cache_values_per_token, llama_removed_split, llama_standard_param_count
+from iattention.config.model import GPTConfig
+from iattention.config.shapes import SHAPES, llama_shape, published_count, shape_names
+from iattention.model.gpt import GPT
+from iattention.symmetry.counts import kv_cache_values_per_token, removed_split, standard_param_count
 
-PUBLISHED = {"llama-3-8b": 8_030_261_248, "smollm2-135m": 134_515_008, "qwen2.5-0.5b": 494_032_768}
+PUBLISHED = {"llama-3-8b": 8_030_261_248, "smollm2-135m": 134_515_008, "qwen2.5-0.5b": 494_032_768,
+             "gpt2-small": 124_439_808}
+
+
+def _shape(name) -> GPTConfig:
+    """A published shape of either family: GPT-2 small is GPTConfig's default, the others are shape presets."""
+    return GPTConfig() if name == "gpt2-small" else llama_shape(name)
 
 
 def test_the_published_totals_from_arithmetic_alone():
@@ -24,29 +32,34 @@ def test_the_published_totals_from_arithmetic_alone():
         + 128256 * 4096
     smol = 49152 * 576 + 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536 + 2 * 576) + 576
     qwen = 151936 * 896 + 24 * (896 * 896 * 2 + 896 * 128 * 2 + (896 + 2 * 128) + 3 * 896 * 4864 + 2 * 896) + 896
-    assert (llama, smol, qwen) == tuple(PUBLISHED.values())
+    # GPT-2: embed, learned positions, (two LayerNorms, c_attn, c_proj, c_fc, c_proj, all with biases), final
+    # LayerNorm, tied head
+    gpt2 = 50257 * 768 + 1024 * 768 + 12 * (2 * 2 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768 + 768 * 3072 + 3072
+                                           + 3072 * 768 + 768) + 2 * 768
+    assert (llama, smol, qwen, gpt2) == tuple(PUBLISHED.values())
     for name, total in PUBLISHED.items():
-        assert published_count(name) == total
-        assert llama_standard_param_count(llama_shape(name)) == total, name
+        assert name not in SHAPES or published_count(name) == total
+        assert standard_param_count(_shape(name)) == total, name
 
 
 def _meta(name, attention="standard"):
     with torch.device("meta"):
-        return Llama(llama_shape(name).replace(attention=attention))
+        return GPT(_shape(name).replace(attention=attention))
 
 
 BIG = ("llama-3-8b", "smollm2-1.7b")  # their canonical builds take 3-8 s even on "meta" (the blocks' index bookkeeping)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n for n in shape_names()])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n
+                                  for n in (*shape_names(), "gpt2-small")])
 def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
-    cfg = llama_shape(name)
+    cfg = _shape(name)
     std = _meta(name)
-    assert std.num_params() == llama_standard_param_count(cfg)
-    if published_count(name) is not None:
-        assert std.num_params() == published_count(name)
+    assert std.num_params() == standard_param_count(cfg)
+    if name in PUBLISHED:
+        assert std.num_params() == PUBLISHED[name]
     can = _meta(name, "canonical")
-    split = llama_removed_split(cfg)
+    split = removed_split(cfg)
     assert std.num_params() - can.num_params() == split["query_key"] + split["value_output"]
     # The split read off the learned tensors: what the key map and the output map lost.
     L, G, H, d, r = cfg.n_layer, cfg.n_kv_head, cfg.n_head, cfg.n_embd, cfg.d_head
@@ -54,8 +67,9 @@ def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
     out = sum(p.numel() for n, p in can.named_parameters() if ".W_O_" in n)
     assert L * G * d * r - key == split["query_key"]
     assert L * H * r * d - out == split["value_output"]
-    # Cache per token: keys and values of every layer's k_proj width; K-only only where that width is d.
-    width = std.model.layers[0].self_attn.k_proj.weight.shape[0]
+    # Cache per token: keys and values of every layer's key width (G r); K-only only where that width is d.
+    G_, _, r_ = std.transformer.h[0].attn.to_heads().W_K.shape
+    width = G_ * r_
     assert kv_cache_values_per_token(cfg) == 2 * L * width
     assert kv_cache_values_per_token(cfg, "k-only") == (L * width if width == d else None)
 
@@ -68,8 +82,8 @@ def test_params_prints_the_totals_and_the_split(capsys):
     assert main(["params", "--arch", "llama", "--preset", "smollm2-1.7b", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["kv_cache_bytes_per_token"] == 2 * rows[0]["k_only_cache_bytes_per_token"] == 196_608
-    for name, total in PUBLISHED.items():
-        assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
+    for name, total in PUBLISHED.items():  # the family from the preset's name
+        assert main(["params", "--preset", name, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)[0]["params"] == total
 
 

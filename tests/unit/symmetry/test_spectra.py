@@ -55,8 +55,7 @@ def test_a_grouped_layer_s_spectra_are_per_query_head_with_its_group_s_key_and_v
     """Query head h of a GQA layer reads key/value head h // g: its W_Q[h] W_K[h // g]^T (the score form at
     relative position 0) and W_V[h // g] W_O[h]; unchanged by the RoPE-compatible gauge and by canonicalize."""
     from helpers import make_llama
-    from iattention.symmetry.grouped import canonicalize as canonicalize_grouped
-    from iattention.symmetry.grouped import random_gauge as random_gauge_grouped
+    from iattention.symmetry.transforms import canonicalize, random_gauge
 
     model = make_llama(n_head=4, n_kv_head=2, rot=4)
     hw = model.attention_layers[0].to_heads()
@@ -67,6 +66,6 @@ def test_a_grouped_layer_s_spectra_are_per_query_head_with_its_group_s_key_and_v
         j = h // 2
         assert torch.allclose(s["qk"][h], torch.linalg.svdvals(hw.W_Q[h] @ hw.W_K[j].T)[:r], rtol=1e-9)
         assert torch.allclose(s["ov"][h], torch.linalg.svdvals(hw.W_V[j] @ hw.W_O[h])[:r], rtol=1e-9)
-    for other in (random_gauge_grouped(copy.deepcopy(model), seed=1), canonicalize_grouped(copy.deepcopy(model))):
+    for other in (random_gauge(copy.deepcopy(model), seed=1), canonicalize(copy.deepcopy(model), block="pivoted")):
         t = head_spectra(other.attention_layers[0].to_heads())
         assert torch.allclose(t["qk"], s["qk"], rtol=1e-8) and torch.allclose(t["ov"], s["ov"], rtol=1e-8)

@@ -84,7 +84,7 @@ def test_perturbed_canonical_model_differs():
     model = make_model()
     canon = canonicalize(model)
     attn = canon.attention_layers[0]
-    attn.set_blocks(torch.roll(attn.k_perm[:, :16], 1, dims=0), None)  # swap blocks between heads
+    attn.set_blocks({"pass": torch.roll(attn.k_perm[:, :16], 1, dims=0), "out": attn.o_perm[:, :16]})  # swap heads
     assert (canon(_x())[0] - model(_x())[0]).abs().max().item() > 1e-3
 
 
@@ -196,17 +196,17 @@ def test_random_invertible_draws_each_head_its_own_right_rotation_and_spectrum()
 
 
 def test_a_block_at_exactly_the_singular_threshold_is_refused():
-    from iattention.symmetry.transforms import SINGULAR_COND, _check_blocks
+    from iattention.symmetry.transforms import SINGULAR_COND, _check_block
 
     W = torch.zeros(1, 3, 2, dtype=torch.float64)
     W[0, 0, 0], W[0, 1, 1] = SINGULAR_COND, 1.0  # the block of rows [0, 1]: singular values 1e12 and 1
     rows = torch.tensor([[0, 1]])
     assert condition_numbers(W, rows)[0] == SINGULAR_COND
     with pytest.raises(SingularBlockError) as e:
-        _check_blocks(2, "key", W, rows, "pivoted")
+        _check_block(2, "key", W[:, :2], rows, "pivoted", 1)  # the block itself: rows [0, 1] of head 0
     tells(e, "layer 2 head 0", "key block [0, 1]", "condition number 1e+12", "no canonical form")
     W[0, 0, 0] = SINGULAR_COND / 2
-    _check_blocks(2, "key", W, rows, "pivoted")
+    _check_block(2, "key", W[:, :2], rows, "pivoted", 1)
 
 
 def test_fold_biases_by_hand():
