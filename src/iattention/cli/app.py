@@ -133,7 +133,8 @@ def cmd_params(args) -> None:
         args.arch, args.shape = _shape_from(args.source)
     family = _preset_family(args.preset)
     if args.arch == "gpt" and family not in (None, "gpt"):
-        raise UserError(f"preset {args.preset} is a {family} model; use --arch {family} (or leave out --arch)")
+        named = {"llama": "Llama-family", "gpt_neox": "GPT-NeoX"}.get(family, family)
+        raise UserError(f"preset {args.preset} is a {named} model; use --arch {family} (or leave out --arch)")
     if args.arch is None:
         args.arch = family or "gpt"  # the preset's name says its family; no preset: gpt2-small
     if args.arch in ("llama", "gpt_neox"):

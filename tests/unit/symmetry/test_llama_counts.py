@@ -12,7 +12,7 @@ import torch
 from helpers import one_line_error
 from iattention.cli.app import main
 from iattention.config.model import GPTConfig
-from iattention.config.shapes import SHAPES, llama_shape, published_count, shape_names
+from iattention.config.shapes import SHAPES, published_count, shape_names, shape_preset
 from iattention.model.gpt import GPT
 from iattention.symmetry.counts import kv_cache_values_per_token, removed_split, standard_param_count
 
@@ -22,7 +22,7 @@ PUBLISHED = {"llama-3-8b": 8_030_261_248, "smollm2-135m": 134_515_008, "qwen2.5-
 
 def _shape(name) -> GPTConfig:
     """A published shape of either family: GPT-2 small is GPTConfig's default, the others are shape presets."""
-    return GPTConfig() if name == "gpt2-small" else llama_shape(name)
+    return GPTConfig() if name == "gpt2-small" else shape_preset(name)
 
 
 def test_the_published_totals_from_arithmetic_alone():
