@@ -135,8 +135,9 @@ def select_blocks(hw: HeadWeights, rot: int, layout: str, block: str) -> dict[st
         raise ValueError(f"unknown block {block!r}; choose one of {', '.join(BLOCKS)}")
     W_O_T = _out_map(hw)
     return {"rot": _pairs(hw.W_K, rot, layout).abs().argmax(-1) if rot else torch.zeros(G, 0, dtype=torch.long),
-            "pass": torch.tensor([pivoted_rows(hw.W_K[j, :, rot:]) for j in range(G)]).reshape(G, r - rot),
-            "out": torch.tensor([pivoted_rows(W_O_T[j]) for j in range(G)])}
+            "pass": torch.tensor([pivoted_rows(hw.W_K[j, :, rot:]) for j in range(G)], dtype=torch.long).reshape(
+                G, r - rot),
+            "out": torch.tensor([pivoted_rows(W_O_T[j]) for j in range(G)], dtype=torch.long)}
 
 
 def _fixed(hw: HeadWeights, rot: int, blocks: dict) -> dict[str, torch.Tensor]:
