@@ -107,13 +107,10 @@ def sparse_checkpoint(run_dir, out, gib=16):
 def make_llama(dtype=torch.float64, seed=0, **kw):
     """A small Llama-family model with every weight random, norm gains and biases included (not 1 and 0), so no
     term of the function is trivial."""
-    from iattention.config.llama import LlamaConfig
-    from iattention.model.llama import Llama
-
-    cfg = LlamaConfig(**{**dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48, vocab_size=61,
-                                block_size=24), **kw})
+    cfg = GPTConfig(**{**dict(family="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                              vocab_size=61, block_size=24), **kw})
     torch.manual_seed(seed)
-    model = Llama(cfg).to(dtype).eval()
+    model = GPT(cfg).to(dtype).eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
