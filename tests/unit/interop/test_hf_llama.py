@@ -12,6 +12,7 @@ from iattention.errors import UserError
 from iattention.interop.convert import convert, save_converted
 from iattention.interop.hf_llama import from_hf_llama, load_hf_llama, to_hf_llama
 from iattention.interop.load import load_any
+from iattention.model.names import to_family
 
 tf = pytest.importorskip("transformers")
 tf.utils.logging.set_verbosity_error()
@@ -112,8 +113,8 @@ def test_saved_folders_reload_bitwise(tmp_path, kind, kw):
     hf.save_pretrained(tmp_path / "hf")
     src, data, _ = load_any(tmp_path / "hf")
     assert data is None
-    ours = src.state_dict()
-    assert set(ours) == set(hf.state_dict())  # the same names, one to one
+    ours = {to_family(k, src.config.family): v for k, v in src.state_dict().items()}
+    assert set(ours) == set(hf.state_dict())  # the same names (ours renamed to transformers'), one to one
     for name, a in hf.state_dict().items():
         assert torch.equal(a, ours[name]), name
     canon, rep = convert(src, "canonical", dtype="float64")
@@ -140,8 +141,8 @@ def test_a_bf16_folder_gives_transformers_float64_logits_at_long_positions(tmp_p
     hf = hf_model(kind, max_position_embeddings=T, **kw).to(torch.bfloat16)
     hf.save_pretrained(tmp_path / "hf")
     ours, _, _ = load_any(tmp_path / "hf")
-    assert ours.model.embed_tokens.weight.dtype == torch.bfloat16  # loaded in the folder's dtype ...
-    assert ours.model.rotary_emb.inv_freq.dtype == torch.float32  # ... its frequencies not
+    assert ours.transformer.wte.weight.dtype == torch.bfloat16  # loaded in the folder's dtype ...
+    assert ours.transformer.rotary_emb.inv_freq.dtype == torch.float32  # ... its frequencies not
     ours = ours.double()
     ref = getattr(tf, f"{kind}ForCausalLM").from_pretrained(str(tmp_path / "hf"), dtype=torch.float64).eval()
     x = torch.randint(0, 67, (1, T), generator=torch.Generator().manual_seed(2))
@@ -270,7 +271,7 @@ def test_a_tied_config_with_its_own_head_loads_as_transformers_does(tmp_path):
     ref = tf.LlamaForCausalLM.from_pretrained(str(folder)).eval()
     assert not ours.config.tie_embeddings
     with torch.no_grad():
-        assert torch.equal(ours.model.embed_tokens.weight, hf.model.embed_tokens.weight)
+        assert torch.equal(ours.transformer.wte.weight, hf.model.embed_tokens.weight)
         assert (ours(_x())[0] - ref(_x()).logits).abs().max().item() <= 1e-12
 
 
