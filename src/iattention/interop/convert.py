@@ -101,10 +101,7 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", r
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if src.config.pos == "rope":  # its conditioning report has the rotary pairs too
-        out, rep = convert_grouped(src, to, block, dtype)
-    else:
-        out, rep = _convert_gpt(src, to, block, dtype)
+    out, rep = _convert(src, to, block, dtype)
     if reference is not None:
         ours = copy.deepcopy(src).double().eval()(probe_batch(src))[0][..., :reference.shape[-1]]
         rep.source_load = ((ours - reference).abs().max() / reference.abs().max()).item()
@@ -118,27 +115,35 @@ def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out[0]
 
 
-def _convert_gpt(src: GPT, to: str, block: str, dtype: str):
+# model_type -> the transformers exporter of our models of that family
+EXPORTERS = {"gpt2": to_hf, "gpt_neox": to_hf_neox, "llama": to_hf_llama, "qwen2": to_hf_llama, "mistral": to_hf_llama}
+
+
+def _convert(src: GPT, to: str, block: str, dtype: str):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]
     cond = None
     if to == "canonical":
         out = canonicalize(src64, block=block).to(DTYPES[dtype])
-        c = block_conditioning(src64, block)
-        cond = {k: v.tolist() for k, v in c.items()}
-        after = out.num_params()
+        # with rotary dims: per KV group, pivoted | aligned, the rotary pairs too; else per head, the chosen blocks
+        cond = grouped_conditioning(src64) if src.config.rot else {
+            k: v.tolist() for k, v in block_conditioning(src64, block).items()}
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
-        after = out.num_params()
     else:
-        out = to_hf(src64).to(DTYPES[dtype])
-        after = sum(p.numel() for p in out.parameters())
+        out = EXPORTERS[src.config.family](src64)
+        rotary = getattr(out.base_model, "rotary_emb", None)
+        inv_freq = None if rotary is None else rotary.inv_freq.float()  # Module.to casts it; keep it float32
+        out = out.to(DTYPES[dtype])
+        if rotary is not None:
+            rotary.inv_freq = inv_freq
     diff = (logits_in_float64(out, x) - ref).abs().max().item()
     scale = ref.abs().max().item()
     if scale == 0:  # every logit zero (e.g. an all-zero model): no relative difference to report
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
                         "nothing model), so the conversion cannot be checked; convert a model with weights")
+    after = out.num_params() if to != "hf" else sum(p.numel() for p in out.parameters())
     return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
 
 
@@ -168,7 +173,7 @@ def conditioning_parts(layer: dict[str, list]) -> list[str]:
 
 
 def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
-    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (GroupedHeadWeights, float64);
+    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64);
     `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
     out = {}
     for block in ("pivoted", "aligned"):
@@ -176,33 +181,6 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
         for what, v in transforms.conditioning(hw, c.rot, c.rope_layout, blocks).items():
             out[f"{block} {what}"] = v.tolist()
     return out
-
-
-@torch.no_grad()
-def convert_grouped(src, to: str, block: str, dtype: str):
-    """convert() for a rotary model (the Llama family, GPT-NeoX): canonical, standard or its transformers class."""
-    src64 = copy.deepcopy(src).double().eval()
-    x = probe_batch(src64)
-    ref = src64(x)[0]
-    cond = None
-    if to == "canonical":
-        out = canonicalize(src64, block=block).to(DTYPES[dtype])
-        cond = grouped_conditioning(src64)
-    elif to == "standard":
-        out = expand(src64).to(DTYPES[dtype])
-    else:
-        out = (to_hf_neox if src.config.family == "gpt_neox" else to_hf_llama)(src64)
-        rotary = out.base_model.rotary_emb
-        inv_freq = rotary.inv_freq.float()  # Module.to casts it; from_pretrained keeps it float32
-        out = out.to(DTYPES[dtype])
-        rotary.inv_freq = inv_freq
-    diff = (logits_in_float64(out, x) - ref).abs().max().item()
-    scale = ref.abs().max().item()
-    if scale == 0:
-        raise UserError("the source model's logits are all zero on the probe batch, so the conversion cannot be "
-                        "checked; convert a model with weights")
-    after = sum(p.numel() for p in out.parameters())
-    return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
