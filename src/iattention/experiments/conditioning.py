@@ -82,7 +82,7 @@ def run(args) -> None:
     results = []
     if args.checkpoint:  # read first: a model this study cannot take is refused before the minutes of GPT-2
         model, meta = load_model(args.checkpoint)
-        if model.config.pos == "rope":  # this study's table has no rotary pairs; convert's report has them
+        if model.config.rot:  # this study's table has no rotary pairs; convert's report has them
             raise UserError(f"iattn conditioning ({args.checkpoint}) reads models without rotary dims, and this one "
                             f"({model.config.family}) has {model.config.rot} per head; iattn convert --from it --to "
                             "canonical prints its fixed blocks' conditioning, pivoted against aligned")
