@@ -17,7 +17,7 @@ import torch
 from iattention.bench.runner import bench_device, sync
 from iattention.config import model_preset
 from iattention.errors import UserError
-from iattention.interop.hf import to_hf
+from iattention.interop.convert import EXPORTERS
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 
@@ -60,16 +60,18 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
         for attention in attentions:
             torch.manual_seed(0)
             model = GPT(shape.replace(n_head=h, attention=attention)).to(dev).eval()
-            for kind in ("full", "k-only", None):  # None: no cache; k-only: keys alone (model/gpt.py make_cache)
+            c = shape.replace(n_head=h)
+            square = c.n_kv_head * c.d_head == c.n_embd  # where a K-only cache exists
+            for kind in ("full", "k-only", None) if square else ("full", None):  # None: no cache; k-only: keys alone
                 jobs.append((dict(model="iattention", attention=attention, n_head=h, attn_kernel=kernels[h],
                                   kv_cache=kind is not None, cache=kind or "none",
                                   cache_bytes_per_token=_cache_bytes(model, kind, prompt)),
                              lambda m=model, k=kind: m.generate(prompt, new_tokens, temperature=0,
                                                                 use_cache=k is not None, cache_kind=k or "full")))
             if reference and attention == "standard":
-                hf = to_hf(model).to(dev).eval()
-                jobs.append((dict(model="hf-gpt2", attention="standard", n_head=h, attn_kernel="sdpa", kv_cache=True,
-                                  cache="full"),
+                hf = EXPORTERS[shape.family](model).to(dev).eval()
+                jobs.append((dict(model=f"hf-{shape.family}", attention="standard", n_head=h, attn_kernel="sdpa",
+                                  kv_cache=True, cache="full"),
                              lambda hf=hf: hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                                        do_sample=False, use_cache=True, pad_token_id=0)))
     for _, fn in jobs:  # warm-up

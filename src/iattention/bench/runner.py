@@ -20,6 +20,8 @@ from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
 from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
 from iattention.interop.hf import hf_config
+from iattention.interop.hf_llama import hf_llama_config
+from iattention.interop.hf_neox import hf_neox_config
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
@@ -103,16 +105,22 @@ def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool 
 
 
 def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
-    """transformers GPT2LMHeadModel of the same shape (SDPA attention), or None if not installed."""
+    """transformers' model of the same shape and family (GPT2LMHeadModel, LlamaForCausalLM, ...; SDPA attention), or
+    None if not installed."""
     try:
         import transformers  # lazy: heavy, optional, and only the HF reference needs it
     except ImportError:
         return None, None
 
     transformers.utils.logging.set_verbosity_error()
-    hc = hf_config(cfg)
+    if cfg.family == "gpt2":
+        hc, cls = hf_config(cfg), transformers.GPT2LMHeadModel
+    else:  # the family's own transformers class, of the config an export of this model writes
+        hc = (hf_neox_config if cfg.family == "gpt_neox" else hf_llama_config)(cfg)
+        cls = getattr(transformers, hc.architectures[0] if hc.architectures else type(hc).__name__.replace(
+            "Config", "ForCausalLM"))
     hc._attn_implementation = "sdpa"
-    model = transformers.GPT2LMHeadModel(hc).to(device=device, dtype=dtype)
+    model = cls(hc).to(device=device, dtype=dtype)
     fn = torch.compile(model) if compile else model
 
     def loss_fn(_, x, y):  # the same loss expression as iattention.GPT's
@@ -143,7 +151,7 @@ def bench_spec(preset: str) -> dict:
     model = model_preset(preset)
     shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
                                             "mlp_hidden")}
-    shape.update({k: v for k, v in model.to_dict().items() if k in NEW_KEYS and k != "n_kv_head"})  # another family's
+    shape.update({k: v for k, v in model.to_dict().items() if k in NEW_KEYS})  # another family's keys
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 
@@ -177,7 +185,7 @@ def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: 
             cfg = base.replace(attention="standard")
             model, loss_fn = hf_reference(cfg, dev, compile=compile)
             if model is not None:
-                entries.append(("hf-gpt2", "standard", h, cfg, model, loss_fn,
+                entries.append((f"hf-{cfg.family}", "standard", h, cfg, model, loss_fn,
                                 sum(p.numel() for p in model.parameters()), "sdpa"))
     return entries
 
@@ -192,7 +200,7 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
     for i, row in enumerate(rows):
         same = [j for j, r in enumerate(rows) if r["n_head"] == row["n_head"]]
         std = next((j for j in same if rows[j]["model"] == "iattention" and rows[j]["attention"] == "standard"), None)
-        ref = next((j for j in same if rows[j]["model"] == "hf-gpt2"), None)
+        ref = next((j for j in same if rows[j]["model"].startswith("hf-")), None)
         for key in ("train_tokens_per_s", "forward_tokens_per_s"):
             for against, j in (("standard", std), ("hf", ref)):
                 if j is None:

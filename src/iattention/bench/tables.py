@@ -77,7 +77,7 @@ def generation_table(rows: list[dict]) -> str:
         def of(cache, r=r, same=same):
             return next((x for x in same if x["model"] == r["model"] and x["attention"] == r["attention"]
                          and x.get("cache", "full" if x["kv_cache"] else "none") == cache), None)
-        hf = next((x for x in same if x["model"] == "hf-gpt2"), None)
+        hf = next((x for x in same if x["model"].startswith("hf-")), None)
         ratios = [f"{r['tokens_per_s'] / o['tokens_per_s']:.2f}" if o else "–" for o in (of("none"), of("full"), hf)]
         nbytes = r.get("cache_bytes_per_token")
         lines.append(f"| {r['model']} | {r['attention']} | {r['n_head']} | {kind} | "

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
-from iattention.attention.registry import variant_names
+from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.bench.generation import generation_bench
 from iattention.bench.runner import bench_spec, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, str_list
-from iattention.config import preset_names
+from iattention.config import model_preset, preset_names
 from iattention.config.run import MAX_THREADS
 from iattention.errors import UserError
 from iattention.kernels import ATTN_KERNELS
@@ -55,7 +55,9 @@ def cmd_generation_bench(args) -> None:
 
 def cmd_bench(args) -> None:
 
-    args.attention = args.attention or list(variant_names())
+    if not args.attention:  # every variant this preset's shape has a form for (identity_q needs G = H, ...)
+        shape = model_preset(args.preset)
+        args.attention = [v for v in variant_names() if ATTENTION_REGISTRY[v].unsupported(shape) is None]
     bad = [a for a in args.attention if a not in variant_names()]
     if bad:
         raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(variant_names())}")

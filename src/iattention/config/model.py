@@ -29,7 +29,7 @@ _LLAMA = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=Fals
 FAMILIES: dict[str, dict] = {
     "gpt2": dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
                  vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False),
-    "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
+    "llama": _LLAMA, "qwen2": {**_LLAMA, "qkv_bias": True, "o_bias": False}, "mistral": _LLAMA,
     # GPT-NeoX (Pythia): LayerNorm with biases, exact GELU, x + attn(ln_1(x)) + mlp(ln_2(x)), per-head interleaved
     # query_key_value, untied embed_out; its presets set rot (rotary_pct x d_head: 25% for Pythia)
     "gpt_neox": dict(pos="rope", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True, tie_embeddings=False,
@@ -200,10 +200,9 @@ class GPTConfig:
         fam = FAMILIES.get(self.family, FAMILIES["gpt2"])
         out = {k: v for k, v in fam.items() if _unset(getattr(self, k))}
         bias = out.get("bias", self.bias)
-        if self.qkv_bias is None:
-            out["qkv_bias"] = bias
-        if self.o_bias is None:
-            out["o_bias"] = bias
+        for name in ("qkv_bias", "o_bias"):  # the family's, else as `bias`
+            if getattr(self, name) is None:
+                out.setdefault(name, bias)
         if not self.n_kv_head:
             out["n_kv_head"] = self.n_head
         if not self.d_head and _positive(self.n_embd) and _positive(self.n_head):

@@ -1,6 +1,7 @@
 """Unit tests of iattention.bench.runner."""
 
 import pytest
+import torch
 
 
 def test_bench_ratios_have_one_definition_and_a_huge_spread_is_flagged():
@@ -33,3 +34,19 @@ def test_bench_times_the_preset_model_as_trained():
     want = model_preset("paper")
     assert shape["dropout"] == want.dropout == 0.1
     assert (shape["bias"], shape["mlp_hidden"]) == (want.bias, want.mlp_hidden)
+
+
+@pytest.mark.parametrize("family,cls", [("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"),
+                                        ("qwen2", "Qwen2ForCausalLM"), ("gpt_neox", "GPTNeoXForCausalLM")])
+def test_the_reference_is_the_family_s_own_transformers_class_of_the_same_size(family, cls):
+    """bench's HF reference for a model of any family: transformers' class of that family, as many parameters."""
+    pytest.importorskip("transformers")
+    from iattention.bench.runner import hf_reference, iattention_model
+    from iattention.config.model import GPTConfig
+
+    kw = dict(n_kv_head=2, mlp_hidden=48) if family in ("llama", "qwen2") else {}
+    cfg = GPTConfig(family=family, n_layer=2, n_head=4, n_embd=32, vocab_size=64, block_size=16, **kw)
+    ours, _ = iattention_model(cfg, torch.device("cpu"))
+    ref, _ = hf_reference(cfg, torch.device("cpu"))
+    assert type(ref).__name__ == cls
+    assert sum(p.numel() for p in ref.parameters()) - (ref.config.vocab_size - 64) * 32 == ours.num_params()

@@ -43,5 +43,5 @@ def test_a_llama_family_key_at_gpt2_s_default_is_still_a_difference():
 
     assert "model.tie_embeddings" in config_mismatch(cfg(), cfg("model.tie_embeddings=false"))
     qwen = ("model.family=qwen2",)
-    assert "model.qkv_bias" in config_mismatch(cfg(*qwen), cfg(*qwen, "model.qkv_bias=true"))
+    assert "model.qkv_bias" in config_mismatch(cfg(*qwen), cfg(*qwen, "model.qkv_bias=false"))
     assert config_mismatch(cfg(), cfg("model.tie_embeddings=true", "model.norm_eps=1e-6")) is None
