@@ -1,17 +1,20 @@
 """Made at commit 6cd6bb0 (before the one-family change): tiny checkpoints of each family/variant, and
 the logits each gives on fixed tokens, so the loader of later layouts is tested against them."""
-import json, sys
+import sys
 from pathlib import Path
+
 import torch
 from safetensors.torch import save_file
-from iattention.config.model import GPTConfig
+
+from iattention.checkpoint.state import save_checkpoint
 from iattention.config.llama import LlamaConfig
+from iattention.config.model import GPTConfig
 from iattention.model.gpt import GPT
 from iattention.model.llama import Llama
-from iattention.checkpoint.state import save_checkpoint
-from iattention.symmetry import transforms, grouped
+from iattention.symmetry import grouped, transforms
 
-out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
 torch.manual_seed(0)
 idx = torch.randint(0, 32, (2, 12))
 logits = {"tokens": idx}
