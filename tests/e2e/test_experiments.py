@@ -66,3 +66,32 @@ def test_compare_of_runs_without_a_final_test_prints_its_table(tmp_path, capsys)
                  *ov]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("standard ")]
     assert len(row) == 1 and "not run" in row[0]
+
+
+def test_conditioning_of_a_checkpoint_alone_studies_it_on_its_own_test_split(tmp_path, capsys):
+    """`iattn conditioning --checkpoint` on a real tiny checkpoint: one study, of that model on the test split
+    its config names (no GPT-2-small reference: that takes minutes and needs --gpt2 here), as `study` makes it."""
+    pytest.importorskip("transformers")
+    import json
+
+    import torch
+
+    from helpers import make_model, write_corpus
+    from iattention.checkpoint.state import save_checkpoint
+    from iattention.cli import main
+    from iattention.data import DataConfig, load_data
+    from iattention.experiments.conditioning import study
+
+    paths = write_corpus(tmp_path)
+    data = dict(dataset="text", **paths, tokenizer="byte", train_tokens=0, cache_dir=str(tmp_path / "cache"))
+    model = make_model(dtype=torch.float32, n_layer=2, n_head=2, n_embd=16, vocab_size=256, block_size=16)
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, model, {"config": {"model": model.config.to_dict(), "data": data}})
+    assert main(["conditioning", "--checkpoint", str(path), "--json", str(tmp_path / "c.json")]) == 0
+    (got,) = json.loads((tmp_path / "c.json").read_text())
+    tokens = load_data(DataConfig(**data), splits=("test",)).splits["test"]
+    want = study(model, tokens, f"trained by iattention: {path}", 16)
+    assert got["model"] == want["model"] and got["tokens"] == want["tokens"] == len(tokens) - 1 > 1000
+    assert got["blocks"]["pivoted"]["key_max"] == pytest.approx(want["blocks"]["pivoted"]["key_max"], rel=1e-9)
+    assert got["original_ppl"] == pytest.approx(want["original_ppl"], rel=1e-9)
+    assert "GPT-2" not in capsys.readouterr().out
