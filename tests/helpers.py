@@ -73,6 +73,32 @@ def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
     return base + [f"{k}={v}" for k, v in extra.items()]
 
 
+def write_run(folder, attention, heads, seed, val_curve, test_ppl, config):
+    """A finished run folder in the trainer's format (summary.json + metrics.jsonl)."""
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    best = int(np.argmin(val_curve))
+    with open(folder / "metrics.jsonl", "w") as f:
+        for i, v in enumerate(val_curve):
+            f.write(json.dumps(dict(kind="epoch", epoch=i + 1, step=10 * (i + 1), train_ppl=v * 0.8, val_ppl=v)) + "\n")
+    summary = dict(config=config, attention=attention, n_head=heads, seed=seed, params=1000 - 10 * heads,
+                   best_val_ppl=float(val_curve[best]), best_epoch=best + 1, test_ppl=test_ppl,
+                   epochs_run=len(val_curve), train_tokens_per_s=1234.0)
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def armed_run(root, arm, overrides, heads, seed, curve, config):
+    """A finished run of `arm` (its arm.json as a sweep writes it), named as a sweep names it."""
+    import json
+
+    folder = root / f"{arm}-h{heads}-s{seed}"
+    write_run(folder, config["model"]["attention"], heads, seed, curve, curve[-1], config)
+    (folder / "arm.json").write_text(json.dumps({"arm": arm, "overrides": overrides}))
+
+
 def one_line_error(capsys, rc, *must) -> str:
     """A refused command: exit 2, no traceback, one `iattn: error:` line holding each of `must`; returns it."""
     err = capsys.readouterr().err
