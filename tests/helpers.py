@@ -73,6 +73,32 @@ def tiny_overrides(paths: dict, cache_dir, **extra) -> list[str]:
     return base + [f"{k}={v}" for k, v in extra.items()]
 
 
+def write_run(folder, attention, heads, seed, val_curve, test_ppl, config):
+    """A finished run folder in the trainer's format (summary.json + metrics.jsonl)."""
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    best = int(np.argmin(val_curve))
+    with open(folder / "metrics.jsonl", "w") as f:
+        for i, v in enumerate(val_curve):
+            f.write(json.dumps(dict(kind="epoch", epoch=i + 1, step=10 * (i + 1), train_ppl=v * 0.8, val_ppl=v)) + "\n")
+    summary = dict(config=config, attention=attention, n_head=heads, seed=seed, params=1000 - 10 * heads,
+                   best_val_ppl=float(val_curve[best]), best_epoch=best + 1, test_ppl=test_ppl,
+                   epochs_run=len(val_curve), train_tokens_per_s=1234.0)
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def armed_run(root, arm, overrides, heads, seed, curve, config):
+    """A finished run of `arm` (its arm.json as a sweep writes it), named as a sweep names it."""
+    import json
+
+    folder = root / f"{arm}-h{heads}-s{seed}"
+    write_run(folder, config["model"]["attention"], heads, seed, curve, curve[-1], config)
+    (folder / "arm.json").write_text(json.dumps({"arm": arm, "overrides": overrides}))
+
+
 def one_line_error(capsys, rc, *must) -> str:
     """A refused command: exit 2, no traceback, one `iattn: error:` line holding each of `must`; returns it."""
     err = capsys.readouterr().err
@@ -128,3 +154,129 @@ def tells(err, *facts: str) -> str:
     for fact in facts:
         assert fact in message, f"{fact!r} is not in the message: {message}"
     return message
+
+
+# ------------------------------------------------------------------ the e2e topic files' shared helpers
+# (each was written once per campaign file before issue 49; the topic files import them under their old names)
+SWEEP_RUN = "standard-h2-s0"  # the one run of `sweep --arms standard --heads 2 --seeds 0`
+SRC = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "src"))
+
+
+def subprocess_env(**extra) -> dict:
+    """os.environ with src/ first on PYTHONPATH (a child `python -m iattention` imports this checkout)."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra)
+    return env
+
+
+def garbage(original: bytes, kind: str, rng) -> dict[str, bytes]:
+    """Named corruptions of a file's bytes: each a different way a file goes bad."""
+    import json
+
+    cut = rng.randrange(1, max(2, int(len(original) * 0.9)))
+    while cut < len(original) and original[cut - 1:cut] in (b"\n", b"}"):  # never a cut that stays valid
+        cut += 1
+    flip = rng.randrange(len(original))
+    out = {
+        "empty": b"",
+        "random bytes": bytes(rng.randrange(256) for _ in range(rng.randrange(16, 300))),
+        "cut short": original[:cut],
+        "a non-UTF-8 byte": original[:flip] + b"\xff\xfe" + original[flip:],
+    }
+    if kind == "json":
+        obj = json.loads(original)
+        out["a list, not an object"] = b"[1, 2, 3]"
+        out["every value of another type"] = json.dumps({k: [v] for k, v in obj.items()}).encode()
+    elif kind == "jsonl":
+        out["a list per line"] = b"[1]\n[2]\n"
+        recs = [json.loads(x) for x in original.splitlines()]
+        out["values of another type"] = "".join(json.dumps({k: str(v) for k, v in r.items()}) + "\n"
+                                                for r in recs).encode()
+    elif kind == "yaml":
+        out["a list, not sections"] = b"- model\n- data\n"
+        out["a section that is not a mapping"] = b"model: 3\ndata: 4\noptim: 5\ntrain: 6\n"
+        out["a repeated section"] = original + b"\ntrain:\n  epochs: 9\n"
+    elif kind == "safetensors":
+        out["a pickle behind the name"] = b"\x80\x04\x95cos\nsystem\n(S'touch /tmp/pwned'\ntR."
+        out["a header length beyond the file"] = (2**40).to_bytes(8, "little") + original[8:]
+    return out
+
+
+def one_line_naming(capsys, code, name, where) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, f"{where}: exit {code}, stderr {err[-3:]}"
+    assert len(err) == 1 and err[0].startswith("iattn: error:"), f"{where}: {err}"
+    assert name in err[0], f"{where}: the error does not name {name}: {err[0]}"
+    return err[0]
+
+
+def run_cli(argv) -> int:
+    """`iattn ARGV` in this process (each argument str()-ed); its exit status, argparse's refusals included."""
+    from iattention.cli import main
+
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code
+
+
+def refused(capsys, argv, *names) -> str:
+    """argv exits 2 with one line `iattn: error: ...` naming each of `names`."""
+    code = run_cli(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, f"{argv}: exit {code}, stderr {err[-3:]}"
+    assert len(err) == 1 and err[0].startswith("iattn: error:"), err
+    for name in names:
+        assert str(name) in err[0], f"{name!r} not in {err[0]}"
+    return err[0]
+
+
+def copy_tree(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def rewrite_safetensors(path, change, metadata_change=None) -> None:
+    """Rewrite a safetensors file in place with change(tensors) applied (and its metadata changed)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    tensors = load_file(str(path))
+    change(tensors)
+    if metadata_change:
+        metadata = metadata_change(metadata)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def edit_meta(edit):
+    import json
+
+    def change(metadata):
+        meta = json.loads(metadata["iattention"])
+        edit(meta)
+        return {**metadata, "iattention": json.dumps(meta)}
+    return change
+
+
+def plant(value, key):
+    def change(tensors):
+        tensors[key] = tensors[key].clone()
+        tensors[key].view(-1)[3] = value
+    return change
+
+
+def train_argv(out, ov, *extra):
+    return ["train", "--preset", "tiny", "--quiet", "--out", out, *ov, *extra]
+
+
+def eval_ppl(capsys, *argv) -> float:
+    import json
+
+    from iattention.cli import main
+
+    assert main(["eval", *map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ppl"]

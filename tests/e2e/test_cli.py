@@ -79,3 +79,21 @@ def test_sweep_ends_with_the_table_compare_prints(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "2 runs, 1 already finished, 1 to train" in text and "started" not in text.split("standard-h2-s0")[0]
     assert "[1/2 done" in text and "[2/2 done]" in text
+
+
+def test_scales_json_lands_beside_the_table(corpus, tmp_path, monkeypatch, capsys):
+    """Before: `rsplit(".", 1)` on the whole path: `results.v2/table` wrote `results.json` beside the folder,
+    `./table` wrote `./.json`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.v2").mkdir()
+    (tmp_path / "results.json").write_text("user's\n")
+    args = ["scales", "--preset", "tiny", "--arms", "standard", "--steps", "1", *corpus["ov"]]
+    assert main([*args, "--out", "results.v2/table"]) == 0
+    assert (tmp_path / "results.json").read_text() == "user's\n"
+    assert (tmp_path / "results.v2" / "table").exists() and (tmp_path / "results.v2" / "table.json").exists()
+    assert main([*args, "--out", "./table"]) == 0
+    assert (tmp_path / "table.json").exists() and not (tmp_path / ".json").exists()
+
+    from iattention.cli.experiments import json_beside
+    assert json_beside("t.md") == Path("t.json")
+    assert json_beside("t.json") == Path("t.json.json")  # never the table itself

@@ -2,6 +2,15 @@
 
 import pytest
 
+from helpers import armed_run
+from iattention.experiments.report import write_report
+from iattention.train import load_config
+
+
+@pytest.fixture
+def config():
+    return load_config("tiny", None, []).to_dict()
+
 
 @pytest.mark.slow
 def test_committed_study_reports_name_only_committed_runs():
@@ -66,3 +75,48 @@ def test_compare_of_runs_without_a_final_test_prints_its_table(tmp_path, capsys)
                  *ov]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("standard ")]
     assert len(row) == 1 and "not run" in row[0]
+
+
+def test_conditioning_of_a_checkpoint_alone_studies_it_on_its_own_test_split(tmp_path, capsys):
+    """`iattn conditioning --checkpoint` on a real tiny checkpoint: one study, of that model on the test split
+    its config names (no GPT-2-small reference: that takes minutes and needs --gpt2 here), as `study` makes it."""
+    pytest.importorskip("transformers")
+    import json
+
+    import torch
+
+    from helpers import make_model, write_corpus
+    from iattention.checkpoint.state import save_checkpoint
+    from iattention.cli import main
+    from iattention.data import DataConfig, load_data
+    from iattention.experiments.conditioning import study
+
+    paths = write_corpus(tmp_path)
+    data = dict(dataset="text", **paths, tokenizer="byte", train_tokens=0, cache_dir=str(tmp_path / "cache"))
+    model = make_model(dtype=torch.float32, n_layer=2, n_head=2, n_embd=16, vocab_size=256, block_size=16)
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, model, {"config": {"model": model.config.to_dict(), "data": data}})
+    assert main(["conditioning", "--checkpoint", str(path), "--json", str(tmp_path / "c.json")]) == 0
+    (got,) = json.loads((tmp_path / "c.json").read_text())
+    tokens = load_data(DataConfig(**data), splits=("test",)).splits["test"]
+    want = study(model, tokens, f"trained by iattention: {path}", 16)
+    assert got["model"] == want["model"] and got["tokens"] == want["tokens"] == len(tokens) - 1 > 1000
+    assert got["blocks"]["pivoted"]["key_max"] == pytest.approx(want["blocks"]["pivoted"]["key_max"], rel=1e-9)
+    assert got["original_ppl"] == pytest.approx(want["original_ppl"], rel=1e-9)
+    assert "GPT-2" not in capsys.readouterr().out
+
+
+def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(tmp_path, config, capsys):
+    """--arms keeps only the arms named (and the reference, always); an arm with no runs is one line, exit 2."""
+    from iattention.cli import main
+
+    for seed in range(2):
+        for arm, curve in (("standard", [300, 200]), ("canonical", [300, 250]), ("identity_q", [300, 210])):
+            armed_run(tmp_path, arm, [f"model.attention={arm}"], 2, seed, [v + seed for v in curve], config)
+    report = write_report([tmp_path], tmp_path / "out", select=["identity_q"]).read_text()
+    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
+    assert "| identity_q |" in diff and "| canonical |" not in diff and "canonical-h2-s0" not in report
+    assert "canonical-h2-s0" in write_report([tmp_path], tmp_path / "all").read_text()
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--arms", "identity_q,nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err

@@ -14,6 +14,10 @@ from iattention.interop import from_hf, load_model
 tf = pytest.importorskip("transformers")
 
 
+def _row(card, label):
+    return next(line for line in card.splitlines() if line.startswith(f"| {label}"))
+
+
 def _hf_perplexity(hf, tokens, block, stride):
     """The transformers guide's strided perplexity, computed with the HF model itself; the number of
     scored tokens is counted exactly (labels after the model's internal shift that are not -100)."""
@@ -225,3 +229,22 @@ def test_params_from_an_hf_folder_counts_its_model(tmp_path, capsys, kind, kw):
     canonical, _ = convert(src, "canonical", dtype="float64")
     assert rows["canonical", heads]["params"] == sum(p.numel() for p in canonical.parameters()) - (
         canonical.config.padded_vocab_size - canonical.config.vocab_size) * canonical.config.n_embd
+
+
+def test_a_card_written_from_a_run_in_a_tmp_folder_names_the_run_not_the_path(tmp_path):
+    """`iattn convert --to hf` from a run at an absolute local path: the card's source row and its command
+    hold the run's name, and the path above it appears nowhere in the card."""
+    from helpers import make_model
+    from iattention.cli import main
+    from iattention.interop.convert import convert, save_converted
+
+    src = make_model(dtype=torch.float32)
+    canon, rep = convert(src, "canonical", dtype="float32")
+    run = tmp_path / "canonical-h4-s7"
+    save_converted(canon, run, "canonical", rep, source="x")
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "`canonical-h4-s7`" in _row(card, "source")
+    assert "Converted to **canonical** attention" in card and "Trained" not in card  # a random model, converted
+    assert "--from canonical-h4-s7" in card and "--out hf" in card
+    assert str(tmp_path) not in card

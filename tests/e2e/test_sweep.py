@@ -1,9 +1,14 @@
 """End-to-end tests: sweep."""
 
 import json
+import os
 
 import pytest
+import yaml
 
+from helpers import tiny_overrides, write_corpus
+from iattention.cli import main
+from iattention.config import override, parse_override
 from iattention.errors import UserError
 
 
@@ -72,3 +77,69 @@ def test_sweep_through_submitit_local_executor_trains_skips_and_logs(tmp_path, c
     assert len(list((out / "submitit").rglob("*_log.err"))) == 2  # nothing submitted again
     # cluster flags without the launcher are a one-line mistake
     assert main(["sweep", "--preset", "tiny", "--out", str(tmp_path / "x"), "--gpus-per-run", "1", *ov]) == 2
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("notours")
+    paths = write_corpus(root)
+    return dict(root=root, ov=tiny_overrides(paths, root / "cache", **{"train.epochs": 1}))
+
+
+@pytest.mark.slow
+def test_a_sweep_skips_a_run_another_sweep_took_between_look_and_start(corpus, tmp_path, monkeypatch):
+    """Before: two `sweep --jobs 2` on one folder both exited 2 ("in use"): a run looked free, then the other
+    sweep's child took its lock before this one's did. The lost race is simulated: the look says free, the
+    lock is held (by this test process)."""
+    from iattention.experiments import sweep as sweep_mod
+    from iattention.experiments.arms import resolve_arms
+    from iattention.utils.lock import RunLock
+
+    spec = sweep_mod.grid(resolve_arms(["standard"], None), [2], [0])[0]
+    out = tmp_path / "sweep"
+    lock = RunLock(out / spec.name).acquire()
+    looks = []
+    real_holder = sweep_mod.holder
+
+    def first_look_free(path):
+        looks.append(path)
+        return None if len(looks) == 1 else real_holder(path)
+
+    monkeypatch.setattr(sweep_mod, "holder", first_look_free)
+    try:
+        summary = sweep_mod.run_one(spec, "tiny", out, corpus["ov"], threads=1, quiet=True)
+    finally:
+        lock.release()
+    assert summary["_status"] == f"skipped (running, pid {os.getpid()})"
+
+
+# ------------------------------------------------------------------ values that cross a process boundary
+HOSTILE_VALUES = ["/d/D #2", "/d/a: b", "!tag", "[x", "{y", "trailing ", " leading", "naïve—ü", "a\nb", "it's \"q\"",
+                  "\\back", "#", "", "-", "~", "null", "yes", "1e3", "0x10", "\udcff"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+def test_an_override_made_from_a_value_reads_back_as_that_value(value):
+    """Every override the tool builds for a child process (a sweep's `iattn train`) is read back by the child
+    as exactly the value given: never as a YAML comment, mapping, tag, list, another type or a stripped string."""
+    key, text = override("data.data_dir", value).split("=", 1)
+    assert key == "data.data_dir"
+    assert parse_override(f"{key}={text}") == {"data": {"data_dir": value}}
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_on_the_data_folder_named_not_a_prefix_of_it(tmp_path):
+    """`--data-dir "D #2: [x] {y} ü "` reached the sweep's children as a YAML override, where ' #' began a
+    comment: they trained on D. Each child must record (and read) the folder exactly as given."""
+    hostile = tmp_path / "D #2: [x] {y} ü "
+    for folder, seed in ((hostile, 0), (tmp_path / "D", 1)):  # D: a decoy holding other text
+        (folder / "wikitext-2-v1").mkdir(parents=True)
+        paths = write_corpus(folder, seed=seed)
+        for split, p in paths.items():
+            os.replace(p, folder / "wikitext-2-v1" / f"wiki.{split}.tokens")
+    out = tmp_path / "sw"
+    rc = main(["sweep", "--preset", "tiny", "--arms", "standard", "--heads", "2", "--seeds", "0", "--out", str(out),
+               "--data-dir", str(hostile), "train.epochs=1", "train.threads=1", f"data.cache_dir={tmp_path / 'cache'}"])
+    assert rc == 0
+    config = yaml.safe_load((out / "standard-h2-s0" / "config.yaml").read_text())
+    assert config["data"]["data_dir"] == str(hostile)

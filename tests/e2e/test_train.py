@@ -151,23 +151,18 @@ def test_overrides_may_follow_options(tmp_path):
 
 def test_every_command_takes_every_preset(capsys):
     """One set of preset names: params and bench take the training presets (and gpt2-small), with
-    default heads from the preset; bench refuses a Llama-family preset in one line (GPT-2 only)."""
+    default heads from the preset; bench takes a Llama-family preset too (its own family's keys in the spec)."""
     from iattention.bench.runner import bench_spec
     from iattention.cli import main
     from iattention.config import model_preset, preset_names
-    from iattention.config.llama import LlamaConfig
-    from iattention.errors import UserError
 
     for name in preset_names():
         assert main(["params", "--preset", name, "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         model = model_preset(name)
         assert max(r["n_head"] for r in rows) == model.n_head
-        if isinstance(model, LlamaConfig):
-            with pytest.raises(UserError, match="reads GPT-2 models"):
-                bench_spec(name)
-        else:
-            assert bench_spec(name)["model"]["n_embd"] == model.n_embd
+        spec = bench_spec(name)["model"]
+        assert spec["n_embd"] == model.n_embd and spec.get("family", "gpt2") == model.family
         load_config(name)
     assert model_preset("gpt2-small").n_embd == 768 and model_preset("cpu-study").vocab_size == 4096
 

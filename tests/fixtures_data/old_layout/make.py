@@ -13,7 +13,8 @@ from iattention.model.gpt import GPT
 from iattention.model.llama import Llama
 from iattention.symmetry import grouped, transforms
 
-out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
 torch.manual_seed(0)
 idx = torch.randint(0, 32, (2, 12))
 logits = {"tokens": idx}

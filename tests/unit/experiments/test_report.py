@@ -5,23 +5,11 @@ import json
 import numpy as np
 import pytest
 
+from helpers import armed_run as _armed_run
+from helpers import write_run as _write_run
 from iattention.errors import UserError
 from iattention.experiments.report import write_report
 from iattention.train import load_config
-
-
-def _write_run(folder, attention, heads, seed, val_curve, test_ppl, config):
-    """A finished run folder in the trainer's format (summary.json + metrics.jsonl)."""
-    folder.mkdir(parents=True)
-    best = int(np.argmin(val_curve))
-    with open(folder / "metrics.jsonl", "w") as f:
-        for i, v in enumerate(val_curve):
-            f.write(json.dumps(dict(kind="epoch", epoch=i + 1, step=10 * (i + 1), train_ppl=v * 0.8, val_ppl=v)) + "\n")
-    summary = dict(config=config, attention=attention, n_head=heads, seed=seed, params=1000 - 10 * heads,
-                   best_val_ppl=float(val_curve[best]), best_epoch=best + 1, test_ppl=test_ppl,
-                   epochs_run=len(val_curve), train_tokens_per_s=1234.0)
-    (folder / "summary.json").write_text(json.dumps(summary))
-
 
 NOISE = (0.2, -0.3, 0.1)  # canonical's per-seed deviation from standard's seed effect
 
@@ -44,12 +32,6 @@ def _study(root, config, shift=0.0):
 @pytest.fixture
 def config():
     return load_config("tiny", None, []).to_dict()
-
-
-def _armed_run(root, arm, overrides, heads, seed, curve, config):
-    folder = root / f"{arm}-h{heads}-s{seed}"
-    _write_run(folder, config["model"]["attention"], heads, seed, curve, curve[-1], config)
-    (folder / "arm.json").write_text(json.dumps({"arm": arm, "overrides": overrides}))
 
 
 def test_report_table_intervals_and_figures(tmp_path, config):
@@ -277,22 +259,6 @@ def test_report_calls_the_margin_declared_only_when_a_plan_declares_it(tmp_path,
     assert "the margin given with --margin; no plan file" in given and "declared before the runs in" not in given
     assert f"(the margin declared before the runs in {plan})" in declared
     assert "![forest.png](forest.png)" in default and (tmp_path / "a" / "forest.png").stat().st_size > 0
-
-
-def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(tmp_path, config, capsys):
-    """--arms keeps only the arms named (and the reference, always); an arm with no runs is one line, exit 2."""
-    from iattention.cli import main
-
-    for seed in range(2):
-        for arm, curve in (("standard", [300, 200]), ("canonical", [300, 250]), ("identity_q", [300, 210])):
-            _armed_run(tmp_path, arm, [f"model.attention={arm}"], 2, seed, [v + seed for v in curve], config)
-    report = write_report([tmp_path], tmp_path / "out", select=["identity_q"]).read_text()
-    diff = report.split("## Each arm − `standard`")[1].split("##")[0]
-    assert "| identity_q |" in diff and "| canonical |" not in diff and "canonical-h2-s0" not in report
-    assert "canonical-h2-s0" in write_report([tmp_path], tmp_path / "all").read_text()
-    assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--arms", "identity_q,nope"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err
 
 
 def test_a_llama_family_study_says_its_family_and_leaves_out_the_gpt2_paper(tmp_path):

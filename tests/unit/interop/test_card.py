@@ -3,8 +3,6 @@ numbers, and its tokenizer, each as the export really is."""
 
 from pathlib import Path
 
-import torch
-
 from iattention.interop.card import model_card
 
 BASE = dict(source="runs/x", config={"attention": "canonical", "n_layer": 2, "n_head": 3, "n_embd": 48,
@@ -51,25 +49,6 @@ def test_the_run_s_numbers_and_data_appear_as_the_summary_has_them():
     assert "1,234,567" in _row(card, "training tokens seen")
     assert "test perplexity" not in card  # no value: no row
     assert "wikitext-2-v1" in _row(card, "data") and "6,000" in _row(card, "data")
-
-
-def test_a_card_written_from_a_run_in_a_tmp_folder_names_the_run_not_the_path(tmp_path):
-    """`iattn convert --to hf` from a run at an absolute local path: the card's source row and its command
-    hold the run's name, and the path above it appears nowhere in the card."""
-    from helpers import make_model
-    from iattention.cli import main
-    from iattention.interop.convert import convert, save_converted
-
-    src = make_model(dtype=torch.float32)
-    canon, rep = convert(src, "canonical", dtype="float32")
-    run = tmp_path / "canonical-h4-s7"
-    save_converted(canon, run, "canonical", rep, source="x")
-    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
-    card = (tmp_path / "hf" / "README.md").read_text()
-    assert "`canonical-h4-s7`" in _row(card, "source")
-    assert "Converted to **canonical** attention" in card and "Trained" not in card  # a random model, converted
-    assert "--from canonical-h4-s7" in card and "--out hf" in card
-    assert str(tmp_path) not in card
 
 
 def test_the_card_gives_each_client_its_install_line_as_the_doc_does():

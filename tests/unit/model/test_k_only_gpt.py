@@ -7,11 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import make_llama, make_model, one_line_error
+from helpers import make_model
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.registry import variant_names
-from iattention.checkpoint.state import save_checkpoint
-from iattention.cli.app import main
 
 # the families as make_model keys: GPT-2, and a Llama whose heads fill the width (n_kv_head = n_head, H r = d), where
 # the keys determine the layer input and every variant applies
@@ -96,34 +94,6 @@ def test_the_value_map_is_needed(family):
     for attn in model.attention_layers:
         attn.k_only_value_map = lambda a=attn: (type(a).k_only_value_map(a)[0], a.to_heads().b_V)
     assert (_steps(model, x, model.make_cache("k-only")) - full).abs().max().item() > 1e-3
-
-
-def _checkpoint(tmp_path, model):
-    path = tmp_path / "m.safetensors"
-    save_checkpoint(path, model, {"config": {"model": model.config.to_dict(), "data": {"tokenizer": "byte"}}})
-    return str(path)
-
-
-def test_iattn_generate_cache_k_only_prints_the_same_text(tmp_path, capsys):
-    model = make_model(dtype=torch.float32, n_head=2, n_embd=32, vocab_size=256, block_size=32)
-    path = _checkpoint(tmp_path, model)
-    outs = []
-    for cache in ("full", "k-only"):
-        assert main(["generate", path, "--prompt", "The cat", "--max-new-tokens", "12", "--temperature", "0",
-                     "--cache", cache]) == 0
-        outs.append(capsys.readouterr().out)
-    assert outs[0] == outs[1] and outs[0].startswith("The cat")
-
-
-def test_iattn_generate_refuses_k_only_for_grouped_queries(tmp_path, capsys, monkeypatch):
-    import iattention.cli.generate as cli_generate
-
-    gqa = make_llama(dtype=torch.float32)  # 4 query heads, 2 KV heads of 8: 16 < 32 key dims per token
-    monkeypatch.setattr(cli_generate, "load_any", lambda path: (gqa, None, {}))
-    rc = main(["generate", str(tmp_path), "--prompt", "x", "--cache", "k-only"])
-    one_line_error(capsys, rc, "K-only cache", "2 x 8 = 16 < 32")
-    rc = main(["generate", str(tmp_path), "--prompt", "x", "--cache", "k-only", "--no-cache"])
-    one_line_error(capsys, rc, "contradict")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

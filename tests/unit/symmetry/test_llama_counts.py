@@ -4,13 +4,9 @@ GPTConfig) alongside them, counted by the same code."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from helpers import one_line_error
-from iattention.cli.app import main
 from iattention.config.model import GPTConfig
 from iattention.config.shapes import SHAPES, published_count, shape_names, shape_preset
 from iattention.model.gpt import GPT
@@ -72,38 +68,3 @@ def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
     width = G_ * r_
     assert kv_cache_values_per_token(cfg) == 2 * L * width
     assert kv_cache_values_per_token(cfg, "k-only") == (L * width if width == d else None)
-
-
-def test_params_prints_the_totals_and_the_split(capsys):
-    assert main(["params", "--arch", "llama", "--preset", "llama-3-8b"]) == 0
-    out = capsys.readouterr().out
-    assert "standard     8,030,261,248" in out and "4,227,072     32,768   4,194,304" in out
-    assert "full 131,072 B; K-only - (none: n_kv_head x d_head = 1024 < n_embd = 4096" in out
-    assert main(["params", "--arch", "llama", "--preset", "smollm2-1.7b", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows[0]["kv_cache_bytes_per_token"] == 2 * rows[0]["k_only_cache_bytes_per_token"] == 196_608
-    for name, total in PUBLISHED.items():  # the family from the preset's name
-        assert main(["params", "--preset", name, "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)[0]["params"] == total
-
-
-def test_shape_presets_are_not_run_presets(capsys):
-    for name in SHAPES:
-        one_line_error(capsys, main(["train", "--preset", name, "--out", "/nonexistent/x"]), name)
-    one_line_error(capsys, main(["params", "--arch", "llama", "--preset", "gpt2-small"]), "gpt2-small")
-    one_line_error(capsys, main(["params", "--arch", "llama", "--heads", "2"]), "--heads")
-
-
-def test_params_takes_the_family_from_the_preset_name_and_names_the_fix_otherwise(capsys):
-    """`params --preset llama-3-8b` without --arch is the Llama count (the name says the family); --arch gpt with
-    a Llama preset, or a name of neither family, is one line naming the fix."""
-    for name in ("llama-3-8b", "llama-cpu"):
-        assert main(["params", "--preset", name, "--json"]) == 0
-        inferred = json.loads(capsys.readouterr().out)
-        assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
-        assert inferred == json.loads(capsys.readouterr().out) and "n_kv_head" in inferred[0]
-        one_line_error(capsys, main(["params", "--arch", "gpt", "--preset", name]), name, "Llama", "--arch llama")
-    assert main(["params", "--preset", "tiny", "--json"]) == 0  # a GPT-2 preset stays GPT-2
-    assert "n_kv_head" not in json.loads(capsys.readouterr().out)[0]
-    one_line_error(capsys, main(["params", "--preset", "llama-9"]), "unknown preset 'llama-9'", "gpt2-small",
-                   "llama-3-8b")
