@@ -27,7 +27,8 @@ SHAPE_KEYS = ("family", "n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "b
 def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     """Every way the source differs from the run, in one line: the model keys to set, and the tokenizer (which
     fixes the vocabulary: model.vocab_size follows the run's tokenizer, so it is not a key to set)."""
-    keys = [k for k in SHAPE_KEYS if getattr(want, k) != getattr(have, k)
+    w, h = want.to_dict(), have.to_dict()  # a key derived on both sides (d_head from n_embd) is not named
+    keys = [k for k in SHAPE_KEYS if w.get(k) != h.get(k) and getattr(want, k) != getattr(have, k)
             and not (k == "block_size" and want.pos == "rope")]
     problems, fixes = [], []
     if keys:
