@@ -120,3 +120,20 @@ def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--arms", "identity_q,nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err
+
+
+def test_conditioning_refuses_a_model_with_rotary_dims_in_one_line(tmp_path, capsys):
+    """The study's table has no rotary pairs: a rotary checkpoint is refused before any data is read, naming the
+    command that reports them (iattn convert)."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from helpers import make_llama, one_line_error
+    from iattention.checkpoint.state import save_checkpoint
+    from iattention.cli import main
+
+    model = make_llama(dtype=torch.float32)
+    path = tmp_path / "llama.safetensors"
+    save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}})
+    rc = main(["conditioning", "--checkpoint", str(path), "--data-dir", str(tmp_path / "none")])
+    one_line_error(capsys, rc, "rotary dims", "iattn convert")
