@@ -144,12 +144,15 @@ def test_renamed_modules_and_functions():
     from iattention.bench import runner
     from iattention.train import evaluate
 
-    for gone in ("iattention.model.inspect", "iattention.lab.inspect", "iattention.lab.copy", "iattention.cli.model"):
+    for gone in ("iattention.model.inspect", "iattention.lab.inspect", "iattention.lab.copy", "iattention.cli.model",
+                 "iattention.model.llama", "iattention.config.llama", "iattention.attention.grouped",
+                 "iattention.attention.llama_standard", "iattention.attention.llama_canonical",
+                 "iattention.symmetry.grouped", "iattention.config.llama_shapes"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(gone)
     for module in ("iattention.model.activations", "iattention.lab.trained_attention", "iattention.lab.copy_task",
                    "iattention.cli.eval", "iattention.cli.generate"):
         importlib.import_module(module)
-    assert not hasattr(CanonicalAttention, "_halves") and hasattr(CanonicalAttention, "_weight_sources")
+    assert not hasattr(CanonicalAttention, "_halves") and hasattr(CanonicalAttention, "_memoized")
     assert not hasattr(runner, "ours") and hasattr(runner, "iattention_model")
     assert not hasattr(evaluate, "ppl") and evaluate.exp_loss(2.0) == evaluate.perplexity(4.0, 2)

@@ -49,7 +49,8 @@ def _specs(args):
 def _check_heads(args):
 
     model = load_config(args.preset, None, list(args.overrides)).model
-    n_kv_head = getattr(model, "n_kv_head", 0)  # a Llama-family preset: head counts its KV heads divide
+    # a preset with its own key/value heads (set, not derived from n_head): head counts they divide
+    n_kv_head = model.to_dict().get("n_kv_head", 0)
     if args.heads is None:
         args.heads = [h for h in args.heads_default if not n_kv_head or h % n_kv_head == 0] or [model.n_head]
     check_heads(args.heads, model.n_embd, args.preset, n_kv_head)
