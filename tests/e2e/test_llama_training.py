@@ -1,4 +1,4 @@
-"""A Llama-family model (`model.arch=llama`) goes through the same pipeline as GPT-2: `iattn compare` trains
+"""A Llama-family model (`model.family=llama`) goes through the same pipeline as GPT-2: `iattn compare` trains
 standard against canonical and a rerun skips the finished runs; a run's config reads back as a Llama; a finished
 run extends with --resume; `train.init_from` moves a Llama checkpoint into either variant exactly; a
 checkpoint of the other family is refused in one line; `iattn report` names the Llama shape."""
@@ -10,20 +10,19 @@ import pytest
 import torch
 
 from helpers import one_line_error, tiny_overrides, write_corpus
-from iattention.attention.registry import GROUPED_REGISTRY
+from iattention.attention.registry import ATTENTION_REGISTRY
 from iattention.cli import main
 from iattention.config import load_config
-from iattention.config.llama import LlamaConfig
 from iattention.interop.load import load_model
-from iattention.model.llama import Llama
-from iattention.symmetry.counts import llama_standard_param_count
+from iattention.model.gpt import GPT
+from iattention.symmetry.counts import standard_param_count
 from iattention.train import train
 from iattention.train.trainer import load_run_config
 
 pytestmark = pytest.mark.slow
 
 # tiny's GPT keys (1 layer, 2 heads of 16, block 32) read as a Llama; 4 query heads share 2 key/value heads
-LLAMA = ["model.arch=llama", "model.n_kv_head=2", "model.d_ff=48", "train.epochs=2", "train.batch_size=4"]
+LLAMA = ["model.family=llama", "model.n_kv_head=2", "model.mlp_hidden=48", "train.epochs=2", "train.batch_size=4"]
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +41,16 @@ def _summary(folder):
 def test_compare_trains_both_llama_variants_with_their_parameter_counts(study, capsys):
     assert study["rc"] == 0
     cfg = load_run_config(study["out"] / "canonical-h4-s0")
-    assert isinstance(cfg.model, LlamaConfig) and cfg.model.n_kv_head == 2 and cfg.model.vocab_size == 256
-    std = llama_standard_param_count(cfg.model.replace(attention="standard"))
-    removed = GROUPED_REGISTRY["canonical"].removed_params(cfg.model)
+    assert cfg.model.family == "llama" and cfg.model.n_kv_head == 2 and cfg.model.vocab_size == 256
+    std = standard_param_count(cfg.model.replace(attention="standard"))
+    removed = ATTENTION_REGISTRY["canonical"].removed_params(cfg.model)
     assert removed == 2 * (8 + 8**2)  # one layer, 2 KV groups of width 8: a complex scalar per pair (rot 8) + r^2
     for arm, want in (("standard", std), ("canonical", std - removed)):
         s = _summary(study["out"] / f"{arm}-h4-s0")
         model, _ = load_model(study["out"] / f"{arm}-h4-s0")
-        assert isinstance(model, Llama) and model.config.attention == arm
+        assert isinstance(model, GPT) and model.config.family == "llama" and model.config.attention == arm
         assert s["params"] == model.num_params() == want, arm
-        assert s["config"]["model"]["arch"] == "llama" and s["epochs_run"] == 2
+        assert s["config"]["model"]["family"] == "llama" and s["epochs_run"] == 2
     # a rerun finds both finished and trains nothing
     assert main(["compare", "--preset", "tiny", "--heads", "4", "--seeds", "0", "--out", str(study["out"]),
                  *study["ov"]]) == 0
@@ -69,7 +68,7 @@ def test_a_finished_llama_run_extends_with_resume(study):
     src = study["out"] / "standard-h4-s0"
     before = [json.loads(x) for x in open(src / "metrics.jsonl")]
     cfg = load_config(None, None, ["train.epochs=3"], base=load_run_config(src).to_dict())
-    assert isinstance(cfg.model, LlamaConfig)
+    assert cfg.model.family == "llama"
     ext = train(cfg, src, resume=True, quiet=True)
     after = [json.loads(x) for x in open(src / "metrics.jsonl")]
     assert ext["epochs_run"] == 3 and after[:len(before)] == before and after[-1]["epoch"] == 3
@@ -96,11 +95,11 @@ def test_init_from_a_llama_checkpoint_takes_another_block_and_names_every_differ
     base = [*study["ov"], "model.n_head=4", "train.epochs=1", f"train.init_from={src}"]
     summary = train(load_config("tiny", None, [*base, "model.block_size=16"]), study["root"] / "ft-block", quiet=True)
     assert summary["config"]["model"]["block_size"] == 16 and summary["started_from"]["source"] == str(src)
-    rc = main(["train", "--preset", "tiny", *base, "model.d_ff=64", "model.n_kv_head=1", "data.tokenizer=bpe:300",
+    rc = main(["train", "--preset", "tiny", *base, "model.mlp_hidden=64", "model.n_kv_head=1", "data.tokenizer=bpe:300",
                "--out", str(study["root"] / "bad-fit")])
-    one_line_error(capsys, rc, "model.n_kv_head (source 2, run 1), model.d_ff (source 48, run 64)",
+    one_line_error(capsys, rc, "model.n_kv_head (source 2, run 1), model.mlp_hidden (source 48, run 64)",
                    "the tokenizer (source byte, run bpe:300)",
-                   "set model.n_kv_head=2 model.d_ff=48; data.tokenizer=byte")
+                   "set model.n_kv_head=2 model.mlp_hidden=48; data.tokenizer=byte")
     assert not (study["root"] / "bad-fit" / "summary.json").exists()
 
 
@@ -109,18 +108,17 @@ def test_init_from_the_other_family_is_refused_in_one_line(study, capsys):
     gpt = [o for o in study["ov"] if o not in LLAMA]
     rc = main(["train", "--preset", "tiny", *gpt, f"train.init_from={llama_run}", "--out",
                str(study["root"] / "bad")])
-    one_line_error(capsys, rc, "holds a Llama-family model, the run trains a GPT-2 one",
-                   "set model.arch=llama")
+    one_line_error(capsys, rc, "holds a llama model, the run trains a gpt2 one", "set model.family=llama")
     assert not (study["root"] / "bad" / "summary.json").exists()
 
 
 def test_resume_into_the_other_family_is_refused_in_one_line(study, capsys):
-    """`--resume model.arch=gpt` on a Llama run (or the reverse) was "unknown config key model.n_kv_head" (or
+    """`--resume model.family=gpt2` on a Llama run (or the reverse) was "unknown config key model.n_kv_head" (or
     model.bias), naming neither family; now one line naming both, and the run is left as it was."""
     run = study["out"] / "standard-h4-s0"
     before = (run / "metrics.jsonl").read_bytes()
-    rc = main(["train", "--out", str(run), "--resume", "model.arch=gpt", "train.epochs=9"])
-    one_line_error(capsys, rc, "this run trains a Llama-family model; model.arch=gpt would make it a GPT-2 one",
+    rc = main(["train", "--out", str(run), "--resume", "model.family=gpt2", "train.epochs=9"])
+    one_line_error(capsys, rc, "this run trains a llama model; model.family=gpt2 would make it a gpt2 one",
                    "new --out")
     assert (run / "metrics.jsonl").read_bytes() == before
 
@@ -131,15 +129,17 @@ def test_compare_refuses_head_counts_the_key_value_heads_do_not_divide(study, ca
     assert not (study["root"] / "no").exists()
 
 
-def test_an_unknown_arch_is_one_line(tmp_path, capsys):
-    rc = main(["train", "--preset", "tiny", "model.arch=mamba", "--out", str(tmp_path / "x")])
-    one_line_error(capsys, rc, "unknown model.arch 'mamba'", "gpt, llama")
+def test_an_unknown_family_is_one_line(tmp_path, capsys):
+    rc = main(["train", "--preset", "tiny", "model.family=mamba", "--out", str(tmp_path / "x")])
+    one_line_error(capsys, rc, "unknown model.family 'mamba'", "gpt2, llama")
+    rc = main(["train", "--preset", "tiny", "model.arch=mamba", "--out", str(tmp_path / "x")])  # the old key
+    one_line_error(capsys, rc, "unknown model.arch 'mamba'", "model.family")
 
 
 def test_a_saved_llama_run_config_round_trips(study):
     cfg = load_run_config(study["out"] / "canonical-h4-s0")
     again = load_config(None, None, [], base=cfg.to_dict())
-    assert again == cfg and again.to_dict()["model"]["arch"] == "llama"
+    assert again == cfg and again.to_dict()["model"]["family"] == "llama"
 
 
 def test_a_trained_llama_exports_to_transformers_with_its_tokenizer_and_card(study):
@@ -163,15 +163,14 @@ def test_a_trained_llama_exports_to_transformers_with_its_tokenizer_and_card(stu
     assert "Trained as **canonical** attention" in card  # a training run's checkpoint, not a conversion
 
 
-@pytest.mark.parametrize("command", [
-    ["conditioning", "--checkpoint", "{run}"],
-    ["bench", "--preset", "llama-cpu", "--heads", "4"], ["bench", "--preset", "llama-cpu", "--generate", "4"],
-    ["scales", "--preset", "llama-cpu", "--arms", "standard"]], ids=lambda c: "-".join(c[:2]))
-def test_the_gpt2_only_tools_refuse_a_llama_in_one_line(study, tmp_path, capsys, command):
+def test_the_tools_read_a_llama_and_conditioning_says_why_it_cannot(study, tmp_path, capsys):
+    """scales runs on a Llama-family preset (the two-family layout refused it: "reads GPT-2 models"); conditioning,
+    whose table has no rotary pairs, refuses a rotary run in one line naming iattn convert."""
     run = study["out"] / "canonical-h4-s0"
-    rc = main([w.format(run=run, tmp=tmp_path) for w in command])
-    one_line_error(capsys, rc, "reads GPT-2 models, and this one is of the Llama family")
-    assert list(tmp_path.iterdir()) == []
+    one_line_error(capsys, main(["conditioning", "--checkpoint", str(run)]), "rotary dims", "iattn convert")
+    assert main(["scales", "--preset", "llama-cpu", "--arms", "standard", "data.tokenizer=byte"]) == 0
+    rows = [line.split()[2] for line in capsys.readouterr().out.splitlines() if line.startswith("standard ")]
+    assert rows == ["q_proj", "k_proj", "v_proj", "o_proj"]  # its own attention matrices, found by name
 
 
 def test_sweep_s_default_heads_on_a_llama_preset_are_those_its_kv_heads_divide(tmp_path):

@@ -317,8 +317,10 @@ class GPTConfig:
             unset.__dict__.update({**raw, key: _UNSET[key]})
             return {**_UNSET, **unset._derived()}[key]
 
-        return {k: v for k, v in raw.items()
-                if k not in NEW_KEYS or v != (_UNSET[k] if k == "family" else derived(k))}
+        # another family's key/value heads are written always, as the two-family layout did: a study of such a
+        # model at other head counts keeps them (GPT-2's follow n_head)
+        return {k: v for k, v in raw.items() if k not in NEW_KEYS or (k == "n_kv_head" and self.family != "gpt2")
+                or v != (_UNSET[k] if k == "family" else derived(k))}
 
     @classmethod
     def key_types(cls) -> dict[str, type]:
