@@ -100,8 +100,9 @@ class CanonicalAttention(CausalSelfAttention):
 
     @classmethod
     def index_copy_head(cls, config) -> bool:
-        """One head, no rotary dims (r = d): keys and output are index copies of the canonical half's block."""
-        return config.n_head == 1 and config.rot == 0
+        """One head as wide as the model (r = d), no rotary dims: keys and output are index copies of the canonical
+        half's block."""
+        return config.n_head == 1 and config.rot == 0 and config.d_head == config.n_embd
 
     @classmethod
     def projection_flops(cls, config) -> int:

@@ -55,6 +55,11 @@ def upgrade_model_keys(model: dict, note=None) -> dict:
         if arch not in OLD_ARCH:
             raise UserError(f"unknown model.arch {arch!r}; model.family says the architecture now: one of "
                             f"{', '.join(FAMILY_NAMES)}")
+        if note is not None:
+            note("arch", "family")
+        if "family" in out and (OLD_ARCH[arch] or "llama") != ("gpt2" if out["family"] == "gpt2" else "llama"):
+            raise UserError(f"model.arch={arch} and model.family={out['family']} disagree; model.arch is the old "
+                            "name of model.family: keep only model.family")
         out.setdefault("family", OLD_ARCH[arch] or "llama")
         if arch == "llama":  # its rot was stored resolved, and 0 meant "all dims" there
             if out.get("rot") == 0:
@@ -319,7 +324,8 @@ class GPTConfig:
 
         # another family's key/value heads are written always, as the two-family layout did: a study of such a
         # model at other head counts keeps them (GPT-2's follow n_head)
-        return {k: v for k, v in raw.items() if k not in NEW_KEYS or (k == "n_kv_head" and self.family != "gpt2")
+        return {k: v for k, v in raw.items() if k not in NEW_KEYS
+                or (k == "n_kv_head" and self.family != "gpt2" and self.projection != "neox")
                 or v != (_UNSET[k] if k == "family" else derived(k))}
 
     @classmethod

@@ -18,6 +18,7 @@ import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
+from iattention.config.model import FAMILIES
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
@@ -119,6 +120,22 @@ def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
 EXPORTERS = {"gpt2": to_hf, "gpt_neox": to_hf_neox, "llama": to_hf_llama, "qwen2": to_hf_llama, "mistral": to_hf_llama}
 
 
+def check_exportable(c) -> None:
+    """A model whose structure its family's transformers class holds, else one line naming the key: the family's
+    structural keys at their values (a gpt2 model with SwiGLU has no GPT2LMHeadModel), GPT-2's heads all
+    key/value heads and its head tied."""
+    fixed = ("pos", "norm", "mlp", "projection", "parallel_residual") + (("tie_embeddings",) if c.family == "gpt2"
+                                                                          else ())
+    bad = [k for k in fixed if getattr(c, k) != FAMILIES[c.family][k]]
+    if c.family == "gpt2" and c.n_kv_head != c.n_head:
+        bad.append("n_kv_head")
+    if bad:
+        raise UserError(f"transformers' {c.family} class cannot hold this model's "
+                        f"{', '.join(f'model.{k}={getattr(c, k)}' for k in bad)} (a {c.family} model has "
+                        f"{', '.join(f'{k}={FAMILIES[c.family].get(k, c.n_head)}' for k in bad)}); keep it as an "
+                        "iattention checkpoint (--to canonical or standard)")
+
+
 def _convert(src: GPT, to: str, block: str, dtype: str):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
@@ -132,6 +149,7 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
     else:
+        check_exportable(src.config)
         out = EXPORTERS[src.config.family](src64)
         rotary = getattr(out.base_model, "rotary_emb", None)
         inv_freq = None if rotary is None else rotary.inv_freq.float()  # Module.to casts it; keep it float32

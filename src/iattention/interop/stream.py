@@ -573,8 +573,9 @@ def _judge(report: StreamReport, force: bool, say) -> None:
 
 
 def is_streamed_source(path: str | Path) -> bool:
-    """A folder of ours holding a Llama-family model without a data spec (converted from an HF folder): `--to hf`
-    streams it."""
+    """A folder of ours holding a Llama-family model without a data spec, under its family's transformers names
+    (what the streaming converter writes): `--to hf` streams it. One under our names (a whole-model conversion)
+    loads whole."""
     path = Path(path)
     if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or is_hf_folder(path):
         return False
@@ -584,7 +585,10 @@ def is_streamed_source(path: str | Path) -> bool:
     meta = ckpt.read_meta(path / files[0])
     model = (meta.get("config") or {}).get("model") or {}
     family = upgrade_model_keys(model).get("family", "gpt2") if isinstance(model, dict) else "gpt2"
-    return family in FAMILIES and "data" not in meta.get("config", {})
+    if family not in FAMILIES or "data" in meta.get("config", {}):
+        return False
+    with safe_open(str(path / files[0]), framework="pt") as f:
+        return any(k.startswith("model/model.") for k in f.keys())
 
 
 def _our_files(path: Path) -> list[str]:
