@@ -17,7 +17,6 @@ from torch import nn
 
 from iattention.attention.base import CausalSelfAttention, row_blocks
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, fused_to_heads, heads_to_fused
-from iattention.attention.identity_q import IdentityQAttention
 from iattention.errors import UserError
 
 
@@ -31,7 +30,14 @@ class IdentityKOAttention(CausalSelfAttention):
         self.b_K = nn.Parameter(torch.zeros(d)) if config.qkv_bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if config.o_bias else None
 
-    unsupported = IdentityQAttention.unsupported
+    @classmethod
+    def unsupported(cls, config) -> str | None:
+        if config.n_kv_head != config.n_head or config.n_head * config.d_head != config.n_embd:
+            return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd (the keys are the "
+                    f"input split into heads, the heads' outputs the layer's output); this model has "
+                    f"{config.n_kv_head} KV heads for {config.n_head} query heads of width {config.d_head}, n_embd "
+                    f"{config.n_embd}: use standard or canonical")
+        return None
 
     @classmethod
     def removed_params(cls, config) -> int:

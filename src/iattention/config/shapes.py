@@ -15,21 +15,21 @@ from iattention.errors import UserError
 # name -> (GPTConfig keys (family llama unless said), the published parameter count or None)
 SHAPES: dict[str, tuple[dict, int | None]] = {
     # meta-llama/Meta-Llama-3-8B config.json
-    "llama-3-8b": (dict(n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, d_ff=14336, vocab_size=128256,
-                        block_size=8192, rope_theta=500000.0, rms_eps=1e-5), 8_030_261_248),
+    "llama-3-8b": (dict(n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, mlp_hidden=14336, vocab_size=128256,
+                        block_size=8192, rope_theta=500000.0, norm_eps=1e-5), 8_030_261_248),
     # HuggingFaceTB/SmolLM2-135M config.json
-    "smollm2-135m": (dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, d_ff=1536, vocab_size=49152,
-                          block_size=8192, rope_theta=100000.0, rms_eps=1e-5, tie_embeddings=True), 134_515_008),
+    "smollm2-135m": (dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, mlp_hidden=1536, vocab_size=49152,
+                          block_size=8192, rope_theta=100000.0, norm_eps=1e-5, tie_embeddings=True), 134_515_008),
     # Qwen/Qwen2.5-0.5B config.json
-    "qwen2.5-0.5b": (dict(n_layer=24, n_head=14, n_kv_head=2, n_embd=896, d_ff=4864, vocab_size=151936,
+    "qwen2.5-0.5b": (dict(n_layer=24, n_head=14, n_kv_head=2, n_embd=896, mlp_hidden=4864, vocab_size=151936,
                           block_size=32768, rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True,
                           family="qwen2"), 494_032_768),
     # EleutherAI/pythia-160m config.json: GPT-NeoX, rotary_pct 0.25 of d_head 64
     "pythia-160m": (dict(family="gpt_neox", n_layer=12, n_head=12, n_embd=768, mlp_hidden=3072, vocab_size=50304,
                          block_size=2048, rot=16), 162_322_944),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
-    "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, d_ff=8192, vocab_size=49152,
-                          block_size=8192, rope_theta=130000.0, rms_eps=1e-5, tie_embeddings=True), None),
+    "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
+                          block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),
 }
 
 

@@ -18,7 +18,7 @@ model.attn_kernel:
             slow, for tests); anywhere else a one-line error.
 Cached generation (a KV cache) always runs SDPA, and so does dropout in training except under `math`: the
 kernel is for full-sequence causal passes without dropout (config validation refuses attn_kernel=triton
-with dropout). Both model families (GPT: attention/base.py, Llama: attention/grouped.py) call `attend`.
+with dropout). Every family's layers call `attend` from one place (attention/base.py).
 """
 
 from __future__ import annotations

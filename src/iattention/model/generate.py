@@ -53,7 +53,7 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     cache_kind: "full" (keys and values) or "k-only" (keys alone, where they determine the layer input; the
     model's `make_cache` refuses it otherwise)."""
     if cache_kind != "full" and not hasattr(model, "make_cache"):
-        raise UserError(f"cache {cache_kind!r} needs a model with make_cache (GPT, Llama); use the full cache")
+        raise UserError(f"cache {cache_kind!r} needs a model with make_cache (iattention's GPT); use the full cache")
 
     def new_cache():
         return model.make_cache(cache_kind) if hasattr(model, "make_cache") else KVCache(model.config.n_layer)

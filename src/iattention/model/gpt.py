@@ -3,7 +3,7 @@ positions, LayerNorm, GELU MLP, tied embeddings), Llama / Qwen2 / Mistral (RoPE,
 attention, an untied head).
 
 Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...) for every
-family; interop/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
+family; model/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
 RMSNorm computes its statistics in float32 and RoPE its angles in float32, exactly as transformers does, so a
 float64 model reproduces transformers' float64 logits to rounding.
 """
@@ -282,6 +282,6 @@ class GPT(nn.Module):
         return logits, loss
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
-        """Append max_new_tokens sampled tokens to idx (B, T); cache="k-only" for the K-only cache (see
+        """Append max_new_tokens sampled tokens to idx (B, T); cache_kind="k-only" for the K-only cache (see
         model/generate.py for the other options)."""
         return generate(self, idx, max_new_tokens, **kwargs)
