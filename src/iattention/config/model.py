@@ -41,7 +41,7 @@ FAMILY_NAMES = tuple(FAMILIES)
 # The Llama family's own config (LlamaConfig, before the one family) called two keys otherwise.
 RENAMED_MODEL_KEYS = {"canonical": "canonical_halves", "d_ff": "mlp_hidden", "rms_eps": "norm_eps"}
 # A saved Llama-family config said `arch: llama` (and its family); GPT-2's said nothing.
-OLD_ARCH = {"llama": None, "gpt": "gpt2"}
+OLD_ARCH = {"llama": "llama", "gpt": "gpt2"}
 
 
 def upgrade_model_keys(model: dict, note=None) -> dict:
@@ -57,10 +57,10 @@ def upgrade_model_keys(model: dict, note=None) -> dict:
                             f"{', '.join(FAMILY_NAMES)}")
         if note is not None:
             note("arch", "family")
-        if "family" in out and (OLD_ARCH[arch] or "llama") != ("gpt2" if out["family"] == "gpt2" else "llama"):
+        if "family" in out and OLD_ARCH[arch] != ("gpt2" if out["family"] == "gpt2" else "llama"):
             raise UserError(f"model.arch={arch} and model.family={out['family']} disagree; model.arch is the old "
                             "name of model.family: keep only model.family")
-        out.setdefault("family", OLD_ARCH[arch] or "llama")
+        out.setdefault("family", OLD_ARCH[arch])
         if arch == "llama":  # its rot was stored resolved, and 0 meant "all dims" there
             if out.get("rot") == 0:
                 out.pop("rot")
@@ -298,6 +298,11 @@ class GPTConfig:
     @property
     def d_mlp(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
+
+    @property
+    def standard_init(self) -> str:
+        """The init a standard model of this config draws: its own, or with init=matched its family's."""
+        return FAMILIES[self.family]["init"] if self.init == "matched" else self.init
 
     @property
     def group(self) -> int:

@@ -20,7 +20,7 @@ from torch import nn
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_inv_freq
-from iattention.config.model import FAMILIES, GPTConfig
+from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.generate import generate
 from iattention.symmetry.counts import standard_param_count
@@ -195,8 +195,8 @@ class GPT(nn.Module):
         (dropout masks, ...) matches a standard run with the same seed too.
         """
         torch.random.set_rng_state(rng_at_entry)
-        standard = GPT(self.config.replace(attention="standard", canonical_halves="both", init=self._standard_init,
-                                           minimal_bias=False))
+        standard = GPT(self.config.replace(attention="standard", canonical_halves="both",
+                                           init=self.config.standard_init, minimal_bias=False))
         rng_after = torch.random.get_rng_state()
         if self.config.attention == "canonical":
             canonicalize_into(standard, self, block="pivoted")
@@ -204,14 +204,9 @@ class GPT(nn.Module):
             load_into(standard, self)
         torch.random.set_rng_state(rng_after)
 
-    @property
-    def _standard_init(self) -> str:
-        """The init a standard model of this family draws: the config's, or with init=matched its family's."""
-        return FAMILIES[self.config.family]["init"] if self.config.init == "matched" else self.config.init
-
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            scaled = getattr(module, "residual_scale", False) and self._standard_init != "normal"
+            scaled = getattr(module, "residual_scale", False) and self.config.standard_init != "normal"
             nn.init.normal_(module.weight, 0.0, 0.02 / math.sqrt(2 * self.config.n_layer) if scaled else 0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)

@@ -31,7 +31,6 @@ import torch
 from iattention.attention.canonical import default_blocks
 from iattention.attention.heads import HeadWeights
 from iattention.attention.rope import pair_dims
-from iattention.config.model import FAMILIES
 from iattention.errors import SingularBlockError
 from iattention.symmetry.blocks import BLOCKS, pivoted_rows
 
@@ -232,18 +231,13 @@ def canonicalize_layer(src, dst, c, block: str = "aligned", layer: int = 0) -> d
     return blocks
 
 
-def _plain_init(c) -> str:
-    """The init a converted model's config records: a matched one's standard draw (its family's), else its own."""
-    return FAMILIES[c.family]["init"] if c.init == "matched" else c.init
-
-
 @torch.no_grad()
 def canonicalize(model, block: str = "aligned", halves: str = "both", minimal: bool = False):
     """Return an equivalent `canonical` model whose fixed entries are exactly (1, 0) / the identity.
     minimal=True also folds b_V into b_O and drops b_K (model.minimal_bias): the fully reduced form."""
     c = model.config
     minimal = minimal and c.qkv_bias and c.o_bias
-    cfg = c.replace(attention="canonical", canonical_halves=halves, init=_plain_init(c),
+    cfg = c.replace(attention="canonical", canonical_halves=halves, init=c.standard_init,
                     minimal_bias=minimal)
     out = type(model)(cfg).to(_model_dtype(model))
     out.train(model.training)
@@ -264,7 +258,7 @@ def canonicalize_into(model, out, block: str = "aligned"):
 def expand(model):
     """Return the equivalent `standard` model (exact: the products are formed, no solve)."""
     c = model.config
-    cfg = c.replace(attention="standard", canonical_halves="both", init=_plain_init(c),
+    cfg = c.replace(attention="standard", canonical_halves="both", init=c.standard_init,
                     minimal_bias=False)
     out = type(model)(cfg).to(_model_dtype(model))
     out.train(model.training)
