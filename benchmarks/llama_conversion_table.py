@@ -16,7 +16,7 @@ import torch
 import transformers as tf
 
 from iattention.interop.convert import convert
-from iattention.interop.hf_llama import from_hf_llama, to_hf_llama
+from iattention.interop.hf_rotary import from_hf_model, to_hf_rotary
 from iattention.utils.atomic import write_text
 
 BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -48,14 +48,14 @@ def main() -> None:
     x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
     for name, kind, kw in CASES:
         hf = hf_model(kind, **kw)
-        src = from_hf_llama(hf, kind.lower())
+        src = from_hf_model(hf, kind.lower())
         c = src.config
         with torch.no_grad():
             ref = hf(x).logits
             row = {"model": name, "H/G/r/rot": f"{c.n_head}/{c.n_kv_head}/{c.d_head}/{c.rot}"}
             for dtype in ("float64", "float32"):
                 canon, rep = convert(src, "canonical", dtype=dtype)
-                back = to_hf_llama(canon)
+                back = to_hf_rotary(canon)
                 diff = (back(x).logits.double() - ref).abs().max().item()
                 row[f"max dlogit {dtype}"] = diff
                 row[f"rel {dtype}"] = diff / ref.abs().max().item()

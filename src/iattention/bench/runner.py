@@ -20,8 +20,7 @@ from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
 from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
 from iattention.interop.hf import hf_config
-from iattention.interop.hf_llama import hf_llama_config
-from iattention.interop.hf_neox import hf_neox_config
+from iattention.interop.hf_rotary import hf_config_of
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
@@ -116,7 +115,7 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
     if cfg.family == "gpt2":
         hc, cls = hf_config(cfg), transformers.GPT2LMHeadModel
     else:  # the family's own transformers class, of the config an export of this model writes
-        hc = (hf_neox_config if cfg.family == "gpt_neox" else hf_llama_config)(cfg)
+        hc = hf_config_of(cfg)
         cls = getattr(transformers, hc.architectures[0] if hc.architectures else type(hc).__name__.replace(
             "Config", "ForCausalLM"))
     hc._attn_implementation = "sdpa"

@@ -104,19 +104,15 @@ def _shape_from(folder: str):
     from iattention.checkpoint.run_folder import read_json_object
     from iattention.config import GPTConfig
     from iattention.interop.hf import read_hf_config
-    from iattention.interop.hf_llama import shape_from_folder
+    from iattention.interop.hf_rotary import shape_from_folder
 
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise UserError(f"--from {folder}: no config.json there; give a Hugging Face model folder")
     kind = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
                             schema={"model_type": (str,)})["model_type"]
-    if kind == "gpt_neox":
-        from iattention.interop.hf_neox import shape_from_folder as neox_shape
-
-        return "gpt_neox", neox_shape(path)
     if kind != "gpt2":
-        return "llama", shape_from_folder(path)
+        return ("gpt_neox" if kind == "gpt_neox" else "llama"), shape_from_folder(path)
     c = read_hf_config(path)
     n_inner = c.get("n_inner")
     mlp_hidden = 0 if n_inner in (None, 4 * c["n_embd"]) else n_inner

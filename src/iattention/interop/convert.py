@@ -22,8 +22,7 @@ from iattention.config.model import FAMILIES
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
-from iattention.interop.hf_llama import to_hf_llama
-from iattention.interop.hf_neox import to_hf_neox
+from iattention.interop.hf_rotary import SPECS, to_hf_rotary
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
@@ -117,7 +116,7 @@ def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
 
 
 # model_type -> the transformers exporter of our models of that family
-EXPORTERS = {"gpt2": to_hf, "gpt_neox": to_hf_neox, "llama": to_hf_llama, "qwen2": to_hf_llama, "mistral": to_hf_llama}
+EXPORTERS = {"gpt2": to_hf, **dict.fromkeys(SPECS, to_hf_rotary)}
 
 
 def check_exportable(c) -> None:

@@ -15,8 +15,7 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
-from iattention.interop.hf_llama import load_hf_llama
-from iattention.interop.hf_neox import load_hf_neox
+from iattention.interop.hf_rotary import load_hf_rotary
 from iattention.model.gpt import GPT
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
@@ -103,8 +102,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     if is_hf_folder(path):
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
         if model_type != "gpt2":  # another family's folder (or a one-line refusal): no tokenizer we know
-            load = load_hf_neox if model_type == "gpt_neox" else load_hf_llama
-            return load(path), _data_spec_beside(path, flag), {"source": str(path)}
+            return load_hf_rotary(path), _data_spec_beside(path, flag), {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):

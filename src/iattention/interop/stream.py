@@ -52,14 +52,14 @@ from iattention.interop.convert import (
     staged_folder,
 )
 from iattention.interop.hf import INDEX, _weight_files
-from iattention.interop.hf_llama import (
+from iattention.interop.hf_rotary import (
     CONFIGS,
     FAMILIES,
     _check_llama_sizes,
     _strict_error,
     _transformers_v5,
-    from_hf_llama,
-    hf_llama_config,
+    from_hf_model,
+    hf_config_of,
     llama_config_of,
     read_llama_config,
     rotary_of,
@@ -549,7 +549,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
             hf = getattr(tf, FAMILIES[family]).from_pretrained(str(src), dtype=torch.float64).eval()
             x = _probe(cfg)
             ref = hf(x).logits
-            ours = from_hf_llama(hf, family)
+            ours = from_hf_model(hf, family)
             del hf
             mine = ours(x)[0]
             report.source_load = relative(mine, ref)
@@ -613,7 +613,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
                          "the config in its checkpoint's metadata")
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention="standard")
-    hf_cfg = hf_llama_config(out_cfg)
+    hf_cfg = hf_config_of(out_cfg)
     hf_cfg.architectures = [FAMILIES[cfg.family]]
     hf_cfg.dtype = dtype_name(out_dtype)
     plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}

@@ -1,5 +1,5 @@
-"""Unit tests of iattention.interop.hf_llama and the Llama-family path of interop.convert / interop.load: exact
-conversion of random-init tiny transformers Llama / Qwen2 / Mistral models (nothing downloaded)."""
+"""Unit tests of iattention.interop.hf_rotary for the Llama family, and its path through interop.convert /
+interop.load: exact conversion of random-init tiny transformers Llama / Qwen2 / Mistral models (nothing downloaded)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from iattention.errors import UserError
 from iattention.interop.convert import convert, save_converted
-from iattention.interop.hf_llama import from_hf_llama, load_hf_llama, to_hf_llama
+from iattention.interop.hf_rotary import from_hf_model, load_hf_rotary, to_hf_rotary
 from iattention.interop.load import load_any
 from iattention.model.names import to_family
 
@@ -62,7 +62,7 @@ def _family(kind: str) -> str:
 def test_our_model_computes_transformers_logits(case):
     _, kind, kw = case
     hf = hf_model(kind, **kw)
-    ours = from_hf_llama(hf, _family(kind))
+    ours = from_hf_model(hf, _family(kind))
     with torch.no_grad():
         assert (ours(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
     assert ours.config.rot == ours.config.d_head  # Llama rotates the whole head whatever partial_rotary_factor says
@@ -76,9 +76,9 @@ def test_hf_to_ours_to_hf_is_exact(case, to):
     holds exactly L G (rot + (r - rot)^2 + r^2) fewer parameters."""
     _, kind, kw = case
     hf = hf_model(kind, **kw)
-    src = from_hf_llama(hf, _family(kind))
+    src = from_hf_model(hf, _family(kind))
     mid, rep = convert(src, to, dtype="float64")
-    back = to_hf_llama(mid)
+    back = to_hf_rotary(mid)
     assert type(back) is type(hf)
     with torch.no_grad():
         ref = hf(_x()).logits
@@ -95,9 +95,9 @@ def test_the_conversion_changes_what_it_should():
     """The canonical weights differ from the source (the round trip is not a copy), and a wrong export fails:
     swapping two KV heads of the key map changes the logits (so the 1e-9 check can fail)."""
     hf = hf_model("Llama", num_key_value_heads=2)
-    src = from_hf_llama(hf, "llama")
+    src = from_hf_model(hf, "llama")
     canon, _ = convert(src, "canonical", dtype="float64")
-    back = to_hf_llama(canon)
+    back = to_hf_rotary(canon)
     moved = max((a - b).abs().max().item() for a, b in zip(src.state_dict().values(), canon.state_dict().values())
                 if a.shape == b.shape)
     assert moved > 0.1
@@ -125,7 +125,7 @@ def test_saved_folders_reload_bitwise(tmp_path, kind, kw):
         assert torch.equal(a, b), name
     out, rep = convert(again, "hf", dtype="float64")
     save_converted(out, tmp_path / "back", "hf", rep, source="test")
-    back = load_hf_llama(tmp_path / "back")
+    back = load_hf_rotary(tmp_path / "back")
     with torch.no_grad():
         assert (back(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
 
@@ -180,10 +180,10 @@ def test_a_missing_tensor_is_refused(tmp_path):
 
 def test_a_model_transformers_cannot_hold_is_not_exported():
     hf = hf_model("Llama", num_key_value_heads=2)
-    src = from_hf_llama(hf, "llama")
+    src = from_hf_model(hf, "llama")
     partial = type(src)(src.config.replace(rot=4))
     with pytest.raises(UserError, match="rot=4 of d_head=8"):
-        to_hf_llama(partial)
+        to_hf_rotary(partial)
 
 
 def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, monkeypatch):
@@ -193,13 +193,13 @@ def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, mo
 
     from helpers import make_llama
     from iattention.errors import UserError
-    from iattention.interop.hf_llama import load_hf_llama, to_hf_llama
+    from iattention.interop.hf_rotary import load_hf_rotary, to_hf_rotary
 
     monkeypatch.setattr(transformers, "__version__", "4.46.3")
     with pytest.raises(UserError, match=r"transformers 5 or later \(found 4\.46\.3\)"):
-        load_hf_llama(tmp_path)
+        load_hf_rotary(tmp_path)
     with pytest.raises(UserError, match="transformers 5 or later"):
-        to_hf_llama(make_llama())
+        to_hf_rotary(make_llama())
 
 
 def _saved(tmp_path, kind="Llama", name="hf", shard=None, **kw):

@@ -11,7 +11,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("GPT-NeoX conversion needs transformers 5", allow_module_level=True)
 
 from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf_neox import from_hf_neox, hf_neox_logits, shape_from_folder, to_hf_neox  # noqa: E402
+from iattention.interop.hf_rotary import from_hf_model, hf_rotary_logits, shape_from_folder, to_hf_rotary  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -53,20 +53,20 @@ def test_a_neox_folder_loads_as_transformers_computes_it(tmp_path, kw):
     assert c.rot == int(8 * kw["rotary_pct"])
     with torch.no_grad():
         ours = model.double()(X)[0]
-    assert rel(ours, hf_neox_logits(tmp_path / "hf", X)) <= 1e-12
+    assert rel(ours, hf_rotary_logits(tmp_path / "hf", X)) <= 1e-12
 
 
 @pytest.mark.parametrize("kw", SHAPES.values(), ids=SHAPES.keys())
 def test_canonical_and_back_to_transformers_is_exact_in_float64(tmp_path, kw):
     hf = neox(tmp_path / "hf", **kw)
-    src = from_hf_neox(hf)
+    src = from_hf_model(hf, "gpt_neox")
     random_gauge(src, seed=3)  # an arbitrary point on the orbit: the canonical form must not depend on it
     ref = hf(X).logits
     canon, rep = convert(src, "canonical", block="pivoted", dtype="float64")
     assert canon.config.attention == "canonical" and rep.max_rel_logit_diff <= 1e-12
     with torch.no_grad():
         assert rel(canon(X)[0], ref) <= 1e-12
-    back = to_hf_neox(canon)
+    back = to_hf_rotary(canon)
     with torch.no_grad():
         assert rel(back(X).logits, ref) <= 1e-12
     for name, tensor in back.state_dict().items():  # the same tensors transformers names, rot-aware
@@ -75,7 +75,7 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(tmp_path, kw):
 
 def test_float32_canonical_folder_round_trips_within_1e_5(tmp_path):
     hf = neox(tmp_path / "hf", rotary_pct=0.25)
-    src = from_hf_neox(hf)
+    src = from_hf_model(hf, "gpt_neox")
     canon, rep = convert(src, "canonical", block="pivoted", dtype="float32")
     assert rep.max_rel_logit_diff <= 1e-5
     save_converted(canon, tmp_path / "canon", "canonical", rep, source=str(tmp_path / "hf"))
@@ -106,7 +106,7 @@ def test_a_bf16_checkpoint_keeps_float32_rope_frequencies_and_converts_within_bf
 
 def test_the_canonical_gauge_under_partial_rotary_removes_a_complex_scalar_per_pair(tmp_path):
     """Per layer and head: 2 per rotary pair (rot numbers), (r - rot)^2 on the pass dims, r^2 on the output map."""
-    src = from_hf_neox(neox(tmp_path / "hf", rotary_pct=0.25))
+    src = from_hf_model(neox(tmp_path / "hf", rotary_pct=0.25), "gpt_neox")
     c = src.config
     r, rot = c.d_head, c.rot
     canon, _ = convert(src, "canonical", block="pivoted", dtype="float64")

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from helpers import tells
 from iattention.errors import UserError
 from iattention.interop import stream
-from iattention.interop.hf_llama import from_hf_llama
+from iattention.interop.hf_rotary import from_hf_model
 from iattention.interop.load import load_any
 from iattention.symmetry import transforms
 
@@ -74,7 +74,7 @@ def test_streamed_canonical_is_the_whole_model_canonical_bit_for_bit(tmp_path, c
     kind, kw = CASES[case]
     hf = hf_folder(tmp_path / "src", kind, **kw)
     rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "canonical", say=quiet)
-    want = transforms.canonicalize(from_hf_llama(hf, kind.lower()), block="pivoted")  # the stream default
+    want = transforms.canonicalize(from_hf_model(hf, kind.lower()), block="pivoted")  # the stream default
     model, _, meta = load_any(tmp_path / "out")
     have, expected = model.state_dict(), want.state_dict()
     assert sorted(have) == sorted(expected)

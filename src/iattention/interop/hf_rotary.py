@@ -1,14 +1,19 @@
-"""Exact conversion between transformers' Llama-family models and our model (`GPT` with family llama / qwen2 /
-mistral).
+"""Exact conversion between transformers' rotary families and our model (`GPT` with family llama, qwen2, mistral
+or gpt_neox): one loader, one exporter, one float64 reference for all of them. What a family costs is a row of
+`SPECS` (its transformers class, config.json reader and the two config maps below) and its tensor names
+(model/names.py); GPT-2 (interop/hf.py) differs in kind: Conv1D weights stored transposed, learned positions.
 
-`LlamaForCausalLM`, `Qwen2ForCausalLM` and `MistralForCausalLM` (SmolLM2 is LlamaForCausalLM) share one layout:
-separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model (projection
-"separate") holds the same tensors under GPT-2's prefixes (model/names.py renames them), so the weights copy one to
-one; canonical models are expanded first on export. The rotary width
-is read from the model's own `inv_freq` (Llama accepts `partial_rotary_factor` in its config and ignores it), and
-our frequencies must equal transformers' bit for bit. Out of scope, refused in one line: QK-norm models (Qwen3,
-Gemma-3, OLMo-2: a norm between the projection and RoPE breaks the gauge), fused projections (Phi-3), MLP biases,
-sliding-window Qwen2, RoPE types that rescale cos/sin.
+Llama family. `LlamaForCausalLM`, `Qwen2ForCausalLM` and `MistralForCausalLM` (SmolLM2 is LlamaForCausalLM) share
+one layout: separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model
+(projection "separate") holds the same tensors under GPT-2's prefixes, so the weights copy one to one; canonical
+models are expanded first on export. The rotary width is read from the model's own `inv_freq` (Llama accepts
+`partial_rotary_factor` in its config and ignores it), and our frequencies must equal transformers' bit for bit.
+Out of scope, refused in one line: QK-norm models (Qwen3, Gemma-3, OLMo-2: a norm between the projection and RoPE
+breaks the gauge), fused projections (Phi-3), MLP biases, sliding-window Qwen2, RoPE types that rescale cos/sin.
+
+GPT-NeoX (the Pythia suite): LayerNorm with biases, exact GELU, a parallel residual, `query_key_value` laid out per
+head (projection "neox"), rotary on the first rotary_pct x d_head dims of each head in the rotate_half layout, an
+untied head (`embed_out` in older checkpoints; transformers 5 renames it on load).
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import importlib
 import math
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,6 +37,8 @@ from iattention.interop.hf import _check_hf_weights, _transformers
 from iattention.model.gpt import GPT, inv_freq_of
 from iattention.model.names import from_family, to_family
 from iattention.symmetry.transforms import expand
+
+# ------------------------------------------------------------------------------------------------ Llama family
 
 # model_type -> transformers class name
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
@@ -54,12 +64,12 @@ def llama_family(model_type: str, where) -> str:
                     "gpt_neox")
 
 
-# What a Llama-family config.json must hold (key: accepted types), then the keys it may hold, each of the types
-# transformers accepts. Checked before transformers reads the file: its own answers to a bad value are tracebacks
-# (ZeroDivisionError, KeyError, StrictDataclassFieldValidationError), messages cut mid-word, or a model of a
-# million layers allocated before any check against the weights.
-LLAMA_CONFIG_SCHEMA = {"model_type": (str,), "num_hidden_layers": (int,), "num_attention_heads": (int,),
-                       "hidden_size": (int,), "intermediate_size": (int,), "vocab_size": (int,)}
+# What a Llama-family (and GPT-NeoX) config.json must hold (key: accepted types), then the keys it may hold, each
+# of the types transformers accepts. Checked before transformers reads the file: its own answers to a bad value
+# are tracebacks (ZeroDivisionError, KeyError, StrictDataclassFieldValidationError), messages cut mid-word, or a
+# model of a million layers allocated before any check against the weights.
+CONFIG_SCHEMA = {"model_type": (str,), "num_hidden_layers": (int,), "num_attention_heads": (int,),
+                 "hidden_size": (int,), "intermediate_size": (int,), "vocab_size": (int,)}
 _NONE = type(None)
 LLAMA_CONFIG_OPTIONAL = {"num_key_value_heads": (int, _NONE), "head_dim": (int, _NONE),
                          "max_position_embeddings": (int,), "rms_norm_eps": (float,), "tie_word_embeddings": (bool,),
@@ -81,10 +91,10 @@ def read_llama_config(folder: Path) -> dict:
     cfg = read_json_object(path, "a Hugging Face config", "re-save the model with save_pretrained",
                            schema={"model_type": (str,)})
     llama_family(cfg["model_type"], path)
-    missing = [k for k, types in LLAMA_CONFIG_SCHEMA.items() if k not in cfg]
+    missing = [k for k, types in CONFIG_SCHEMA.items() if k not in cfg]
     if missing:
         raise UserError(f"{path} lacks {', '.join(missing)}, which a {cfg['model_type']} config needs; {_FIX}")
-    for key, types in {**LLAMA_CONFIG_SCHEMA, **LLAMA_CONFIG_OPTIONAL}.items():
+    for key, types in {**CONFIG_SCHEMA, **LLAMA_CONFIG_OPTIONAL}.items():
         value = cfg.get(key)
         if key in cfg and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
             raise UserError(f"{path}: {key} is {type(value).__name__} {value!r}"[:160] +
@@ -165,7 +175,7 @@ def attention_biases(family: str, attention_bias: bool) -> dict[str, bool]:
     return {"qkv_bias": attention_bias, "o_bias": attention_bias}
 
 
-def shape_from_folder(folder: Path) -> GPTConfig:
+def _llama_shape(folder: Path) -> GPTConfig:
     """The shape a Llama-family folder's config.json describes (checked as `read_llama_config` checks it), for
     counting: no weights read, no transformers needed (these families rotate whole heads)."""
     cfg = read_llama_config(folder)
@@ -179,11 +189,6 @@ def shape_from_folder(folder: Path) -> GPTConfig:
                        **attention_biases(family, bias),
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
                        family=family)
-
-
-def config_from_hf(hf, family: str) -> GPTConfig:
-    """Our config for a loaded transformers model (its rotary width from its inv_freq)."""
-    return llama_config_of(hf.config, hf.model.rotary_emb, _tied(hf), family)
 
 
 def rotary_of(hf_config, family: str):
@@ -229,71 +234,14 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
     return cfg
 
 
-def _tied(hf) -> bool:
-    """Whether the loaded model's head IS its embedding: transformers unties a config's tie_word_embeddings when the
-    checkpoint holds a different lm_head.weight (and says so only in a warning), so the config alone can mislead."""
-    head, embed = hf.lm_head.weight, hf.model.embed_tokens.weight
-    return head is embed or head.data_ptr() == embed.data_ptr()
-
-
-@torch.no_grad()
-def from_hf_llama(hf, family: str) -> GPT:
-    """A loaded transformers Llama-family model -> our standard model, same dtype, same logits."""
-    cfg = config_from_hf(hf, family)
-    dtype = hf.model.embed_tokens.weight.dtype
-    model = GPT(cfg).to(dtype)
-    state = {from_family(k, family): v for k, v in hf.state_dict().items() if not k.endswith("rotary_emb.inv_freq")}
-    model.load_state_dict(state, strict=True)
-    return model.eval()
-
-
 def _transformers_v5():
     """transformers for the Llama family: 5 or later, whose configs hold `rope_parameters` (4.x keeps
     `rope_theta`/`rope_scaling` apart, and would build an export with the default theta)."""
     tf = _transformers()
     if int(tf.__version__.split(".")[0]) < 5:
-        raise UserError(f"Llama-family conversion needs transformers 5 or later (found {tf.__version__}); "
+        raise UserError(f"Llama-family and GPT-NeoX conversion needs transformers 5 or later (found {tf.__version__}); "
                         "pip install 'transformers>=5'")
     return tf
-
-
-def load_hf_llama(path: str | Path) -> GPT:
-    """An HF Llama / Qwen2 / Mistral folder (safetensors) -> our standard model."""
-    tf = _transformers_v5()
-    path = Path(path)
-    cfg = read_llama_config(path)
-    family = cfg["model_type"]
-    _check_llama_sizes(path, cfg, _check_hf_weights(path))
-    try:
-        hf, info = getattr(tf, FAMILIES[family]).from_pretrained(str(path), use_safetensors=True,
-                                                                 output_loading_info=True)
-    except (OSError, ValueError, RuntimeError, TypeError, KeyError, SafetensorError, _strict_error()) as e:
-        raise UserError(f"cannot load {path} as {FAMILIES[family]} from safetensors "
-                        f"({str(e).splitlines()[0][:100]}); re-save it with save_pretrained") from None
-    missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and _tied(hf))]
-    shapes = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", [])]
-    unexpected = info.get("unexpected_keys", [])
-    for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrongly shaped", shapes)):
-        if keys:
-            raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
-                            f"{FAMILIES[family]} with its config.json; re-save the model with save_pretrained")
-    model = from_hf_llama(hf.eval(), family)
-    c = model.config
-    if c.sliding_window and c.sliding_window < c.max_positions:
-        print(f"iattn: note: {path} attends within a sliding window of {c.sliding_window} of its {c.max_positions} "
-              f"positions; iattention has no window mask, so it runs this model on blocks of {c.sliding_window} "
-              f"tokens (block_size {c.block_size}: the same as transformers up to {c.sliding_window} tokens, not "
-              "on longer contexts)", file=sys.stderr)
-    return model
-
-
-@torch.no_grad()
-def hf_llama_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
-    """The logits of a Llama-family folder's own transformers class in float64 on tokens x (the reference a
-    conversion's source is checked against; the folder was read by load_hf_llama first)."""
-    family = read_llama_config(Path(path))["model_type"]
-    hf = getattr(_transformers_v5(), FAMILIES[family]).from_pretrained(str(path), dtype=torch.float64)
-    return hf.eval()(x).logits
 
 
 def _strict_error():
@@ -327,18 +275,187 @@ def hf_llama_config(cfg: GPTConfig):
     return getattr(tf, CONFIGS[cfg.family])(**kw)
 
 
+# ---------------------------------------------------------------------------------------------------- GPT-NeoX
+
+def read_neox_config(folder: Path) -> dict:
+    """A GPT-NeoX folder's config.json with the keys our model reads, each of its type and positive."""
+    path = folder / "config.json"
+    cfg = read_json_object(path, "a Hugging Face config", "re-save the model with save_pretrained",
+                           schema=CONFIG_SCHEMA)
+    for key in CONFIG_SCHEMA:
+        if key != "model_type" and cfg[key] < 1:
+            raise UserError(f"{path}: {key}={cfg[key]} must be a positive integer; {_FIX}")
+    if cfg["hidden_size"] % cfg["num_attention_heads"]:
+        raise UserError(f"{path}: hidden_size={cfg['hidden_size']} is not a multiple of num_attention_heads="
+                        f"{cfg['num_attention_heads']}; {_FIX}")
+    rope_of(cfg, path)  # a rope type we do not reproduce is one line
+    return cfg
+
+
+def _neox_shape(folder: Path) -> GPTConfig:
+    """The shape a GPT-NeoX folder's config.json describes, for counting (no weights, no transformers): its rotary
+    width int(d_head x rotary_pct) as transformers computes it."""
+    cfg = read_neox_config(folder)
+    d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
+    pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
+    bias = bool(cfg.get("attention_bias", True))
+    return GPTConfig(family="gpt_neox", n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+                     n_embd=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
+                     block_size=1, rot=int(d_head * pct) // 2 * 2, qkv_bias=bias, o_bias=bias,
+                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+
+
+def neox_config_of(c, rotary, tied: bool) -> GPTConfig:
+    """Our config for a transformers GPTNeoXConfig `c` and its rotary embedding module (the rotary width from its
+    inv_freq, as transformers computes it from rotary_pct)."""
+    where = "this gpt_neox model"
+    if getattr(c, "hidden_act", "gelu") != "gelu":
+        raise UserError(f"{where} uses hidden_act={c.hidden_act!r}; iattention's GPT-NeoX MLP uses exact gelu")
+    rope = dict(c.rope_parameters or {})
+    rope_type = rope.pop("rope_type", "default")
+    if rope_type != "default" or getattr(rotary, "attention_scaling", 1.0) != 1.0:
+        raise UserError(f"{where} uses rope_type {rope_type!r}; iattention reproduces 'default' for GPT-NeoX")
+    cfg = GPTConfig(family="gpt_neox", n_layer=c.num_hidden_layers, n_head=c.num_attention_heads, n_embd=c.hidden_size,
+                    mlp_hidden=c.intermediate_size, vocab_size=c.vocab_size, block_size=c.max_position_embeddings,
+                    rot=2 * rotary.inv_freq.numel(), rope_theta=float(rope.get("rope_theta", 10000.0)),
+                    norm_eps=float(c.layer_norm_eps), bias=True, qkv_bias=bool(c.attention_bias),
+                    o_bias=bool(c.attention_bias), parallel_residual=bool(c.use_parallel_residual),
+                    tie_embeddings=tied)
+    if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
+        raise UserError(f"{where}'s RoPE frequencies differ from what iattention computes for them")
+    return cfg
+
+
+def hf_neox_config(cfg: GPTConfig):
+    if cfg.rope_layout != "half" or cfg.rope_type != "default" or cfg.qkv_bias != cfg.o_bias or not cfg.bias:
+        raise UserError("transformers' GPTNeoXForCausalLM holds the 'half' rope layout, the default rope type and one "
+                        f"attention_bias with LayerNorm biases; this model has layout {cfg.rope_layout!r}, rope type "
+                        f"{cfg.rope_type!r}, qkv_bias={cfg.qkv_bias}, o_bias={cfg.o_bias}, bias={cfg.bias}")
+    return _transformers_v5().GPTNeoXConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head, intermediate_size=cfg.d_mlp, hidden_act="gelu",
+        max_position_embeddings=cfg.max_positions or cfg.block_size, layer_norm_eps=cfg.norm_eps,
+        use_parallel_residual=cfg.parallel_residual, attention_bias=cfg.qkv_bias,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta,
+                         "partial_rotary_factor": cfg.rot / cfg.d_head})
+
+
+# ---------------------------------------------------------------------------------------------- every family
+
+@dataclass(frozen=True)
+class Spec:
+    cls: str  # the transformers class
+    read_config: Callable[[Path], dict]  # config.json checked, one line per problem
+    config_of: Callable  # (transformers config, its rotary module, tied) -> our GPTConfig
+    hf_config: Callable[[GPTConfig], object]  # our config -> the transformers config an export writes
+    check_sizes: Callable | None = None  # (folder, config.json, tensor shapes): config against weights, by key
+
+
+SPECS = {**{family: Spec(cls, read_llama_config, partial(llama_config_of, family=family),
+                         hf_llama_config, _check_llama_sizes)
+            for family, cls in FAMILIES.items()},
+         "gpt_neox": Spec("GPTNeoXForCausalLM", read_neox_config, neox_config_of,
+                          hf_neox_config)}
+
+
+def shape_from_folder(folder: Path) -> GPTConfig:
+    """The shape an HF folder's config.json describes, for counting: no weights read, no transformers needed."""
+    return (_neox_shape if family_of(folder) == "gpt_neox" else _llama_shape)(folder)
+
+
+def family_of(path: Path) -> str:
+    """The rotary family of an HF folder (its config.json's model_type), or a one-line refusal naming what is
+    converted."""
+    model_type = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with "
+                                  "save_pretrained", schema={"model_type": (str,)})["model_type"]
+    return model_type if model_type in SPECS else llama_family(model_type, path / "config.json")
+
+
+def _class(family: str):
+    return getattr(_transformers_v5(), SPECS[family].cls)
+
+
+def _tied(hf) -> bool:
+    """Whether the loaded model's head IS its embedding: transformers unties a config's tie_word_embeddings when the
+    checkpoint holds a different lm_head.weight (and says so only in a warning), so the config alone can mislead."""
+    head, embed = hf.lm_head.weight, hf.get_input_embeddings().weight
+    return head is embed or head.data_ptr() == embed.data_ptr()
+
+
+def config_from_hf(hf, family: str) -> GPTConfig:
+    """Our config for a loaded transformers model (its rotary width from its own inv_freq)."""
+    return SPECS[family].config_of(hf.config, hf.base_model.rotary_emb, _tied(hf))
+
+
 @torch.no_grad()
-def to_hf_llama(model: GPT):
-    """Any iattention Llama (canonical is expanded) -> the transformers model of its family, same logits."""
+def from_hf_model(hf, family: str) -> GPT:
+    """A loaded transformers model of a rotary family -> our standard model, same dtype, same logits."""
+    model = GPT(config_from_hf(hf, family)).to(hf.get_input_embeddings().weight.dtype)
+    state = {from_family(k, family): v for k, v in hf.state_dict().items() if not k.endswith("rotary_emb.inv_freq")}
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def load_hf_rotary(path: str | Path) -> GPT:
+    """An HF Llama / Qwen2 / Mistral / GPT-NeoX folder (safetensors) -> our standard model."""
     tf = _transformers_v5()
+    path = Path(path)
+    family = family_of(path)
+    spec = SPECS[family]
+    cfg = spec.read_config(path)
+    shapes = _check_hf_weights(path)
+    if spec.check_sizes:
+        spec.check_sizes(path, cfg, shapes)
+    try:
+        hf, info = getattr(tf, spec.cls).from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
+    except (OSError, ValueError, RuntimeError, TypeError, KeyError, SafetensorError, _strict_error()) as e:
+        raise UserError(f"cannot load {path} as {spec.cls} from safetensors ({str(e).splitlines()[0][:100]}); "
+                        "re-save it with save_pretrained") from None
+    missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and _tied(hf))]
+    shaped = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", [])]
+    for what, keys in (("missing", missing), ("unexpected", info.get("unexpected_keys", [])),
+                       ("wrongly shaped", shaped)):
+        if keys:
+            raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
+                            f"{spec.cls} with its config.json; re-save the model with save_pretrained")
+    model = from_hf_model(hf.eval(), family)
+    c = model.config
+    if c.sliding_window and c.sliding_window < c.max_positions:
+        print(f"iattn: note: {path} attends within a sliding window of {c.sliding_window} of its {c.max_positions} "
+              f"positions; iattention has no window mask, so it runs this model on blocks of {c.sliding_window} "
+              f"tokens (block_size {c.block_size}: the same as transformers up to {c.sliding_window} tokens, not "
+              "on longer contexts)", file=sys.stderr)
+    return model
+
+
+@torch.no_grad()
+def hf_rotary_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
+    """The logits of a rotary-family folder's own transformers class in float64 on tokens x (the reference a
+    conversion's source is checked against; the folder was read by load_hf_rotary first)."""
+    hf = _class(family_of(Path(path))).from_pretrained(str(path), dtype=torch.float64)
+    return hf.eval()(x).logits
+
+
+def hf_config_of(cfg: GPTConfig):
+    """The transformers config an export of a model of `cfg` writes (a one-line refusal where its class cannot
+    hold the structure)."""
+    return SPECS[cfg.family].hf_config(cfg)
+
+
+@torch.no_grad()
+def to_hf_rotary(model: GPT):
+    """Any iattention model of a rotary family (canonical is expanded) -> the transformers model of its family, same
+    logits."""
     if model.config.attention != "standard":
         model = expand(model)
-    hf = getattr(tf, FAMILIES[model.config.family])(hf_llama_config(model.config))
-    hf = hf.to(model.transformer.wte.weight.dtype)
-    if not torch.equal(hf.model.rotary_emb.inv_freq.float().cpu(),
-                       model.transformer.rotary_emb.inv_freq.float().cpu()):
-        raise UserError("the exported model's RoPE frequencies differ from this model's; it cannot be exported exactly")
-    state = {to_family(k, model.config.family): v for k, v in model.state_dict().items()}
+    c = model.config
+    hf = _class(c.family)(hf_config_of(c)).to(model.transformer.wte.weight.dtype)
+    theirs, ours = hf.base_model.rotary_emb.inv_freq.float().cpu(), model.transformer.rotary_emb.inv_freq.float().cpu()
+    if theirs.shape != ours.shape or not torch.equal(theirs, ours):
+        raise UserError(f"transformers' {SPECS[c.family].cls} would rotate {2 * theirs.numel()} dims of each head with "
+                        f"other frequencies than this model's rot={c.rot}; it cannot be exported exactly")
+    state = {to_family(k, c.family): v for k, v in model.state_dict().items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.endswith("inv_freq")]:
         raise RuntimeError(f"no one-to-one state dict: missing {missing[:3]}, unexpected {unexpected[:3]}")
