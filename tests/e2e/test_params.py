@@ -13,7 +13,8 @@ PUBLISHED = {name: published_count(name) for name in ("llama-3-8b", "smollm2-135
 def test_params_prints_the_totals_and_the_split(capsys):
     assert main(["params", "--arch", "llama", "--preset", "llama-3-8b"]) == 0
     out = capsys.readouterr().out
-    assert "standard     8,030,261,248" in out and "4,227,072     32,768   4,194,304" in out
+    assert "standard       32   8    128   8,030,261,248" in out  # heads, KV heads, d_head, the published total
+    assert "canonical      32   8    128   8,026,034,176     4,227,072       32,768    4,194,304" in out
     assert "full 131,072 B; K-only - (none: n_kv_head x d_head = 1024 < n_embd = 4096" in out
     assert main(["params", "--arch", "llama", "--preset", "smollm2-1.7b", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -37,9 +38,9 @@ def test_params_takes_the_family_from_the_preset_name_and_names_the_fix_otherwis
         assert main(["params", "--preset", name, "--json"]) == 0
         inferred = json.loads(capsys.readouterr().out)
         assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
-        assert inferred == json.loads(capsys.readouterr().out) and "n_kv_head" in inferred[0]
+        assert inferred == json.loads(capsys.readouterr().out) and inferred[0]["family"] == "llama"
         one_line_error(capsys, main(["params", "--arch", "gpt", "--preset", name]), name, "Llama", "--arch llama")
     assert main(["params", "--preset", "tiny", "--json"]) == 0  # a GPT-2 preset stays GPT-2
-    assert "n_kv_head" not in json.loads(capsys.readouterr().out)[0]
+    assert {r["family"] for r in json.loads(capsys.readouterr().out)} == {"gpt2"}
     one_line_error(capsys, main(["params", "--preset", "llama-9"]), "unknown preset 'llama-9'", "gpt2-small",
                    "llama-3-8b")
