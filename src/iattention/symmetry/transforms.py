@@ -273,8 +273,3 @@ def load_into(model, out):
     for src, dst in zip(model.attention_layers, out.attention_layers):
         dst.load_heads(src.to_heads())
     return out
-
-
-def removed_per_layer(n_kv_head: int, d_head: int, rot: int) -> dict[str, int]:
-    """{'qk': G (rot + (r - rot)^2), 'vo': G r^2}: the parameters canonical removes from one layer."""
-    return {"qk": n_kv_head * (rot + (d_head - rot) ** 2), "vo": n_kv_head * d_head**2}

@@ -23,7 +23,7 @@ from iattention.attention.rope import pair_dims
 from iattention.attention.standard import StandardAttention
 from iattention.errors import UserError
 from iattention.symmetry import canonicalize, expand, fully_reduced_count, param_count, redundancy
-from iattention.symmetry.transforms import removed_per_layer
+from iattention.symmetry.counts import removed_split
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -399,15 +399,16 @@ def check_projection_flops(cfg) -> None:
 
 
 def check_canonical_counts(cfg: GPTConfig) -> None:
-    """Canonical's removed_params is symmetry.transforms.removed_per_layer's count for its halves (plus b_K and b_V
-    with minimal biases), whole model."""
+    """Canonical's removed_params is symmetry.counts.removed_split's count for its halves (plus b_K and b_V with
+    minimal biases), whole model."""
     if cfg.attention != "canonical":
         return
     said = attention_class(cfg).removed_params(cfg)
-    per_layer = removed_per_layer(cfg.n_kv_head, cfg.d_head, cfg.rot)
-    halves = {"both": ("qk", "vo"), "qk": ("qk",), "vo": ("vo",)}[cfg.canonical_halves]
-    want = cfg.n_layer * (sum(per_layer[h] for h in halves) + cfg.minimal_bias * 2 * cfg.n_kv_head * cfg.d_head)
-    assert said == want, f"canonical: removed_params {said}, removed_per_layer {per_layer} per layer"
+    split = removed_split(cfg)
+    halves = {"both": ("query_key", "value_output"), "qk": ("query_key",), "vo": ("value_output",)}[
+        cfg.canonical_halves]
+    want = sum(split[h] for h in halves) + cfg.n_layer * cfg.minimal_bias * 2 * cfg.n_kv_head * cfg.d_head
+    assert said == want, f"canonical: removed_params {said}, removed_split {split}"
 
 
 CHECKS = [check_load_heads_round_trip, check_to_heads_is_the_forward, check_expand_is_exact,

@@ -9,6 +9,7 @@ import torch
 from helpers import make_llama
 from iattention.attention.rope import pair_dims
 from iattention.symmetry import transforms as sg
+from iattention.symmetry.counts import removed_split
 
 # (name, config overrides): MHA, GQA, MQA, partial RoPE in both layouts, no RoPE, head width != d / H, biases
 SHAPES = [
@@ -185,7 +186,7 @@ def test_removed_parameters_follow_the_formula(kw):
     expected = cfg.n_layer * G * (rot + (r - rot) ** 2 + r * r)  # written out, not taken from the code
     canon = sg.canonicalize(model)
     assert model.num_params() - canon.num_params() == expected
-    assert sum(sg.removed_per_layer(G, r, rot).values()) * cfg.n_layer == expected
+    assert sum(removed_split(cfg).values()) == expected
     assert type(canon.attention_layers[0]).removed_params(cfg) == expected
 
 
