@@ -53,7 +53,7 @@ def cmd_convert(args) -> None:
     shard = parse_size(args.shard_size)
     model_type = read_json_object(src_path / "config.json", "a model config", "re-save the model").get(
         "model_type") if is_hf_folder(src_path) else None
-    if args.to != "hf" and model_type not in (None, "gpt2", "gpt_neox"):  # the Llama family streams
+    if args.to != "hf" and model_type not in (None, "gpt2"):  # every rotary family streams
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force)
         return
@@ -136,10 +136,11 @@ def _print_report(args, src, rep, dtype: str) -> None:
 def register(sub) -> None:
 
     p = sub.add_parser("convert",
-                       help="exact conversion: HF GPT-2 / Llama / Qwen2 / Mistral, standard <-> canonical",
-                       description="Read an HF GPT-2, Llama, Qwen2 or Mistral folder or an iattention checkpoint and "
-                                   "write it as a canonical (I-Attention) or standard iattention model, or as an HF "
-                                   "folder. A Llama-family folder (one file or sharded) streams one layer at a time "
+                       help="exact conversion: HF GPT-2 / Llama / Qwen2 / Mistral / GPT-NeoX, standard <-> canonical",
+                       description="Read an HF GPT-2, Llama, Qwen2, Mistral or GPT-NeoX folder or an iattention "
+                                   "checkpoint and write it as a canonical (I-Attention) or standard iattention model, "
+                                   "or as an HF folder. A rotary-family folder (one file or sharded) streams one layer "
+                                   "at a time "
                                    "through bounded memory, and back (--to hf of such a converted folder). Prints "
                                    "block condition numbers, parameter counts and two checks on float64 logits: "
                                    "source load (ours vs the folder's transformers class) and conversion (converted "

@@ -193,7 +193,7 @@ def _llama_shape(folder: Path) -> GPTConfig:
 
 def rotary_of(hf_config, family: str):
     """transformers' own rotary embedding module for a config (its inv_freq, without building the model)."""
-    name = FAMILIES[family].removesuffix("ForCausalLM")
+    name = SPECS[family].cls.removesuffix("ForCausalLM")
     module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     return getattr(module, f"{name}RotaryEmbedding")(hf_config)
 

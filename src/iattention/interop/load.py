@@ -17,6 +17,7 @@ from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_rotary import load_hf_rotary
 from iattention.model.gpt import GPT
+from iattention.model.names import upgrade_name
 
 # Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
 DATA_SPEC_FILE = "iattention-data.json"
@@ -51,7 +52,9 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
         tensors.update(ckpt.load_tensors(file))
-    wte = tensors.get("model/transformer.wte.weight", tensors.get("model/model.embed_tokens.weight"))
+    # the embedding, under our name or its family's (a streamed folder keeps its source's names: model/names.py)
+    wte = next((v for k, v in tensors.items() if upgrade_name(k.removeprefix("model/")) == "transformer.wte.weight"),
+               None)
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
     ckpt.load_model_state(model, tensors, path)

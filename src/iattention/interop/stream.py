@@ -1,6 +1,6 @@
-"""Streaming conversion of Llama-family models through bounded memory: an HF Llama / Qwen2 / Mistral folder (one
-safetensors file or an index's shards) to our canonical or standard checkpoint folder (`--to canonical`,
-`--to standard`), and an iattention Llama-family folder back to an HF folder (`--to hf`).
+"""Streaming conversion of rotary-family models through bounded memory: an HF Llama / Qwen2 / Mistral / GPT-NeoX
+folder (one safetensors file or an index's shards) to our canonical or standard checkpoint folder (`--to canonical`,
+`--to standard`), and such an iattention folder back to an HF folder (`--to hf`).
 
 Tensors are read lazily (safetensors `safe_open`, one layer's at a time, each file closed again so its pages are
 let go); each layer's gauge algebra runs in float64 (`symmetry.transforms.canonicalize_layer`, what the whole-model
@@ -53,20 +53,18 @@ from iattention.interop.convert import (
 )
 from iattention.interop.hf import INDEX, _weight_files
 from iattention.interop.hf_rotary import (
-    CONFIGS,
-    FAMILIES,
-    _check_llama_sizes,
+    SPECS,
+    _class,
     _strict_error,
     _transformers_v5,
+    family_of,
     from_hf_model,
     hf_config_of,
-    llama_config_of,
-    read_llama_config,
     rotary_of,
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
 from iattention.model.gpt import GPT, inv_freq_of
-from iattention.model.names import to_family
+from iattention.model.names import from_file, to_family, to_file
 from iattention.symmetry import transforms
 from iattention.utils.faults import fault_point
 
@@ -79,8 +77,9 @@ COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", 
           "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json")
 _ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
-_LAYER = re.compile(r"^(?:model/)?model\.layers\.(\d+)\.")
-_IGNORED = ("rotary_emb.inv_freq",)  # old HF checkpoints' saved frequencies: transformers ignores them too
+_LAYER = re.compile(r"^(?:model/)?(?:model|gpt_neox)\.layers\.(\d+)\.")
+# old HF checkpoints' saved frequencies and GPT-NeoX's causal-mask buffers: transformers ignores them too
+_IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 _RESAVE = "download or copy the model folder again, or re-save it with save_pretrained"
 
 
@@ -192,12 +191,21 @@ class Source:
 
 def shapes_of(cfg: GPTConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
     """{name: (shape, dtype)} of a model of `cfg`, in state-dict order, a tied head once (none allocated), under
-    its family's transformers names (model/names.py): a converted folder keeps the tensor names of the HF folder it
-    came from (our loader reads them as ours)."""
+    its family's transformers names (model/names.py): a converted folder (`prefix` "model/") keeps the tensor names
+    of the HF folder it came from (our loader reads them as ours); an HF folder (no prefix) its files' names."""
     with torch.device("meta"):
         model = GPT(cfg)
-    return {prefix + to_family(k, cfg.family): (list(v.shape), v.dtype) for k, v in model.state_dict().items()
-            if not (cfg.tie_embeddings and k == "lm_head.weight")}
+    return {_side(to_family(k, cfg.family), prefix, cfg.family): (list(v.shape), v.dtype)
+            for k, v in model.state_dict().items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
+
+
+def _side(name: str, prefix: str, family: str) -> str:
+    """A transformers name as one side of a conversion holds it: under our prefix, or as an HF file names it."""
+    return prefix + name if prefix else to_file(name, family)
+
+
+def _unside(name: str, prefix: str, family: str) -> str:
+    return name.removeprefix(prefix) if prefix else from_file(name, family)
 
 
 # ---------------------------------------------------------------------------------------------------- writing
@@ -444,19 +452,18 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
                     src_prefix: str, out_prefix: str, dtype: torch.dtype, block: str) -> list[dict]:
     """Write every planned tensor, one layer at a time; the per-layer checks."""
     check = LayerCheck(src_cfg)
+    family = src_cfg.family
     results = []
     with _progress(src_cfg.n_layer) as bar:
         for layer, names in _groups(plan, out_prefix):
-            src_names = [src_prefix + n.removeprefix(out_prefix) for n in names]
+            src_names = [_side(_unside(n, out_prefix, family), src_prefix, family) for n in names]
             if layer is None:
                 for name, src_name in zip(names, src_names):
                     _copy(source, writer, name, src_name, dtype)
                 continue
-            lp = f"model.layers.{layer}."
-            src_attn_names = [k for k in source.where if k.startswith(src_prefix + lp + "self_attn.")
-                              and not k.endswith(_IGNORED)]
-            attn_state = {k.removeprefix(src_prefix + lp + "self_attn."): v
-                          for k, v in source.read(src_attn_names).items()}
+            attn = to_family(f"transformer.h.{layer}.attn.", family)  # model.layers.3.self_attn. (Llama)
+            src_attn_names = [k for k in source.where if k.startswith(src_prefix + attn) and not k.endswith(_IGNORED)]
+            attn_state = {k.removeprefix(src_prefix + attn): v for k, v in source.read(src_attn_names).items()}
             src_attn = _layer_module(src_cfg, attn_state)
             ref, cond = check.reference(src_attn), {}
             if out_cfg.attention == src_cfg.attention:
@@ -471,12 +478,11 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
             del src_attn, attn_state  # one float64 copy of the layer fewer while the converted one is checked
             rounded = _cast(dst.state_dict(), dtype)
             results.append({**check(ref, dst, rounded), **cond})
-            for name in names:
-                local = name.removeprefix(out_prefix + lp)
-                if local.startswith("self_attn."):
-                    writer.put(name, rounded[local.removeprefix("self_attn.")])
+            for name, src_name in zip(names, src_names):
+                if name.startswith(out_prefix + attn):
+                    writer.put(name, rounded[name.removeprefix(out_prefix + attn)])
                 else:
-                    _copy(source, writer, name, src_prefix + lp + local, dtype)
+                    _copy(source, writer, name, src_name, dtype)
             del dst, rounded
             bar.update(1)
     return results
@@ -502,31 +508,35 @@ def _probe(cfg: GPTConfig) -> torch.Tensor:
     return torch.randint(0, cfg.vocab_size, (2, min(64, cfg.block_size)), generator=g)
 
 
-def _hf_config(tf, folder: Path, family: str):
+def _hf_config(folder: Path, family: str):
+    config_class = _class(family).config_class
     try:
-        return getattr(tf, CONFIGS[family]).from_pretrained(str(folder))
+        return config_class.from_pretrained(str(folder))
     except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
-        raise UserError(f"cannot read {folder / 'config.json'} as {CONFIGS[family]} ({str(e).splitlines()[0][:100]}); "
-                        "fix the key or re-save the model with save_pretrained") from None
+        raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
+                        f"({str(e).splitlines()[0][:100]}); fix the key or re-save the model with save_pretrained") \
+            from None
 
 
 @torch.no_grad()
 def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: str = "pivoted",
                dtype: str | None = None, shard_bytes: int = SHARD_BYTES, force: bool = False,
                say=print) -> StreamReport:
-    """An HF Llama-family folder -> our canonical (or standard) checkpoint folder, streamed. Prints the report
+    """An HF rotary-family folder -> our canonical (or standard) checkpoint folder, streamed. Prints the report
     with `say`; a check over its tolerance is a UserError (nothing written) unless `force`."""
-    tf = _transformers_v5()
+    _transformers_v5()
     src, out = Path(src), Path(out)
-    cfg_json = read_llama_config(src)
-    family = cfg_json["model_type"]
+    family = family_of(src)
+    spec = SPECS[family]
+    cfg_json = spec.read_config(src)
     index = src / INDEX if (src / INDEX).exists() else None
     source = Source(src, _weight_files(src), index)
     src_dtype = source.float_dtype()
-    _check_llama_sizes(src, cfg_json, source.shapes)
-    hf_cfg = _hf_config(tf, src, family)
-    tied = bool(hf_cfg.tie_word_embeddings) and "lm_head.weight" not in source.shapes
-    cfg = llama_config_of(hf_cfg, rotary_of(hf_cfg, family), tied, family)
+    if spec.check_sizes:
+        spec.check_sizes(src, cfg_json, source.shapes)
+    hf_cfg = _hf_config(src, family)
+    tied = bool(hf_cfg.tie_word_embeddings) and to_file("lm_head.weight", family) not in source.shapes
+    cfg = spec.config_of(hf_cfg, rotary_of(hf_cfg, family), tied)
     source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{src / 'config.json'}")
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention=to)
@@ -546,7 +556,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
-            hf = getattr(tf, FAMILIES[family]).from_pretrained(str(src), dtype=torch.float64).eval()
+            hf = _class(family).from_pretrained(str(src), dtype=torch.float64).eval()
             x = _probe(cfg)
             ref = hf(x).logits
             ours = from_hf_model(hf, family)
@@ -573,7 +583,7 @@ def _judge(report: StreamReport, force: bool, say) -> None:
 
 
 def is_streamed_source(path: str | Path) -> bool:
-    """A folder of ours holding a Llama-family model without a data spec, under its family's transformers names
+    """A folder of ours holding a rotary-family model without a data spec, under its family's transformers names
     (what the streaming converter writes): `--to hf` streams it. One under our names (a whole-model conversion)
     loads whole."""
     path = Path(path)
@@ -585,10 +595,10 @@ def is_streamed_source(path: str | Path) -> bool:
     meta = ckpt.read_meta(path / files[0])
     model = (meta.get("config") or {}).get("model") or {}
     family = upgrade_model_keys(model).get("family", "gpt2") if isinstance(model, dict) else "gpt2"
-    if family not in FAMILIES or "data" in meta.get("config", {}):
+    if family not in SPECS or "data" in meta.get("config", {}):
         return False
     with safe_open(str(path / files[0]), framework="pt") as f:
-        return any(k.startswith("model/model.") for k in f.keys())
+        return any(k.startswith(("model/model.", "model/gpt_neox.")) for k in f.keys())
 
 
 def _our_files(path: Path) -> list[str]:
@@ -600,8 +610,8 @@ def _our_files(path: Path) -> list[str]:
 @torch.no_grad()
 def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard_bytes: int = SHARD_BYTES,
                force: bool = False, say=print) -> StreamReport:
-    """Our Llama-family folder (canonical or standard) -> the HF folder of its family, streamed."""
-    tf = _transformers_v5()
+    """Our rotary-family folder (canonical or standard) -> the HF folder of its family, streamed."""
+    _transformers_v5()
     src, out = Path(src), Path(out)
     files = _our_files(src)
     meta = ckpt.read_meta(src / files[0])
@@ -614,7 +624,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention="standard")
     hf_cfg = hf_config_of(out_cfg)
-    hf_cfg.architectures = [FAMILIES[cfg.family]]
+    hf_cfg.architectures = [SPECS[cfg.family].cls]
     hf_cfg.dtype = dtype_name(out_dtype)
     plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}
     report = StreamReport(str(src), str(out), "hf", out_dtype, cfg, "")
@@ -633,7 +643,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
         if fits:
             x = _probe(cfg)
             mine = load_any(src)[0].to(torch.float64)(x)[0]
-            hf = getattr(tf, FAMILIES[cfg.family]).from_pretrained(str(tmp), dtype=torch.float64).eval()
+            hf = _class(cfg.family).from_pretrained(str(tmp), dtype=torch.float64).eval()
             report.conversion = relative(hf(x).logits, mine)
             del hf
         report.files, report.bytes_written = writer.names, writer.total

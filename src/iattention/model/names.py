@@ -32,6 +32,9 @@ _NEOX = [
 ]
 FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {"gpt2": [], "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
                                                   "gpt_neox": _NEOX}
+# Where a family's checkpoint file names a tensor otherwise than the transformers model it builds (transformers 5
+# renames it on load and back on save): GPT-NeoX's untied head is `embed_out` in every file, `lm_head` in memory.
+FILE_NAMES = {"gpt_neox": {"lm_head.weight": "embed_out.weight"}}
 
 
 def _rules(family: str, reverse: bool) -> list[tuple[re.Pattern, str]]:
@@ -59,12 +62,25 @@ def from_family(name: str, family: str) -> str:
     return name
 
 
+def to_file(name: str, family: str) -> str:
+    """A family's transformers name -> the name its checkpoint files hold."""
+    return FILE_NAMES.get(family, {}).get(name, name)
+
+
+def from_file(name: str, family: str) -> str:
+    """The name a family's checkpoint file holds -> its transformers name."""
+    return {v: k for k, v in FILE_NAMES.get(family, {}).items()}.get(name, name)
+
+
 # The two-family layout's Llama canonical layer: W_K's pass dims were `W_K_pass_free` / `pass_perm`.
 OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 
 
 def upgrade_name(name: str) -> str:
-    """A parameter name of a checkpoint written before the one family, under today's name (unchanged if new)."""
+    """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
+    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours)."""
+    if name.startswith("gpt_neox."):
+        return from_family(name, "gpt_neox")
     if not name.startswith("model."):
         return name
     name = from_family(name, "llama")

@@ -1,4 +1,4 @@
-"""Unit tests of iattention.interop.stream: the streaming Llama-family conversion (HF folder -> canonical/standard
+"""Unit tests of iattention.interop.stream: the streaming rotary-family conversion (HF folder -> canonical/standard
 folder -> HF folder) on tiny random transformers models, single-file and sharded, float64/float32/bf16, each bad
 input one line with nothing written, and a conversion killed mid-write leaving no finished-looking folder."""
 
@@ -24,7 +24,7 @@ from iattention.symmetry import transforms
 
 tf = pytest.importorskip("transformers")
 tf.utils.logging.set_verbosity_error()
-_ = tf.LlamaForCausalLM, tf.Qwen2ForCausalLM, tf.MistralForCausalLM  # transformers' lazy imports, at collection
+_ = tf.LlamaForCausalLM, tf.Qwen2ForCausalLM, tf.MistralForCausalLM, tf.GPTNeoXForCausalLM  # lazy imports, now
 
 BASE = dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
             max_position_embeddings=32)
@@ -35,7 +35,9 @@ CASES = {
     "llama-rope-llama3": ("Llama", dict(num_key_value_heads=2, rope_parameters=dict(
         rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=8))),
+    "gpt-neox-partial-rotary": ("GPTNeoX", dict(rotary_pct=0.25)),  # embed_out in the file, lm_head in memory
 }
+FAMILY = {"Llama": "llama", "Qwen2": "qwen2", "Mistral": "mistral", "GPTNeoX": "gpt_neox"}
 
 
 def hf_folder(path, kind="Llama", dtype=torch.float64, shard=None, seed=0, **kw):
@@ -74,7 +76,7 @@ def test_streamed_canonical_is_the_whole_model_canonical_bit_for_bit(tmp_path, c
     kind, kw = CASES[case]
     hf = hf_folder(tmp_path / "src", kind, **kw)
     rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "canonical", say=quiet)
-    want = transforms.canonicalize(from_hf_model(hf, kind.lower()), block="pivoted")  # the stream default
+    want = transforms.canonicalize(from_hf_model(hf, FAMILY[kind]), block="pivoted")  # the stream default
     model, _, meta = load_any(tmp_path / "out")
     have, expected = model.state_dict(), want.state_dict()
     assert sorted(have) == sorted(expected)
@@ -115,6 +117,26 @@ def test_round_trip_through_canonical_loads_in_transformers_with_the_source_logi
     with torch.no_grad():
         assert rel(back(x).logits.double(), src(x).logits.double()) <= tol
     assert (tmp_path / "back" / "tokenizer_config.json").exists()
+
+
+def test_a_gpt_neox_folder_with_old_mask_buffers_streams_and_comes_back_exactly(tmp_path):
+    """Older GPT-NeoX checkpoints (Pythia's) hold each layer's causal-mask buffers (attention.bias, masked_bias),
+    which transformers ignores: so does the converter. There and back: transformers' own logits, float64."""
+    hf = hf_folder(tmp_path / "src", "GPTNeoX", rotary_pct=0.25)
+    tensors = load_file(str(tmp_path / "src" / "model.safetensors"))
+    for i in range(BASE["num_hidden_layers"]):
+        tensors[f"gpt_neox.layers.{i}.attention.bias"] = torch.ones(1, 1, 32, 32, dtype=torch.bool).tril()
+        tensors[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9, dtype=torch.float64)
+    save_file(tensors, str(tmp_path / "src" / "model.safetensors"), metadata={"format": "pt"})
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    rep = stream.ours_to_hf(tmp_path / "c", tmp_path / "back", say=quiet)
+    assert rep.conversion <= 1e-12
+    with safe_open(str(tmp_path / "back" / "model.safetensors"), "pt") as f:
+        assert "embed_out.weight" in f.keys() and not any(k.endswith("attention.bias") for k in f.keys())
+    back = tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
+    x = torch.arange(24).reshape(2, 12) % 67
+    with torch.no_grad():
+        assert rel(back(x).logits.double(), hf(x).logits.double()) <= 1e-12
 
 
 def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, monkeypatch):
