@@ -1,5 +1,5 @@
 """Loading any model this toolkit reads: our checkpoints, run folders, converted folders, and
-Hugging Face GPT-2 folders, each with the data/tokenizer spec it was trained with."""
+Hugging Face model folders, each with the data/tokenizer spec it was trained with."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
+from iattention.data.tokenizers import HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_llama import load_hf_llama
@@ -92,11 +92,17 @@ def _data_spec_beside(folder: Path, flag: str = CLI_TOKENIZER) -> dict | None:
                             schema={"tokenizer": (str,)})
 
 
-def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
-    """(model in eval mode, data spec, metadata) from an HF GPT-2 folder or any iattention checkpoint.
+def own_tokenizer_spec(folder: Path) -> dict | None:
+    """The data spec of a Hugging Face folder saved with its own tokenizer (tokenizer.json): `hf:FOLDER`."""
+    return {"tokenizer": f"{HF_SPEC}{folder}"} if (folder / "tokenizer.json").is_file() else None
 
-    The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF folder without
-    our spec file beside it is GPT-2 with its own BPE tokenizer; None if a checkpoint does not say."""
+
+def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
+    """(model in eval mode, data spec, metadata) from an HF model folder or any iattention checkpoint.
+
+    The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF GPT-2 folder without
+    our spec file beside it is GPT-2 with its own BPE tokenizer, another family's folder the tokenizer saved
+    in it (hf:FOLDER, its tokenizer.json); None if a checkpoint or folder does not say."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
@@ -104,7 +110,8 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
         if model_type != "gpt2":  # another family's folder (or a one-line refusal): no tokenizer we know
             load = load_hf_neox if model_type == "gpt_neox" else load_hf_llama
-            return load(path), _data_spec_beside(path, flag), {"source": str(path)}
+            spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
+            return load(path), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):
@@ -146,7 +153,7 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
 
     if data is None and tokenizer is None:
         raise UserError(f"{source} does not say which tokenizer it was trained with; pass {flag} "
-                        "(gpt2, byte or bpe:N)")
+                        "(gpt2, byte, bpe:N or hf:FOLDER)")
     spec = {k: v for k, v in (data or {}).items() if k in DataConfig.__dataclass_fields__}
     if tokenizer:
         spec["tokenizer"] = tokenizer
@@ -188,14 +195,23 @@ def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, overr
 
 
 def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | None = None):
-    """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
+    """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF model
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
-    rebuilt from its data spec; GPT-2's BPE for an HF folder), or the spec `tokenizer` names (gpt2, byte,
-    bpe:N), as `iattn eval --tokenizer` does. `data_dir` overrides where data files are read (default:
+    rebuilt from its data spec; GPT-2's BPE for an HF GPT-2 folder, the folder's own tokenizer.json for
+    another family's), or the spec `tokenizer` names (gpt2, byte, bpe:N, hf:FOLDER), as `iattn eval
+    --tokenizer` does. `data_dir` overrides where data files are read (default:
     $IATTN_DATA_DIR, else the folder the run recorded). Its errors name the keyword, not the CLI's flag."""
 
     model, data, meta = load_any(path, API_TOKENIZER)
     tok = kept_tokenizer(path, data, tokenizer) or tokenizer_of(
         data_config_for(data, str(path), tokenizer, API_TOKENIZER, data_dir=data_dir_told(data_dir)))
     check_tokenizer(tok, meta, data, path, tokenizer, API_TOKENIZER)
+    check_vocab(tok, model, API_TOKENIZER)
     return model, tok
+
+
+def check_vocab(tok: Tokenizer, model: GPT, flag: str = CLI_TOKENIZER) -> None:
+    """A tokenizer whose ids run past the model's embedding (a foreign folder's, another run's) is refused."""
+    if tok.vocab_size > model.config.vocab_size:
+        raise UserError(f"tokenizer {tok.name} has {tok.vocab_size:,} tokens, more than the model's "
+                        f"{model.config.vocab_size:,}; use the tokenizer the model was trained with ({flag})")
