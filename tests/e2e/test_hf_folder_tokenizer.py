@@ -112,3 +112,28 @@ def test_a_text_the_tokenizer_does_not_keep_gets_no_per_byte_figures(tmp_path, c
     assert got["bytes"] is None and got["bits_per_byte"] is None and got["ppl"] > 0
     assert main(["eval", folder, "--text", str(tmp_path / "t.txt"), "--block-size", "8"]) == 0
     assert "does not give back the exact bytes of this text" in capsys.readouterr().out
+
+
+def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp_path, capsys):
+    """`iattn train --init-from DIR` tokenizes the run's data with the folder's tokenizer (recorded as
+    hf:FOLDER), so that eval and generate of the run find it; data.tokenizer= naming another is refused."""
+    from helpers import write_corpus
+
+    folder = hf_folder(tmp_path / "src", "Llama")
+    paths = write_corpus(tmp_path)
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    shape = ["model.n_layer=2", "model.n_embd=32", "model.mlp_hidden=48", "model.block_size=32",
+             "model.tie_embeddings=false", "train.epochs=1", "train.batch_size=8", "optim.warmup_steps=0"]
+    data = ["data.dataset=text", *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")),
+            "data.train_tokens=0", f"data.cache_dir={tmp_path / 'c'}"]
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
+                 *data, *shape]) == 0
+    assert f"tokenizer: hf:{folder}" in (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["eval", str(run), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tokenizer"] == f"hf:{folder}" and got["bytes"] == len(TEXT.encode("utf-8"))
+    rc = main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "r2"), "--quiet", "--init-from",
+               str(folder), *data, *shape, "data.tokenizer=byte"])
+    one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")

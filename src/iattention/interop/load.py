@@ -3,6 +3,7 @@ Hugging Face model folders, each with the data/tokenizer spec it was trained wit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from iattention.checkpoint import state as ckpt
@@ -93,8 +94,20 @@ def _data_spec_beside(folder: Path, flag: str = CLI_TOKENIZER) -> dict | None:
 
 
 def own_tokenizer_spec(folder: Path) -> dict | None:
-    """The data spec of a Hugging Face folder saved with its own tokenizer (tokenizer.json): `hf:FOLDER`."""
-    return {"tokenizer": f"{HF_SPEC}{folder}"} if (folder / "tokenizer.json").is_file() else None
+    """The data spec of a Hugging Face folder saved with its own tokenizer (tokenizer.json): `hf:FOLDER`,
+    the folder made absolute (the spec is recorded: a converted model's, a run's started from the folder)."""
+    return {"tokenizer": f"{HF_SPEC}{os.path.abspath(folder)}"} if (folder / "tokenizer.json").is_file() else None
+
+
+def folder_tokenizer(path: str | Path) -> str | None:
+    """`hf:FOLDER` where `path` is a Hugging Face folder of a family other than GPT-2 that keeps its own
+    tokenizer.json and no iattention data spec (what load_any reads it with); else None."""
+    path = Path(path)
+    if not is_hf_folder(path) or (path / DATA_SPEC_FILE).exists():
+        return None
+    if read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type") == "gpt2":
+        return None
+    return (own_tokenizer_spec(path) or {}).get("tokenizer")
 
 
 def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
@@ -206,7 +219,6 @@ def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | Non
     tok = kept_tokenizer(path, data, tokenizer) or tokenizer_of(
         data_config_for(data, str(path), tokenizer, API_TOKENIZER, data_dir=data_dir_told(data_dir)))
     check_tokenizer(tok, meta, data, path, tokenizer, API_TOKENIZER)
-    check_vocab(tok, model, API_TOKENIZER)
     return model, tok
 
 
