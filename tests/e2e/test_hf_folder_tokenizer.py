@@ -137,3 +137,19 @@ def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp
     rc = main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "r2"), "--quiet", "--init-from",
                str(folder), *data, *shape, "data.tokenizer=byte"])
     one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")
+
+
+def test_a_folder_converted_from_hf_is_scored_with_the_tokenizer_it_keeps(tmp_path, capsys):
+    """`iattn convert --to canonical` copies the folder's tokenizer files: the canonical folder is scored with
+    them as it is, to the HF folder's NLL (canonicalization is exact up to float rounding)."""
+    folder = str(hf_folder(tmp_path / "hf", "Llama"))
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["convert", "--from", folder, "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    scores = []
+    for model in (folder, str(tmp_path / "c")):
+        capsys.readouterr()
+        assert main(["eval", model, "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[1]["tokenizer"] == f"hf:{tmp_path / 'c'}" and scores[1]["tokens"] == scores[0]["tokens"]
+    assert abs(scores[1]["loss"] - scores[0]["loss"]) < 1e-5 * scores[0]["loss"]
+    assert scores[1]["bytes"] == scores[0]["bytes"] == len(TEXT.encode("utf-8"))

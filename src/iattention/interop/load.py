@@ -114,8 +114,9 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     """(model in eval mode, data spec, metadata) from an HF model folder or any iattention checkpoint.
 
     The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF GPT-2 folder without
-    our spec file beside it is GPT-2 with its own BPE tokenizer, another family's folder the tokenizer saved
-    in it (hf:FOLDER, its tokenizer.json); None if a checkpoint or folder does not say."""
+    our spec file beside it is GPT-2 with its own BPE tokenizer, another family's folder (or one converted
+    from it, which keeps its tokenizer files) the tokenizer saved in it (hf:FOLDER, its tokenizer.json); None
+    if a checkpoint or folder does not say."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
@@ -135,7 +136,8 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     folder = path if path.is_dir() else path.parent
     if path.is_dir():
         _check_beside(folder, meta)
-    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag)
+    # a folder converted from Hugging Face (iattn convert copies its tokenizer files) says its tokenizer so
+    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag) or own_tokenizer_spec(folder)
     return model, dict(data) if data else None, meta
 
 
