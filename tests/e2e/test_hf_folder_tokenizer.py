@@ -134,6 +134,16 @@ def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp
     assert main(["eval", str(run), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["tokenizer"] == f"hf:{folder}" and got["bytes"] == len(TEXT.encode("utf-8"))
+    # exported for transformers, the run takes the folder's tokenizer along: the export scores alike, as it is
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "exp")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "exp"), "--text", str(tmp_path / "t.txt"), "--block-size", "16",
+                 "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["tokenizer"] == f"hf:{tmp_path / 'exp'}" and exported["tokens"] == got["tokens"]
+    assert abs(exported["loss"] - got["loss"]) < 1e-5 * got["loss"]
+    assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp"))(TEXT).input_ids == \
+        tf.AutoTokenizer.from_pretrained(str(folder))(TEXT).input_ids
     rc = main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "r2"), "--quiet", "--init-from",
                str(folder), *data, *shape, "data.tokenizer=byte"])
     one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")
