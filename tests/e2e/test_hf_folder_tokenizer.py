@@ -163,3 +163,13 @@ def test_a_folder_converted_from_hf_is_scored_with_the_tokenizer_it_keeps(tmp_pa
     assert scores[1]["tokenizer"] == f"hf:{tmp_path / 'c'}" and scores[1]["tokens"] == scores[0]["tokens"]
     assert abs(scores[1]["loss"] - scores[0]["loss"]) < 1e-5 * scores[0]["loss"]
     assert scores[1]["bytes"] == scores[0]["bytes"] == len(TEXT.encode("utf-8"))
+    # and a run started from it (train.init_from= as an override this time) trains on that tokenizer
+    from helpers import write_corpus
+
+    paths = write_corpus(tmp_path)
+    assert main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "run"), "--quiet",
+                 f"train.init_from={tmp_path / 'c'}", "model.attention=canonical", "data.dataset=text",
+                 *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")), "data.train_tokens=0",
+                 f"data.cache_dir={tmp_path / 'cache'}", "model.n_layer=2", "model.n_embd=32", "model.mlp_hidden=48",
+                 "model.block_size=32", "model.tie_embeddings=false", "train.epochs=1", "optim.warmup_steps=0"]) == 0
+    assert f"tokenizer: hf:{tmp_path / 'c'}" in (tmp_path / "run" / "config.yaml").read_text()

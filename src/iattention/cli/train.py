@@ -30,7 +30,7 @@ def cmd_train(args) -> None:
                 keep = key == "epochs" or not given
                 overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
-    own = folder_tokenizer(args.init_from) if args.init_from else None
+    own = folder_tokenizer(cfg.train.init_from) if cfg.train.init_from and saved is None else None
     if own and not any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
         # a Hugging Face folder's weights come with the tokenizer that fixes their vocabulary: the run's data is
         # tokenized with it (recorded in the run's config as hf:FOLDER) unless data.tokenizer= says otherwise

@@ -100,14 +100,19 @@ def own_tokenizer_spec(folder: Path) -> dict | None:
 
 
 def folder_tokenizer(path: str | Path) -> str | None:
-    """`hf:FOLDER` where `path` is a Hugging Face folder of a family other than GPT-2 that keeps its own
-    tokenizer.json and no iattention data spec (what load_any reads it with); else None."""
+    """`hf:FOLDER` where load_any reads the model in `path` with the tokenizer.json its folder keeps (a Hugging
+    Face folder of a family other than GPT-2, or one of ours converted from it: no data spec), without loading
+    the weights; else None."""
     path = Path(path)
-    if not is_hf_folder(path) or (path / DATA_SPEC_FILE).exists():
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
         return None
-    if read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type") == "gpt2":
+    if is_hf_folder(path):
+        model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
+        return None if model_type == "gpt2" else own_tokenizer_spec(path)["tokenizer"]
+    found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
+    if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
         return None
-    return (own_tokenizer_spec(path) or {}).get("tokenizer")
+    return own_tokenizer_spec(path)["tokenizer"]
 
 
 def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
