@@ -43,3 +43,74 @@ def bpe_tokenizer(tmp_path):
     paths = write_corpus(tmp_path)
     train_text = open(paths["train"]).read() + UNICODE * 20
     return load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path / "c")), train_text)
+
+
+# Text the tokenizers of hf_folder are trained on: ASCII words, with few enough characters kept (limit_alphabet)
+# that accented and CJK text falls back to bytes (<0xNN>) in the SentencePiece-style one.
+_HF_TRAIN = ("the cat sat on the mat . the dog ran to the park , and the cat saw it .\n" * 30 +
+             "= Heading = \n a naïve café , 1,234.5 \n")
+
+
+def _sentencepiece_style_tokenizer():
+    """A Llama 2 / Mistral style tokenizer.json: BPE over '▁'-for-space pieces with byte fallback (<0x00> ..
+    <0xFF> after <unk> <s> </s>, as Llama's vocabulary has them), '▁' put before a text."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    t.train_from_iterator([_HF_TRAIN], trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"],
+                                                           limit_alphabet=30, show_progress=False))
+    trained = json.loads(t.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for piece in sorted(trained["vocab"], key=trained["vocab"].get):
+        vocab.setdefault(piece, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
+    out = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    out.normalizer = t.normalizer
+    out.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    out.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return out
+
+
+def _byte_level_tokenizer():
+    """A Qwen2 / GPT-NeoX style tokenizer.json: byte-level BPE, <|endoftext|> special, no BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator([_HF_TRAIN], trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return t
+
+
+def hf_folder(folder, kind="Llama", tokenizer=True, vocab_size=None, seed=0):
+    """A random-init transformers `kind` (Llama, Qwen2, Mistral) model saved in `folder` with its own tokenizer,
+    as a user's model folder is: Llama and Mistral with a SentencePiece-style byte-fallback tokenizer that adds
+    BOS, Qwen2 with a byte-level BPE one that adds none. `vocab_size`: the model's (default: the tokenizer's).
+    Returns the folder. Needs transformers: call it after `pytest.importorskip`."""
+    import transformers as tf
+
+    if kind == "Qwen2":
+        tok = tf.Qwen2TokenizerFast(tokenizer_object=_byte_level_tokenizer(), eos_token="<|endoftext|>",
+                                    pad_token="<|endoftext|>", bos_token=None, unk_token=None)
+    else:
+        tok = tf.LlamaTokenizerFast(tokenizer_object=_sentencepiece_style_tokenizer(), bos_token="<s>",
+                                    eos_token="</s>", unk_token="<unk>", add_bos_token=True)
+    torch.manual_seed(seed)
+    cfg = getattr(tf, f"{kind}Config")(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=48,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                       max_position_embeddings=256, bos_token_id=tok.bos_token_id,
+                                       eos_token_id=tok.eos_token_id)
+    model = getattr(tf, f"{kind}ForCausalLM")(cfg).eval()
+    with torch.no_grad():  # logits far from uniform, so that a shifted or missing token shows
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) / p.shape[-1] ** 0.5 if p.dim() > 1 else 1 + 0.3 * torch.randn(p.shape))
+    model.save_pretrained(folder)
+    if tokenizer:
+        tok.save_pretrained(folder)
+    return folder

@@ -20,8 +20,8 @@ def __getattr__(name: str):
 
 
 def load_run(path, data_dir=None, tokenizer=None):
-    """(model, tokenizer) of a run folder, checkpoint, converted or HF GPT-2 folder (`tokenizer`: another spec
-    to use, gpt2, byte or bpe:N): see `iattention.interop.load.load_run`."""
+    """(model, tokenizer) of a run folder, checkpoint, converted or HF model folder (`tokenizer`: another spec
+    to use, gpt2, byte, bpe:N or hf:FOLDER): see `iattention.interop.load.load_run`."""
     from iattention.interop.load import load_run as _load_run
 
     return _load_run(path, data_dir, tokenizer)

@@ -27,9 +27,9 @@ def cmd_eval(args) -> None:
                                tokenizer_file=args.tokenizer_file)
     kept = kept_tokenizer(args.checkpoint, run_data, args.tokenizer)  # then only the split evaluated is read
     if args.text:  # any text file, with the model's tokenizer, through the same evaluation below
-        text = read_text_file(args.text, "--text")
+        raw = read_text_file(args.text, "--text")
         tok = kept or tokenizer_of(data_cfg)
-        tokens, cut_key, cut = tok.encode(text), None, 0
+        tokens, cut_key, cut = tok.encode(raw), None, 0
         if len(tokens) < 2:
             raise UserError(f"--text {args.text} is {len(tokens)} token long; give a text of at least 2 tokens")
         vocab, tokenizer = tok.vocab_size, tok
@@ -61,7 +61,7 @@ def cmd_eval(args) -> None:
         part = f"the text file {args.text} ({len(tokens):,} tokens)"
     # Per word and per byte (lm-eval's tokenizer-free metrics) of the text the tokens predict: tokens[1:].
     # Only when every one of them was scored (not with --stride equal to the window, which skips some).
-    text = scored_text(tokenizer, tokens)
+    text = scored_text(tokenizer, tokens, raw if args.text else None)
     units = per_unit(nll, text, scored=n)
     result = dict(checkpoint=args.checkpoint, split=what, **({"text": args.text} if args.text else {}),
                   portion="prefix" if cut else "whole",
@@ -72,6 +72,8 @@ def cmd_eval(args) -> None:
                   bits_per_byte=units and units["bits_per_byte"])
     per = (f"; per word {units['word_ppl']:.3f} ({text.words:,} words), per byte {units['byte_ppl']:.4f}, "
            f"{units['bits_per_byte']:.4f} bits per byte ({text.bytes:,} bytes)" if units else
+           f" (no per-word or per-byte figures: the {tokenizer.name} tokenizer does not give back the exact bytes of "
+           "this text)" if text.tokens and not text.bytes else
            f" (no per-word or per-byte figures: this protocol scores {n:,} of the {text.tokens:,} tokens after the "
            "first)")
     print(json.dumps(result) if args.json else
@@ -80,14 +82,16 @@ def cmd_eval(args) -> None:
 
 
 def register(sub) -> None:
-    e = sub.add_parser("eval", help="perplexity of a checkpoint or Hugging Face GPT-2 folder on a split",
+    e = sub.add_parser("eval", help="perplexity of a checkpoint or Hugging Face model folder on a split or text",
                        description="Evaluate a model (a run folder, a .safetensors checkpoint, a converted folder or "
-                                   "a Hugging Face GPT-2 folder) on a data split with the tokenizer it was trained "
-                                   "with: non-overlapping windows by default, or --stride S sliding windows.")
-    e.add_argument("checkpoint", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
+                                   "a Hugging Face model folder) on a data split or a text file with the tokenizer it "
+                                   "was trained with (an HF folder's own tokenizer.json): non-overlapping windows by "
+                                   "default, or --stride S sliding windows.")
+    e.add_argument("checkpoint", help="run folder, .safetensors checkpoint, converted folder or HF model folder "
+                                      "(GPT-2, Llama, Qwen2, Mistral, GPT-NeoX)")
     e.add_argument("--stride", type=int_at_least(1), default=None,
                    help="sliding-window perplexity (the transformers guide's protocol): windows every S tokens")
-    e.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
+    e.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N, hf:FOLDER)")
     e.add_argument("--split", default="test", choices=("train", "valid", "test"))
     e.add_argument("--text", metavar="FILE",
                    help="score this UTF-8 text file instead of a split (per-token perplexity, the model's tokenizer)")

@@ -1,4 +1,4 @@
-"""`iattn generate`: sample text from a checkpoint or a Hugging Face GPT-2 folder, streamed."""
+"""`iattn generate`: sample text from a checkpoint or a Hugging Face model folder, streamed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from iattention.cli.args import DefaultsFormatter, add_data_flags, int_at_least,
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.errors import UserError
-from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
+from iattention.interop.load import check_tokenizer, check_vocab, data_config_for, kept_tokenizer, load_any
 
 
 def _nonneg_float(text: str) -> float:
@@ -45,12 +45,16 @@ def cmd_generate(args) -> None:
         data_config_for(data, args.model, args.tokenizer, data_dir=data_dir_told(args.data_dir),
                         tokenizer_file=args.tokenizer_file))
     check_tokenizer(tok, meta, data, args.model, args.tokenizer)
-    if tok.vocab_size > model.config.vocab_size:
-        raise UserError(f"tokenizer {tok.name} has {tok.vocab_size} tokens, more than the model's "
-                        f"{model.config.vocab_size}; use the model's own tokenizer (--tokenizer)")
-    prompt = tok.encode(args.prompt)
-    if len(prompt) == 0:
+    check_vocab(tok, model)
+    prompt = tok.encode(args.prompt)  # with the BOS a model folder's tokenizer puts before a text
+    if len(prompt) == (tok.bos is not None):
         raise UserError("--prompt is empty after tokenization; give some text to continue")
+
+    def continuation(ids: list[int]) -> str:
+        """The text of the generated ids after the prompt: their exact bytes where the tokenizer gives them
+        (`decode` drops the space a SentencePiece piece starts with, as the first piece of a text)."""
+        return tok.decode_bytes(ids).decode("utf-8", errors="replace") if tok.exact_bytes else tok.decode(ids)
+
     gen = torch.Generator().manual_seed(args.seed)
     for i in range(args.num_samples):
         if args.num_samples > 1:
@@ -62,7 +66,7 @@ def cmd_generate(args) -> None:
         def stream(t, ids=ids):
             nonlocal shown
             ids.append(int(t[0, 0]))
-            text = tok.decode(ids)
+            text = continuation(ids)
             if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
                 sys.stdout.write(text[len(shown):])
                 sys.stdout.flush()
@@ -71,17 +75,18 @@ def cmd_generate(args) -> None:
         model.generate(torch.as_tensor(prompt)[None], args.max_new_tokens, temperature=args.temperature,
                        top_k=args.top_k, top_p=args.top_p, generator=gen, use_cache=not args.no_cache,
                        on_token=stream, cache_kind=args.cache)
-        sys.stdout.write(tok.decode(ids)[len(shown):] + "\n")
+        sys.stdout.write(continuation(ids)[len(shown):] + "\n")
 
 
 def register(sub) -> None:
 
-    g = sub.add_parser("generate", help="sample text from a checkpoint or Hugging Face GPT-2 folder (streamed)",
+    g = sub.add_parser("generate", help="sample text from a checkpoint or Hugging Face model folder (streamed)",
                        formatter_class=DefaultsFormatter,
                        description="Continue a prompt with a trained or converted model, printing tokens as they "
                                    "come. Uses a key/value cache (every attention variant); --temperature 0 is "
-                                   "greedy. The tokenizer is the one the model was trained with.")
-    g.add_argument("model", help="run folder, .safetensors checkpoint, converted folder or HF GPT-2 folder")
+                                   "greedy. The tokenizer is the one the model was trained with (an HF folder's "
+                                   "own tokenizer.json).")
+    g.add_argument("model", help="run folder, .safetensors checkpoint, converted folder or HF model folder")
     g.add_argument("--prompt", required=True, type=utf8_text, help="text to continue")
     g.add_argument("--max-new-tokens", type=int_at_least(1), default=100, help="tokens to generate")
     g.add_argument("--temperature", type=_nonneg_float, default=1.0, help="0: greedy (argmax)")
@@ -93,6 +98,6 @@ def register(sub) -> None:
                    help="full: keys and values; k-only: keys alone, values rebuilt from them (half the memory, the "
                         "same tokens; multi-head models only: GPT-2, MHA Llama)")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole window every step")
-    g.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N)")
+    g.add_argument("--tokenizer", help="override the model's tokenizer spec (gpt2, byte, bpe:N, hf:FOLDER)")
     add_data_flags(g)
     g.set_defaults(func=cmd_generate)

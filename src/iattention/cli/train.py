@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, out_path, with_flags
 from iattention.config import BUDGET_KEYS, preset_names
 from iattention.errors import UserError
+from iattention.interop.load import folder_tokenizer
 from iattention.train import load_config, train
 
 
@@ -27,6 +30,11 @@ def cmd_train(args) -> None:
                 keep = key == "epochs" or not given
                 overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
+    own = folder_tokenizer(cfg.train.init_from) if cfg.train.init_from and saved is None else None
+    if own and not any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
+        # a Hugging Face folder's weights come with the tokenizer that fixes their vocabulary: the run's data is
+        # tokenized with it (recorded in the run's config as hf:FOLDER) unless data.tokenizer= says otherwise
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=own))
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     test = ("no test (train.final_test=false)" if summary["test_ppl"] is None else
             f"test ppl {summary['test_ppl']:.2f}")
@@ -66,8 +74,10 @@ def register(sub) -> None:
                         "schedule is recomputed over the new total)")
     p.add_argument("--init-from", metavar="PATH",
                    help="start from these weights (run folder, checkpoint, converted or HF GPT-2 folder; for "
-                        "another model.family a run of that family or a folder iattn convert made from an HF model "
-                        "of it); with model.attention=canonical they are canonicalized exactly (pivoted blocks)")
+                        "another model.family a run of that family, a folder iattn convert made from an HF model "
+                        "of it, or the HF folder itself, whose own tokenizer.json then tokenizes the run's data "
+                        "unless data.tokenizer= is given); with model.attention=canonical they are canonicalized "
+                        "exactly (pivoted blocks)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     add_data_flags(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 model.n_head=4")

@@ -14,7 +14,7 @@ import yaml
 
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys, upgrade_override_key
 from iattention.config.run import RunConfig
-from iattention.data.tokenizers import vocab_size_of
+from iattention.data.tokenizers import HF_SPEC, vocab_size_of
 from iattention.errors import UserError
 from iattention.utils.files import read_yaml
 
@@ -188,6 +188,10 @@ def load_config(preset: str | None = None, config_file: str | None = None, overr
             raise UserError(f"this run trains a {was} model; model.family={now} would make it a {now} one: a run "
                             "keeps its model family, so train that in a new --out (or drop model.family)")
     cfg = _build(raw)
+    spec = cfg.data.tokenizer
+    if spec.startswith(HF_SPEC) and len(spec) > len(HF_SPEC):  # a folder's tokenizer: recorded resolved too
+        folder = os.path.abspath(os.path.expanduser(spec[len(HF_SPEC):]))
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=HF_SPEC + folder))
     source = cfg.train.init_from
     if source and source != ((base or {}).get("train") or {}).get("init_from"):
         # stored resolved: a resume from another working folder must start from the same weights. A saved

@@ -108,10 +108,18 @@ class ScoredText:
     bytes: int
 
 
-def scored_text(tokenizer: Tokenizer, tokens: np.ndarray) -> ScoredText:
+def scored_text(tokenizer: Tokenizer, tokens: np.ndarray, text: str | None = None) -> ScoredText:
     """Tokens, words and UTF-8 bytes of the scored span tokens[1:], decoded exactly: a character that the
-    cut after the first token splits keeps its bytes (and reads as U+FFFD, a non-space, for the words)."""
+    cut after the first token splits keeps its bytes (and reads as U+FFFD, a non-space, for the words).
+    Where tokens[0] is the BOS the tokenizer puts before a document, the scored span is the whole text.
+    No words or bytes (0: no per-word or per-byte figures) where they cannot be had exactly: a tokenizer
+    whose pieces do not spell bytes, or (given the `text` the tokens encode) a text it did not keep as is
+    (a normalizer, an unknown token)."""
     if len(tokens) < 2:
         return ScoredText(0, 0, 0)
-    raw = tokenizer.decode_bytes(tokens[1:])
+    bos = tokenizer.bos is not None and int(tokens[0]) == tokenizer.bos
+    raw = tokenizer.decode_bytes(tokens, at_start=True) if bos else tokenizer.decode_bytes(tokens[1:])
+    whole = text.encode("utf-8") if text is not None else None
+    if not tokenizer.exact_bytes or whole is not None and not (raw == whole if bos else whole.endswith(raw)):
+        return ScoredText(len(tokens) - 1, 0, 0)
     return ScoredText(len(tokens) - 1, count_words(raw.decode("utf-8", errors="replace")), len(raw))

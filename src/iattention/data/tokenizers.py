@@ -1,4 +1,5 @@
-"""Tokenizers: GPT-2 BPE (tiktoken), a small byte-level BPE (Hugging Face `tokenizers`), raw bytes."""
+"""Tokenizers: GPT-2 BPE (tiktoken), a small byte-level BPE (Hugging Face `tokenizers`), raw bytes, and a model
+folder's own Hugging Face tokenizer (`hf:FOLDER`, read with transformers)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from iattention.utils.files import expand_user
 
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_VOCAB = 50257
+HF_SPEC = "hf:"  # hf:FOLDER: the tokenizer a Hugging Face model folder was saved with (tokenizer.json)
 
 
 @dataclass
@@ -36,6 +38,8 @@ class Tokenizer:
         if self.name == "gpt2":
             return np.asarray(self._impl.encode_ordinary(text), dtype=np.int64)
         try:
+            if isinstance(self._impl, HFFolderTokenizer):
+                return np.asarray(self._impl.encode(text), dtype=np.int64)
             # no special tokens: a post-processor (an export's template, or a foreign one) adds none to our text
             return np.asarray(self._impl.encode(text, add_special_tokens=False).ids, dtype=np.int64)
         except BaseException as e:  # the tokenizers library's Rust panic is a BaseException (PanicException)
@@ -44,20 +48,38 @@ class Tokenizer:
             raise UserError(f"tokenizer {self.name} failed on this text (the tokenizers library panicked: "
                             f"{str(e).splitlines()[0][:80]}); use the model's own tokenizer") from None
 
+    @property
+    def bos(self) -> int | None:
+        """The id `encode` puts before a document's text (an `hf:` tokenizer whose config adds one, as
+        transformers does: Llama), or None. It is input only: never a predicted token of the text."""
+        return self._impl.bos if isinstance(self._impl, HFFolderTokenizer) else None
+
+    @property
+    def exact_bytes(self) -> bool:
+        """Whether `decode_bytes` gives the exact bytes of text (always, but for an `hf:` tokenizer whose
+        pieces do not spell bytes as byte-level BPE or SentencePiece byte fallback do)."""
+        return self._impl.exact if isinstance(self._impl, HFFolderTokenizer) else True
+
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids]
         if self.name == "byte":
             return bytes(ids).decode("utf-8", errors="replace")
+        if isinstance(self._impl, HFFolderTokenizer):
+            return self._impl.tok.decode(ids, clean_up_tokenization_spaces=False)
         return self._impl.decode(ids)
 
-    def decode_bytes(self, ids) -> bytes:
+    def decode_bytes(self, ids, at_start: bool = False) -> bytes:
         """The exact UTF-8 bytes `ids` stand for (`decode` replaces a character cut at either end with
-        U+FFFD; this keeps its bytes). For a whole encoded text, `decode_bytes(encode(t)) == t.encode()`."""
+        U+FFFD; this keeps its bytes). `at_start`: the ids begin a document, so a BOS the tokenizer put there
+        and the space a SentencePiece tokenizer puts before the text are not text. For a whole encoded text,
+        `decode_bytes(encode(t), at_start=True) == t.encode()` (exactly where `exact_bytes`)."""
         ids = [int(i) for i in ids]
         if self.name == "byte":
             return bytes(ids)
         if self.name == "gpt2":
             return self._impl.decode_bytes(ids)
+        if isinstance(self._impl, HFFolderTokenizer):
+            return self._impl.decode_bytes(ids, at_start)
         table = _byte_level_bytes()  # bpe:N: byte-level tokens spell their bytes in GPT-2's printable alphabet
         return bytes(table[c] for i in ids for c in self._impl.id_to_token(i))
 
@@ -71,6 +93,95 @@ def _byte_level_bytes() -> dict[str, int]:
     return {**{chr(b): b for b in keep}, **{chr(256 + i): b for i, b in enumerate(others)}}
 
 
+# Text the `hf:` tokenizers are checked on when read: every piece of it must come back as its exact bytes.
+_BYTES_PROBE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n x😀 <b> 1,234.5\r\n"
+# The files a Hugging Face tokenizer is saved as: what `hf:` tokenizers are fingerprinted (and identified) by.
+_HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+class HFFolderTokenizer:
+    """A model folder's own tokenizer, as transformers reads it (`AutoTokenizer`, so that its pipeline, special
+    tokens and BOS are what the model's users get), with what evaluation needs on top: the BOS it puts once
+    before a document (where `tok(text)` adds one: Llama, not Qwen2), and the exact bytes of its pieces, which
+    transformers' `decode` does not give (it drops the space before a continuation, U+FFFD for a cut
+    character). Byte-level BPE pieces (GPT-2, Qwen2, GPT-NeoX) spell bytes in GPT-2's alphabet; SentencePiece
+    pieces (Llama 2, Mistral) spell a space as '▁' and an unknown byte as <0xNN>."""
+
+    def __init__(self, tok):
+        import json
+
+        self.tok = tok
+        backend = json.loads(tok.backend_tokenizer.to_str())
+        kinds = json.dumps([backend.get("decoder"), backend.get("pre_tokenizer")])
+        self.byte_level = '"ByteLevel"' in kinds
+        self.byte_fallback = bool((backend.get("model") or {}).get("byte_fallback"))
+        self.added = {int(i): t.content.encode("utf-8") for i, t in tok.added_tokens_decoder.items()}
+        sp, plain = tok.encode("x"), tok.encode("x", add_special_tokens=False)
+        # BOS as transformers adds it: the one id `tok(text)` puts before what it encodes without special tokens
+        self.bos = sp[0] if len(sp) == len(plain) + 1 and sp[1:] == plain and sp[0] == tok.bos_token_id else None
+        raw = self._pieces(plain)
+        self.prefix = raw[:-1] if raw.endswith(b"x") else None  # what it puts before a text (SentencePiece: " ")
+        self.exact = self.prefix is not None and self.decode_bytes(self.encode(_BYTES_PROBE), True) == \
+            _BYTES_PROBE.encode("utf-8")
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=False, verbose=False)
+        return [self.bos, *ids] if self.bos is not None else ids
+
+    def _pieces(self, ids) -> bytes:
+        table = _byte_level_bytes() if self.byte_level else None
+        out = []
+        for i, piece in zip(ids, self.tok.convert_ids_to_tokens(ids), strict=True):
+            if i in self.added:
+                out.append(self.added[i])
+            elif piece is None:
+                out.append(b"")
+            elif table is not None:
+                out.append(bytes(table.get(c, 0) for c in piece) if all(c in table for c in piece) else
+                           piece.encode("utf-8"))
+            elif self.byte_fallback and _BYTE_PIECE.fullmatch(piece):
+                out.append(bytes([int(piece[3:5], 16)]))
+            else:
+                out.append(piece.replace("\u2581", " ").encode("utf-8"))
+        return b"".join(out)
+
+    def decode_bytes(self, ids: list[int], at_start: bool) -> bytes:
+        if at_start and ids and ids[0] == self.bos:
+            ids = ids[1:]
+        raw = self._pieces(ids)
+        return raw[len(self.prefix):] if at_start and self.prefix and raw.startswith(self.prefix) else raw
+
+
+def _hf(spec: str) -> Tokenizer:
+    """The tokenizer saved in the folder `hf:FOLDER` names (tokenizer.json, tokenizer_config.json), read offline."""
+    folder = spec[len(HF_SPEC):]
+    path = expand_user(folder) if folder else Path()
+    if not folder or not (path / "tokenizer.json").is_file():
+        raise UserError(f"tokenizer {spec}: {folder or 'no folder given'} holds no tokenizer.json; name the folder a "
+                        "Hugging Face tokenizer was saved in (hf:FOLDER), or use gpt2, byte or bpe:N")
+    try:
+        import transformers  # lazy: only the tokenizer a run asks for is imported
+    except ImportError:
+        raise UserError(f"tokenizer {spec} needs transformers; pip install transformers") from None
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # a model_max_length shorter than a split is not a problem here
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        impl = HFFolderTokenizer(tok)
+    except Exception as e:
+        raise UserError(f"tokenizer {spec}: transformers cannot read the tokenizer in {path} ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:100] if str(e) else ''}); re-save it with save_pretrained") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    h = hashlib.sha256(type(tok).__name__.encode())
+    for name in _HF_FILES:
+        h.update(name.encode() + b"\0" + ((path / name).read_bytes() if (path / name).is_file() else b"") + b"\0")
+    size = max([*tok.get_vocab().values(), *impl.added]) + 1  # ids run 0 .. size - 1
+    # the fingerprint keys the token cache, so it names the transformers version too (it builds the pipeline)
+    return Tokenizer(spec, size, f"hf:{h.hexdigest()[:16]}:{transformers.__version__}", impl)
+
+
 def vocab_size_of(spec: str) -> int:
     """The vocabulary size a tokenizer spec gives, without building the tokenizer."""
     if spec == "gpt2":
@@ -79,7 +190,9 @@ def vocab_size_of(spec: str) -> int:
         return 256
     if spec.startswith("bpe:") and spec[4:].isdigit():
         return int(spec[4:])
-    raise UserError(f"unknown tokenizer {spec!r}; use gpt2, byte or bpe:N (e.g. bpe:4096)")
+    if spec.startswith(HF_SPEC):
+        return _hf(spec).vocab_size
+    raise UserError(f"unknown tokenizer {spec!r}; use gpt2, byte, bpe:N (e.g. bpe:4096) or hf:FOLDER")
 
 
 def _sha256_file(path: Path) -> str:
@@ -185,7 +298,9 @@ def load_tokenizer(cfg: DataConfig, train_text: str | None = None) -> Tokenizer:
         if train_text is None:
             raise ValueError("bpe tokenizer needs the train text")
         return _bpe(cfg, size, train_text)
-    raise UserError(f"unknown tokenizer {spec!r}; choose gpt2, bpe:N (e.g. bpe:4096) or byte")
+    if spec.startswith(HF_SPEC):
+        return _hf(spec)
+    raise UserError(f"unknown tokenizer {spec!r}; choose gpt2, bpe:N (e.g. bpe:4096), byte or hf:FOLDER")
 
 
 def tokenizer_from_file(path: str | Path, spec: str) -> Tokenizer:
@@ -246,10 +361,13 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     text alike: "byte", "gpt2" (the r50k ranks, checked by hash wherever they are read), or for bpe:N the
     name and a hash of the normalizer, pre-tokenizer, the BPE model's options, vocabulary and merges (encoding
     adds no special tokens, so a post-processor plays no part), whatever file form holds them (a
-    run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree). Recorded
+    run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree); for hf:FOLDER
+    "hf:" and a hash of the files it was saved as (whatever folder holds them). Recorded
     in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
     if tok.name in ("byte", "gpt2"):
         return tok.name
+    if isinstance(tok._impl, HFFolderTokenizer):  # its files (wherever the folder is), without the version
+        return ":".join(tok.fingerprint.split(":")[:2])
     import json
 
     data = json.loads(tok._impl.to_str())

@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.config.model import FAMILIES
+from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
@@ -212,7 +213,11 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
-            if tokenizer is not None:
+            own = tokenizer is not None and tokenizer.name.startswith(HF_SPEC)
+            if own:  # a Hugging Face folder's own tokenizer (hf:FOLDER) goes as it is, with its own special tokens
+                tokenizer._impl.tok.save_pretrained(str(tmp))
+                data = None  # no spec beside it: load_any reads the folder with the tokenizer.json it holds
+            elif tokenizer is not None:
                 positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
                 eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=positions)
                 silent = add_eos_row(model, eos)

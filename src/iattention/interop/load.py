@@ -1,8 +1,9 @@
 """Loading any model this toolkit reads: our checkpoints, run folders, converted folders, and
-Hugging Face GPT-2 folders, each with the data/tokenizer spec it was trained with."""
+Hugging Face model folders, each with the data/tokenizer spec it was trained with."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from iattention.checkpoint import state as ckpt
@@ -12,7 +13,7 @@ from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import Tokenizer, tokenizer_from_file, tokenizer_identity
+from iattention.data.tokenizers import HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_rotary import load_hf_rotary
@@ -94,18 +95,43 @@ def _data_spec_beside(folder: Path, flag: str = CLI_TOKENIZER) -> dict | None:
                             schema={"tokenizer": (str,)})
 
 
-def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
-    """(model in eval mode, data spec, metadata) from an HF GPT-2 folder or any iattention checkpoint.
+def own_tokenizer_spec(folder: Path) -> dict | None:
+    """The data spec of a Hugging Face folder saved with its own tokenizer (tokenizer.json): `hf:FOLDER`,
+    the folder made absolute (the spec is recorded: a converted model's, a run's started from the folder)."""
+    return {"tokenizer": f"{HF_SPEC}{os.path.abspath(folder)}"} if (folder / "tokenizer.json").is_file() else None
 
-    The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF folder without
-    our spec file beside it is GPT-2 with its own BPE tokenizer; None if a checkpoint does not say."""
+
+def folder_tokenizer(path: str | Path) -> str | None:
+    """`hf:FOLDER` where load_any reads the model in `path` with the tokenizer.json its folder keeps (a Hugging
+    Face folder of a family other than GPT-2, or one of ours converted from it: no data spec), without loading
+    the weights; else None."""
+    path = Path(path)
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
+        return None
+    if is_hf_folder(path):
+        model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
+        return None if model_type == "gpt2" else own_tokenizer_spec(path)["tokenizer"]
+    found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
+    if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
+        return None
+    return own_tokenizer_spec(path)["tokenizer"]
+
+
+def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
+    """(model in eval mode, data spec, metadata) from an HF model folder or any iattention checkpoint.
+
+    The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF GPT-2 folder without
+    our spec file beside it is GPT-2 with its own BPE tokenizer, another family's folder (or one converted
+    from it, which keeps its tokenizer files) the tokenizer saved in it (hf:FOLDER, its tokenizer.json); None
+    if a checkpoint or folder does not say."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if is_hf_folder(path):
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
-        if model_type != "gpt2":  # another family's folder (or a one-line refusal): no tokenizer we know
-            return load_hf_rotary(path), _data_spec_beside(path, flag), {"source": str(path)}
+        if model_type != "gpt2":  # another family's folder (or a one-line refusal), read with its own tokenizer
+            spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
+            return load_hf_rotary(path), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):
@@ -116,7 +142,8 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     folder = path if path.is_dir() else path.parent
     if path.is_dir():
         _check_beside(folder, meta)
-    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag)
+    # a folder converted from Hugging Face (iattn convert copies its tokenizer files) says its tokenizer so
+    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag) or own_tokenizer_spec(folder)
     return model, dict(data) if data else None, meta
 
 
@@ -147,7 +174,7 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
 
     if data is None and tokenizer is None:
         raise UserError(f"{source} does not say which tokenizer it was trained with; pass {flag} "
-                        "(gpt2, byte or bpe:N)")
+                        "(gpt2, byte, bpe:N or hf:FOLDER)")
     spec = {k: v for k, v in (data or {}).items() if k in DataConfig.__dataclass_fields__}
     if tokenizer:
         spec["tokenizer"] = tokenizer
@@ -189,10 +216,11 @@ def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, overr
 
 
 def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | None = None):
-    """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF GPT-2
+    """(model in eval mode, tokenizer) from a run folder, a checkpoint, a converted folder or an HF model
     folder: the tokenizer the model was trained with (a run's own tokenizer.json when it has one, else
-    rebuilt from its data spec; GPT-2's BPE for an HF folder), or the spec `tokenizer` names (gpt2, byte,
-    bpe:N), as `iattn eval --tokenizer` does. `data_dir` overrides where data files are read (default:
+    rebuilt from its data spec; GPT-2's BPE for an HF GPT-2 folder, the folder's own tokenizer.json for
+    another family's), or the spec `tokenizer` names (gpt2, byte, bpe:N, hf:FOLDER), as `iattn eval
+    --tokenizer` does. `data_dir` overrides where data files are read (default:
     $IATTN_DATA_DIR, else the folder the run recorded). Its errors name the keyword, not the CLI's flag."""
 
     model, data, meta = load_any(path, API_TOKENIZER)
@@ -200,3 +228,10 @@ def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | Non
         data_config_for(data, str(path), tokenizer, API_TOKENIZER, data_dir=data_dir_told(data_dir)))
     check_tokenizer(tok, meta, data, path, tokenizer, API_TOKENIZER)
     return model, tok
+
+
+def check_vocab(tok: Tokenizer, model: GPT, flag: str = CLI_TOKENIZER) -> None:
+    """A tokenizer whose ids run past the model's embedding (a foreign folder's, another run's) is refused."""
+    if tok.vocab_size > model.config.vocab_size:
+        raise UserError(f"tokenizer {tok.name} has {tok.vocab_size:,} tokens, more than the model's "
+                        f"{model.config.vocab_size:,}; use the tokenizer the model was trained with ({flag})")

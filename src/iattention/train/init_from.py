@@ -1,11 +1,13 @@
 """`train.init_from`: start a run from existing weights instead of a fresh initialisation.
 
-The source is one of our checkpoints (run folder, .safetensors, converted folder) or a Hugging Face
-GPT-2 folder; for a Llama-family run (model.family=llama), a Llama-family checkpoint of ours (a converted
-Llama, Qwen2 or Mistral folder included). Its weights are moved exactly into the run's attention
-variant: to `standard` by expanding (products formed, no solve), to `canonical` by canonicalizing
-with pivoted blocks (the best-conditioned r x r blocks), so "convert a pretrained GPT-2 to I-Attention
-and fine-tune it" is one command. `identity_q` / `identity_ko` are smaller classes: they start only from their own kind.
+The source is one of our checkpoints (run folder, .safetensors, converted folder) or a Hugging Face GPT-2
+folder; for a Llama-family run (model.family=llama), a Llama-family checkpoint of ours (a converted Llama,
+Qwen2 or Mistral folder included) or the Hugging Face folder itself, whose own tokenizer (hf:FOLDER, which
+`iattn train --init-from` makes the run's data.tokenizer) fixes the vocabulary. Its weights are moved exactly
+into the run's attention variant: to `standard` by expanding (products formed, no solve), to `canonical` by
+canonicalizing with pivoted blocks (the best-conditioned r x r blocks), so "convert a pretrained GPT-2 to
+I-Attention and fine-tune it" is one command. `identity_q` / `identity_ko` are smaller classes: they start
+only from their own kind.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     if tokenizer and tokenizer != cfg.data.tokenizer:
         problems.append(f"the tokenizer (source {tokenizer}, run {cfg.data.tokenizer})")
         fixes.append(f"data.tokenizer={tokenizer}")
+    elif want.vocab_size < have.vocab_size and tokenizer:  # the source's embedding has rows past its tokenizer
+        problems.append(f"the vocabulary (source {have.vocab_size:,} embedding rows, the run's tokenizer "
+                        f"{want.vocab_size:,} tokens)")
+        fixes.append(f"set model.vocab_size={have.vocab_size}")
     elif want.vocab_size != have.vocab_size:
         problems.append(f"the vocabulary (source {have.vocab_size:,} tokens, the run's tokenizer {cfg.data.tokenizer} "
                         f"{want.vocab_size:,})")

@@ -64,3 +64,37 @@ def test_the_identity_sees_the_merges_not_only_the_vocabulary(tmp_path):
     assert list(own.encode(text)) != list(other.encode(text))  # ... encoding otherwise
     assert tokenizer_identity(own) == tokenizer_identity(tok)  # the file form does not matter
     assert tokenizer_identity(other) != tokenizer_identity(own)
+
+
+def test_an_hf_spec_without_a_tokenizer_folder_is_one_line(tmp_path):
+    import pytest
+
+    from iattention.data.tokenizers import vocab_size_of
+    from iattention.errors import UserError
+
+    for spec in (f"hf:{tmp_path / 'none'}", "hf:"):
+        with pytest.raises(UserError, match="holds no tokenizer.json; name the folder"):
+            load_tokenizer(DataConfig(tokenizer=spec))
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(UserError, match="transformers cannot read the tokenizer in"):
+        vocab_size_of(f"hf:{tmp_path}")
+
+
+def test_an_hf_tokenizer_is_identified_by_its_files_wherever_they_are(tmp_path):
+    """The same saved files in two folders: one identity (a run's record survives a move); other files, another;
+    the cache key (fingerprint) names the transformers version that builds the pipeline."""
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("transformers")
+    from fixtures import hf_folder
+    from iattention.data.tokenizers import tokenizer_identity
+
+    a = hf_folder(tmp_path / "a", "Qwen2")
+    shutil.copytree(a, tmp_path / "b")
+    c = hf_folder(tmp_path / "c", "Llama")
+    ta, tb, tc = (load_tokenizer(DataConfig(tokenizer=f"hf:{f}")) for f in (a, tmp_path / "b", c))
+    assert tokenizer_identity(ta) == tokenizer_identity(tb) != tokenizer_identity(tc)
+    import transformers
+    assert ta.fingerprint.endswith(transformers.__version__) and ta.bos is None and tc.bos == 1

@@ -1,0 +1,175 @@
+"""End-to-end: a Hugging Face Llama / Qwen2 / Mistral folder saved with its own tokenizer works as it is:
+`iattn eval DIR --text f` scores what transformers' own model and tokenizer score (BOS as the tokenizer adds
+it), counts the text's bytes exactly, `iattn generate DIR` continues as transformers' greedy generate does; a
+folder without a tokenizer.json, or with a tokenizer past the model's embedding, is one line."""
+
+import json
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fixtures import UNICODE, hf_folder
+from helpers import one_line_error
+from iattention.cli.app import main
+from iattention.interop.load import load_run
+
+tf = pytest.importorskip("transformers")
+tf.utils.logging.set_verbosity_error()
+
+TEXT = "the cat sat on a naïve café mat .\n" + UNICODE + "the dog 😀 ran , 1,234.5\n"
+KINDS = ["Llama", "Qwen2", "Mistral"]
+
+
+def _reference(folder, text):
+    """transformers' own: the tokenizer's ids (with its BOS) and the mean NLL of ids[1:] in float64."""
+    tok = tf.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = tf.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float64).eval()
+    ids = torch.tensor([tok(text).input_ids])
+    with torch.no_grad():
+        logits = model(ids).logits
+    return tok, model, ids[0], F.cross_entropy(logits[0, :-1], ids[0, 1:]).item()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eval_of_a_folder_with_its_own_tokenizer_is_transformers_nll(tmp_path, capsys, kind):
+    folder = str(hf_folder(tmp_path / kind, kind))
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    tok, _, ids, nll = _reference(folder, TEXT)
+    assert (ids[0] == tok.bos_token_id) == (kind != "Qwen2")  # Llama and Mistral put BOS first, Qwen2 none
+    # one window over the whole text: every token predicted from all before it, as in the reference
+    assert main(["eval", folder, "--text", str(tmp_path / "t.txt"), "--block-size", str(len(ids) - 1),
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tokens"] == len(ids) - 1 and got["tokenizer"] == f"hf:{folder}"
+    assert abs(got["loss"] - nll) < 1e-5 * nll, (got["loss"], nll)
+    first = b"" if kind != "Qwen2" else tok.decode(ids[:1]).encode("utf-8")  # without BOS: context only
+    assert got["bytes"] == len(TEXT.encode("utf-8")) - len(first)
+    assert got["words"] == len(re.split(r"\s+", TEXT.encode("utf-8")[len(first):].decode("utf-8")))  # lm-eval's
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_generate_from_a_folder_is_transformers_greedy(tmp_path, capsys, kind):
+    folder = str(hf_folder(tmp_path / kind, kind, seed=1))
+    prompt = "the cat sat"
+    tok = tf.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = tf.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float64).eval()
+    ids = tok(prompt, return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)[0]
+    new = out[ids.shape[1]:].tolist()
+    assert len(new) == 12
+    ours, tokenizer = load_run(folder)
+    assert tokenizer.encode(prompt).tolist() == ids[0].tolist()
+    assert ours.generate(torch.as_tensor(tokenizer.encode(prompt))[None], 12, temperature=0)[0].tolist() == \
+        out.tolist()
+    assert main(["generate", folder, "--prompt", prompt, "--max-new-tokens", "12", "--temperature", "0"]) == 0
+    # the continuation's exact bytes: its first piece keeps the space it starts with (decode would drop it)
+    assert capsys.readouterr().out == prompt + tokenizer.decode_bytes(new).decode("utf-8", errors="replace") + "\n"
+
+
+@pytest.mark.parametrize("kind", ["Llama", "Qwen2"])
+def test_the_exact_bytes_of_a_text_and_of_its_pieces(tmp_path, kind):
+    """decode_bytes gives the text back byte for byte from a document's start, and mid-text each piece's own
+    bytes: what transformers decodes a sequence to, with the space before a continuation kept."""
+    _, tok = load_run(str(hf_folder(tmp_path / kind, kind)))
+    theirs = tf.AutoTokenizer.from_pretrained(str(tmp_path / kind))
+    ids = tok.encode(TEXT)
+    assert tok.exact_bytes and tok.decode_bytes(ids, at_start=True) == TEXT.encode("utf-8")
+    assert tok.decode_bytes(ids[1:]).decode("utf-8") == theirs.decode(ids[1:]) or kind == "Llama"
+    whole = tok.decode_bytes(ids, at_start=True)
+    assert whole.endswith(tok.decode_bytes(ids[5:]))  # mid-text: "▁cat" is " cat"
+
+
+def test_a_folder_without_a_tokenizer_keeps_the_one_line_error(tmp_path, capsys):
+    folder = str(hf_folder(tmp_path / "m", "Llama", tokenizer=False))
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    rc = main(["eval", folder, "--text", str(tmp_path / "t.txt")])
+    one_line_error(capsys, rc, "does not say which tokenizer it was trained with", "--tokenizer")
+    # --tokenizer still chooses: the model's folder, or another one
+    other = str(hf_folder(tmp_path / "other", "Llama"))
+    assert main(["eval", folder, "--text", str(tmp_path / "t.txt"), "--tokenizer", f"hf:{other}",
+                 "--block-size", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokenizer"] == f"hf:{other}"
+
+
+def test_a_tokenizer_past_the_embedding_is_refused_in_one_line(tmp_path, capsys):
+    folder = str(hf_folder(tmp_path / "m", "Qwen2", vocab_size=200))  # the tokenizer has 312 ids
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    rc = main(["eval", folder, "--text", str(tmp_path / "t.txt")])
+    one_line_error(capsys, rc, "tokens, more than the model's 200", "--tokenizer")
+    rc = main(["generate", folder, "--prompt", "the cat"])
+    one_line_error(capsys, rc, "tokens, more than the model's 200", "--tokenizer")
+
+
+def test_a_text_the_tokenizer_does_not_keep_gets_no_per_byte_figures(tmp_path, capsys):
+    """Qwen2's tokenizer normalizes to NFC: a decomposed "é" is scored as the composed one, whose bytes are not
+    the file's, so per-byte and per-word figures are not given rather than given for another text."""
+    folder = str(hf_folder(tmp_path / "m", "Qwen2"))
+    (tmp_path / "t.txt").write_text(TEXT.replace("é", "e\u0301"), encoding="utf-8")
+    assert main(["eval", folder, "--text", str(tmp_path / "t.txt"), "--block-size", "8", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["bytes"] is None and got["bits_per_byte"] is None and got["ppl"] > 0
+    assert main(["eval", folder, "--text", str(tmp_path / "t.txt"), "--block-size", "8"]) == 0
+    assert "does not give back the exact bytes of this text" in capsys.readouterr().out
+
+
+def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp_path, capsys):
+    """`iattn train --init-from DIR` tokenizes the run's data with the folder's tokenizer (recorded as
+    hf:FOLDER), so that eval and generate of the run find it; data.tokenizer= naming another is refused."""
+    from helpers import write_corpus
+
+    folder = hf_folder(tmp_path / "src", "Llama")
+    paths = write_corpus(tmp_path)
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    shape = ["model.n_layer=2", "model.n_embd=32", "model.mlp_hidden=48", "model.block_size=32",
+             "model.tie_embeddings=false", "train.epochs=1", "train.batch_size=8", "optim.warmup_steps=0"]
+    data = ["data.dataset=text", *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")),
+            "data.train_tokens=0", f"data.cache_dir={tmp_path / 'c'}"]
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
+                 *data, *shape]) == 0
+    assert f"tokenizer: hf:{folder}" in (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["eval", str(run), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tokenizer"] == f"hf:{folder}" and got["bytes"] == len(TEXT.encode("utf-8"))
+    # exported for transformers, the run takes the folder's tokenizer along: the export scores alike, as it is
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "exp")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "exp"), "--text", str(tmp_path / "t.txt"), "--block-size", "16",
+                 "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["tokenizer"] == f"hf:{tmp_path / 'exp'}" and exported["tokens"] == got["tokens"]
+    assert abs(exported["loss"] - got["loss"]) < 1e-5 * got["loss"]
+    assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp"))(TEXT).input_ids == \
+        tf.AutoTokenizer.from_pretrained(str(folder))(TEXT).input_ids
+    rc = main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "r2"), "--quiet", "--init-from",
+               str(folder), *data, *shape, "data.tokenizer=byte"])
+    one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")
+
+
+def test_a_folder_converted_from_hf_is_scored_with_the_tokenizer_it_keeps(tmp_path, capsys):
+    """`iattn convert --to canonical` copies the folder's tokenizer files: the canonical folder is scored with
+    them as it is, to the HF folder's NLL (canonicalization is exact up to float rounding)."""
+    folder = str(hf_folder(tmp_path / "hf", "Llama"))
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["convert", "--from", folder, "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    scores = []
+    for model in (folder, str(tmp_path / "c")):
+        capsys.readouterr()
+        assert main(["eval", model, "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[1]["tokenizer"] == f"hf:{tmp_path / 'c'}" and scores[1]["tokens"] == scores[0]["tokens"]
+    assert abs(scores[1]["loss"] - scores[0]["loss"]) < 1e-5 * scores[0]["loss"]
+    assert scores[1]["bytes"] == scores[0]["bytes"] == len(TEXT.encode("utf-8"))
+    # and a run started from it (train.init_from= as an override this time) trains on that tokenizer
+    from helpers import write_corpus
+
+    paths = write_corpus(tmp_path)
+    assert main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "run"), "--quiet",
+                 f"train.init_from={tmp_path / 'c'}", "model.attention=canonical", "data.dataset=text",
+                 *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")), "data.train_tokens=0",
+                 f"data.cache_dir={tmp_path / 'cache'}", "model.n_layer=2", "model.n_embd=32", "model.mlp_hidden=48",
+                 "model.block_size=32", "model.tie_embeddings=false", "train.epochs=1", "optim.warmup_steps=0"]) == 0
+    assert f"tokenizer: hf:{tmp_path / 'c'}" in (tmp_path / "run" / "config.yaml").read_text()
