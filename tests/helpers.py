@@ -280,3 +280,12 @@ def eval_ppl(capsys, *argv) -> float:
 
     assert main(["eval", *map(str, argv), "--json"]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ppl"]
+
+
+def transformers4_rope(cfg: dict):
+    """What transformers 4.x (4.40.2) reads RoPE from in a config.json: rope_theta (default 10000) and rope_scaling
+    for the Llama family; GPT-NeoX rotates int(d_head x rotary_pct) dims (default 0.25) with base rotary_emb_base."""
+    if cfg["model_type"] == "gpt_neox":
+        d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
+        return int(d_head * cfg.get("rotary_pct", 0.25)), cfg.get("rotary_emb_base", 10000)
+    return cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling")

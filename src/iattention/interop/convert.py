@@ -23,7 +23,7 @@ from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, to_hf
-from iattention.interop.hf_rotary import SPECS, to_hf_rotary
+from iattention.interop.hf_rotary import SPECS, to_hf_rotary, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
@@ -227,6 +227,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                           "every real token (clients measure a higher perplexity than iattn eval)",
                           file=sys.stderr)
             model.save_pretrained(str(tmp), safe_serialization=True)
+            if model.config.model_type != "gpt2":
+                write_transformers4_keys(tmp)
             if card is not None:
                 text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,
                                   eos_silent=silent,

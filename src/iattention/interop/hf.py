@@ -281,10 +281,11 @@ def add_eos_row(hf, eos_id: int) -> bool:
     token), a row for it whose logit is far below every real one at every position, so that it takes no
     probability: the export scores every text as the run does (a zero row, logit 0, took exp(-logsumexp)).
 
-    The head is tied to the embedding, so the row must be one vector w with w . ln_f(x) constant: LayerNorm's
-    output is gamma * xhat + beta with sum(xhat) = 0, so w = k / gamma gives k * sum(beta / gamma) at every
-    position, whatever x. Returns False (the row is then zero, the old logit 0) where no such w exists: a
-    zero gamma, or beta / gamma summing to about 0 (a model without biases)."""
+    The row is the head's (GPT-2's head is tied to the embedding, so it is the input row too; GPT-NeoX's untied
+    input row stays zero) and must be one vector w with w . ln_f(x) constant: LayerNorm's output is
+    gamma * xhat + beta with sum(xhat) = 0, so w = k / gamma gives k * sum(beta / gamma) at every position,
+    whatever x. Returns False (the row is then zero, the old logit 0) where no such w exists: the Llama family's
+    RMSNorm (no beta), a zero gamma, or beta / gamma summing to about 0 (a model without biases)."""
     n = hf.config.vocab_size
     if eos_id > n:
         raise UserError(f"the tokenizer has {eos_id} tokens, more than the model's {n}; export with the "
@@ -297,29 +298,38 @@ def add_eos_row(hf, eos_id: int) -> bool:
         head = hf.get_output_embeddings()
         if head is not None and head.weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
             head.weight[n].zero_()  # an untied head (Llama family): logit 0 as well, not a random row
-        # GPT-2's final LayerNorm has a bias to silence the row with; the Llama family's RMSNorm has none
-        w = _silent_row(hf, n) if hasattr(hf, "transformer") else None
+        # GPT-2's and GPT-NeoX's final LayerNorm has a bias to silence the row with; the Llama family's RMSNorm
+        # has none (GPT-NeoX's row was left zero too: lm-eval scored its tiny exports 0.16% above iattn eval)
+        w = _silent_row(hf, n) if _final_layernorm(hf) is not None else None
         if w is None:
             silent = False
         else:
-            row.copy_(w)
+            hf.get_output_embeddings().weight[n].copy_(w)
         hf.tie_weights()
     for cfg in (hf.config, hf.generation_config):
         cfg.bos_token_id = cfg.eos_token_id = eos_id
     return silent
 
 
+def _final_layernorm(hf):
+    """The model's final LayerNorm (GPT-2's ln_f, GPT-NeoX's final_layer_norm), or None (an RMSNorm)."""
+    base = hf.base_model
+    ln = getattr(base, "ln_f", None) or getattr(base, "final_layer_norm", None)
+    return ln if isinstance(ln, torch.nn.LayerNorm) else None
+
+
 def _silent_row(hf, n: int):
-    """The embedding row k / gamma whose logit is at least EOS_BELOW under every real logit on a probe
-    batch (checked in the model's own dtype), or None."""
-    ln = hf.transformer.ln_f
+    """The head row k / gamma whose logit is at least EOS_BELOW under every real logit on a probe batch
+    (checked in the model's own dtype), or None."""
+    ln = _final_layernorm(hf)
     gamma = ln.weight.double()
     beta = ln.bias.double() if ln.bias is not None else torch.zeros_like(gamma)
     if not torch.all(gamma != 0):
         return None
     c = (beta / gamma).sum()
     g = torch.Generator().manual_seed(0)
-    probe = torch.randint(0, n, (4, min(hf.config.n_positions, 64)), generator=g)
+    positions = getattr(hf.config, "n_positions", None) or hf.config.max_position_embeddings
+    probe = torch.randint(0, n, (4, min(positions, 64)), generator=g)
     real = hf(probe).logits[..., :n].double()
     target = real.min() - 2 * EOS_BELOW  # the constant logit k * c aimed at; at least EOS_BELOW below after
     if c.abs() < 1e-6 * (beta.abs() / gamma.abs()).sum().clamp_min(1e-30):
@@ -327,13 +337,12 @@ def _silent_row(hf, n: int):
     w = (target / c) / gamma
     if not torch.isfinite(w).all():
         return None
-    dtype = hf.get_input_embeddings().weight.dtype
-    emb = hf.get_input_embeddings().weight
-    old = emb[n].clone()
-    emb[n] = w.to(dtype)
-    hf.tie_weights()
+    head = hf.get_output_embeddings().weight  # the embedding itself where tied (GPT-2)
+    dtype = head.dtype
+    old = head[n].clone()
+    head[n] = w.to(dtype)
     probe[:, 0] = n  # as a document start (lm-eval's rolling loglikelihood): finite logits after it
     logits = hf(probe).logits.double()
-    emb[n] = old
+    head[n] = old
     ok = torch.isfinite(logits).all() and (logits[..., n] <= logits[..., :n].min(-1).values - EOS_BELOW).all()
     return w.to(dtype) if ok else None

@@ -19,6 +19,7 @@ untied head (`embed_out` in older checkpoints; transformers 5 renames it on load
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import re
 import sys
@@ -339,6 +340,24 @@ def hf_neox_config(cfg: GPTConfig):
         tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta,
                          "partial_rotary_factor": cfg.rot / cfg.d_head})
+
+
+def write_transformers4_keys(folder: Path) -> None:
+    """Add to an export's config.json (written by transformers 5: RoPE in `rope_parameters` only) the keys transformers
+    4.x reads RoPE from, which it would otherwise fill with its defaults and run another model without a word:
+    `rope_theta` and, for a scaled type, `rope_scaling` (Llama, Qwen2, Mistral: 4.x default 10000, no scaling);
+    `rotary_pct` and `rotary_emb_base` (GPT-NeoX: 4.x default 0.25 and 10000; a model rotating all of each head
+    gave other logits in 4.40.2). transformers 5 reads `rope_parameters` first, and the two say the same."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    rope = dict(cfg.get("rope_parameters") or {})
+    theta, rope_type = rope.pop("rope_theta", 10000.0), rope.pop("rope_type", "default")
+    if cfg.get("model_type") == "gpt_neox":
+        cfg.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=theta)
+    else:
+        rope.pop("partial_rotary_factor", None)
+        cfg.update(rope_theta=theta, rope_scaling={"rope_type": rope_type, **rope} if rope_type != "default" else None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- every family

@@ -61,6 +61,7 @@ from iattention.interop.hf_rotary import (
     from_hf_model,
     hf_config_of,
     rotary_of,
+    write_transformers4_keys,
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
 from iattention.model.gpt import GPT, inv_freq_of
@@ -638,6 +639,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
             writer.close()
         writer.finish({"format": "pt"})
         hf_cfg.save_pretrained(str(tmp))
+        write_transformers4_keys(tmp)
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:

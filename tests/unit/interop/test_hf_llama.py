@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from helpers import transformers4_rope
 from iattention.errors import UserError
 from iattention.interop.convert import convert, save_converted
 from iattention.interop.hf_rotary import from_hf_model, load_hf_rotary, to_hf_rotary
@@ -314,3 +315,21 @@ def test_a_converted_folder_says_what_it_is_to_transformers_and_still_loads_here
     (tmp_path / "canon" / "config.json").write_text(json.dumps({**cfg, "n_layer": 3}))
     with pytest.raises(UserError, match="does not match the checkpoint's own model config"):
         load_any(tmp_path / "canon")
+
+
+def test_an_export_says_its_rope_to_transformers_4_as_well(tmp_path):
+    """transformers 5 writes RoPE in rope_parameters only; 4.x read its defaults instead (theta 10000, no scaling):
+    a Llama 3 export would have run with other frequencies there, silently. The export writes 4.x's keys too, and
+    transformers 5 still loads the folder to the same logits."""
+    rope = dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                original_max_position_embeddings=8)
+    hf = hf_model("Llama", num_key_value_heads=2, rope_parameters=rope)
+    exported, rep = convert(from_hf_model(hf, "llama"), "hf", dtype="float64")
+    save_converted(exported, tmp_path / "hf", "hf", rep, source="test")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    assert transformers4_rope(cfg) == (500000.0, scaling)
+    again = tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float64).eval()
+    assert again.config.rope_parameters == rope
+    with torch.no_grad():
+        assert torch.equal(again(_x()).logits, hf(_x()).logits)

@@ -3,6 +3,8 @@ canonical and back exactly (float64 <= 1e-12, float32 <= 1e-5 relative), a bf16 
 frequencies, and the canonical gauge under partial rotary removes a complex scalar per rotary pair, GL on the pass
 dims and r^2 per head on the output map."""
 
+import json
+
 import pytest
 import torch
 
@@ -126,3 +128,22 @@ def test_the_shape_of_a_folder_is_read_without_weights_or_transformers(tmp_path)
     model, _, _ = load_any(tmp_path / "hf")
     assert standard_param_count(shape) == model.num_params()
     assert (shape.rot, shape.parallel_residual, shape.tie_embeddings) == (2, True, False)
+
+
+@pytest.mark.parametrize("pct", [1.0, 0.5])
+def test_an_export_says_its_rotary_width_to_transformers_4_as_well(tmp_path, pct):
+    """transformers 5 writes the rotary width as rope_parameters' partial_rotary_factor; 4.x reads rotary_pct
+    (default 0.25) and rotary_emb_base: a tiny GPT-NeoX export rotating whole heads gave logits 3.9e-4 to 7.6e-3
+    relative off ours in transformers 4.40.2 (benchmarks/results/interop-2026-11-26.md). The export writes both."""
+    from helpers import transformers4_rope
+
+    hf = neox(tmp_path / "src", rope_parameters=dict(rope_type="default", rope_theta=500.0, partial_rotary_factor=pct))
+    src = from_hf_model(hf, "gpt_neox")
+    assert src.config.rope_theta == 500.0
+    exported, rep = convert(src, "hf", dtype="float64")
+    save_converted(exported, tmp_path / "hf", "hf", rep, source="test")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert transformers4_rope(cfg) == (src.config.rot, 500.0) and src.config.rot == int(8 * pct)
+    again = transformers.GPTNeoXForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float64).eval()
+    with torch.no_grad():
+        assert torch.equal(again(X).logits, hf(X).logits)

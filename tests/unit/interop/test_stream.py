@@ -139,6 +139,25 @@ def test_a_gpt_neox_folder_with_old_mask_buffers_streams_and_comes_back_exactly(
         assert rel(back(x).logits.double(), hf(x).logits.double()) <= 1e-12
 
 
+def test_a_streamed_export_says_its_rope_to_transformers_4_as_well(tmp_path):
+    """The streamed --to hf writes transformers 4.x's rope_theta and rope_scaling beside rope_parameters (4.x read
+    its defaults instead: another model, silently); transformers 5 reads the folder as before."""
+    from helpers import transformers4_rope
+
+    kind, kw = CASES["llama-rope-llama3"]
+    src = hf_folder(tmp_path / "src", kind, **kw)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    stream.ours_to_hf(tmp_path / "c", tmp_path / "back", say=quiet)
+    cfg = json.loads((tmp_path / "back" / "config.json").read_text())
+    rope = kw["rope_parameters"]
+    assert transformers4_rope(cfg) == (rope["rope_theta"], {k: v for k, v in rope.items() if k != "rope_theta"})
+    back = tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
+    assert back.config.rope_parameters == rope
+    x = torch.arange(24).reshape(2, 12) % 67
+    with torch.no_grad():
+        assert rel(back(x).logits.double(), src(x).logits.double()) <= 1e-12
+
+
 def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, monkeypatch):
     """...copied in slices (COPY_BYTES made small here: the embedding goes in 8 slices, a norm in 2)."""
     monkeypatch.setattr(stream, "COPY_BYTES", 600)
