@@ -73,9 +73,11 @@ SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (d
 WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
 COPY_BYTES = 64 * 2**20  # untouched tensors are copied in slices of this size
 PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 normal
-# What a model folder holds beside its weights, copied through so the output is complete.
+# What a model folder holds beside its weights, copied through so the output is complete: with the data spec of
+# an export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json")
+          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
+          DATA_SPEC_FILE)
 _ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
 _LAYER = re.compile(r"^(?:model/)?(?:model|gpt_neox)\.layers\.(\d+)\.")
