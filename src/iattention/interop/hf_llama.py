@@ -23,9 +23,10 @@ import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.state import check_finite
 from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
 from iattention.errors import UserError
-from iattention.interop.hf import _check_hf_weights, _transformers
+from iattention.interop.hf import FINITE_FIX, _check_hf_weights, _transformers
 from iattention.model.gpt import GPT, inv_freq_of
 from iattention.model.names import from_family, to_family
 from iattention.symmetry.transforms import expand
@@ -296,6 +297,7 @@ def load_hf_llama(path: str | Path) -> GPT:
         if keys:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
                             f"{FAMILIES[family]} with its config.json; re-save the model with save_pretrained")
+    check_finite(hf.state_dict(), path, FINITE_FIX)  # as a GPT-2 folder's (from_hf) and a checkpoint's
     return from_hf_llama(hf.eval(), family)
 
 

@@ -52,7 +52,7 @@ from iattention.interop.convert import (
     refuse_or_warn,
     staged_folder,
 )
-from iattention.interop.hf import INDEX, _weight_files
+from iattention.interop.hf import FINITE_FIX, INDEX, _weight_files
 from iattention.interop.hf_llama import (
     CONFIGS,
     FAMILIES,
@@ -500,8 +500,7 @@ def finite_source(tensor: torch.Tensor, name: str, folder: Path) -> torch.Tensor
     """`tensor` (source tensor `name`, or a slice of it), refused in one line naming it and its layer if it holds a
     NaN or Inf (the checkpoint loader's check_finite): a copied NaN was written silently, and the per-layer check
     sees the attention weights only."""
-    check_finite({name: tensor}, f"{folder}{_layer_of(name)}", "use a model with finite weights (it diverged or was "
-                 "damaged); nothing was written")
+    check_finite({name: tensor}, f"{folder}{_layer_of(name)}", f"{FINITE_FIX}; nothing was written")
     return tensor
 
 

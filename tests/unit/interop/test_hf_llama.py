@@ -359,3 +359,15 @@ def test_a_converted_folder_says_what_it_is_to_transformers_and_still_loads_here
     (tmp_path / "canon" / "config.json").write_text(json.dumps({**cfg, "n_layer": 3}))
     with pytest.raises(UserError, match="does not match the checkpoint's own model config"):
         load_any(tmp_path / "canon")
+
+
+def test_a_non_finite_weight_in_a_llama_folder_is_one_line(tmp_path):
+    """A NaN in an HF Llama-family folder: GPT-2 folders and checkpoints were refused by name, this one loaded (and
+    gave nan logits). Now the same one line."""
+    from safetensors.torch import load_file, save_file
+    _, folder = _saved(tmp_path, "Qwen2")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"holds non-finite weights \(1 NaN value\(s\) in model.layers.1.mlp.up_proj"):
+        load_any(folder)
