@@ -18,6 +18,7 @@ from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import HeadWeights
 from iattention.attention.rope import apply_rope
 from iattention.kernels import attend
+from iattention.kernels.math_path import causal_mask
 
 
 def row_blocks(heads: tuple[int, ...], r: int) -> list[tuple]:
@@ -86,6 +87,9 @@ class CausalSelfAttention(nn.Module):
         self.rope_layout = config.rope_layout
         self.dropout = config.dropout
         self.attn_kernel = config.attn_kernel  # kernels/__init__.py
+        # sliding window (0: none): query i sees keys i - W < j <= i; per layer (GPTConfig.window_of), set by the
+        # model that holds the layer, so a layer built alone attends over its whole block
+        self.window = 0
         self.resid_dropout = nn.Dropout(config.dropout)
 
     @classmethod
@@ -220,7 +224,8 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
             k, v = cache.update(layer, k, v)  # each (B, G, past + T, r)
-        y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past)  # (B, H, T, r)
+        y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past,
+                   self.window)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, H * r)  # (B, T, H r): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)
 
@@ -232,7 +237,7 @@ class CausalSelfAttention(nn.Module):
         past = cache.length_of(layer)
         k_all = cache.update(layer, k_raw)  # (B, G, past + T, r), pre-RoPE
         k_rot = k_all if cache.rope is None else apply_rope(k_all, *cache.rope(past + T), self.rope_layout)
-        mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (T, past + T)
+        mask = causal_mask(T, past + T, q.device, self.window)  # (T, past + T)
         scores = q @ k_rot.repeat_interleave(H // G, dim=1).transpose(-1, -2) / r**0.5  # (B, H, T, past + T)
         p = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past + T)
         keys = k_all.transpose(1, 2).reshape(B, 1, past + T, G * r)  # (B, 1, past + T, G r): every head's key

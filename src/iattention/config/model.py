@@ -21,6 +21,7 @@ POSITIONS = ("learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu_tanh", "gelu", "swiglu")
 PROJECTIONS = ("fused", "separate", "neox")
+WINDOW_FAMILIES = ("mistral", "qwen2")  # transformers' classes with a sliding window
 ROPE_TYPES = ("default", "llama3")
 LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 # family (transformers' model_type of an export) -> the structural keys it sets unless given
@@ -141,8 +142,10 @@ class GPTConfig:
         "neox" (`query_key_value` laid out per head as [q_h k_h v_h], and `dense`: GPT-NeoX's; n_kv_head = n_head).
     tie_embeddings: the head is the embedding table. vocab_pad_multiple: the embedding table is padded to a
         multiple of this for speed; padded rows are never predicted (logits are cut to vocab_size) nor counted.
-    block_size: the longest sequence. sliding_window (Mistral's, 0: none) and max_positions
-        (max_position_embeddings, 0: block_size) are kept for an export; this model attends over its whole block.
+    block_size: the longest sequence. max_positions (max_position_embeddings, 0: block_size) is kept for an export.
+    sliding_window: W > 0: query i attends to keys i - W < j <= i only (Mistral's and Qwen2's sliding window, as
+        transformers masks it; 0: the whole block). full_attention_layers: the first this many layers attend over the
+        whole block and the rest within the window (Qwen2's max_window_layers; 0: every layer has the window).
     attention: a registered variant (`variant_names()`: attention/registry.py; each class's module docstring says
         what it learns), e.g. "standard" or "canonical" (I-Attention).
     canonical_halves: which halves of a canonical head have their block fixed: "both", "qk" (the query/key half:
@@ -194,6 +197,7 @@ class GPTConfig:
     tie_embeddings: bool | None = None
     sliding_window: int = 0
     max_positions: int = 0
+    full_attention_layers: int = 0
 
     def __post_init__(self) -> None:
         for name, value in self._derived().items():
@@ -284,16 +288,29 @@ class GPTConfig:
         elif self.rope_scaling:
             raise UserError(f"model.rope_scaling={self.rope_scaling!r} is read only with model.rope_type=llama3; drop "
                             "it or set model.rope_type=llama3")
-        # this model attends over its whole block: a shorter Mistral window or position limit would be ignored
-        # here and applied by transformers after an export, so a trained model and its export would differ
-        for name in ("sliding_window", "max_positions"):
+        for name in ("sliding_window", "max_positions", "full_attention_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UserError(f"model.{name} must be an integer >= 0 (0: none), got {value!r}")
-            if 0 < value < self.block_size:
-                raise UserError(f"model.{name}={value} is shorter than model.block_size={self.block_size}; this "
-                                f"model attends over its whole block, so set model.block_size={value} or drop "
-                                f"model.{name}")
+        # a position limit shorter than the block would be ignored here and applied by transformers after an export
+        if 0 < self.max_positions < self.block_size:
+            raise UserError(f"model.max_positions={self.max_positions} is shorter than model.block_size="
+                            f"{self.block_size}; set model.block_size={self.max_positions} or drop model.max_positions")
+        # a window only where transformers' class of the family holds one, so a trained model exports as it runs
+        if self.sliding_window and self.family not in WINDOW_FAMILIES:
+            raise UserError(f"model.sliding_window={self.sliding_window} needs model.family "
+                            f"{' or '.join(WINDOW_FAMILIES)} (transformers' {self.family} has no sliding window); "
+                            "set model.family=mistral or drop model.sliding_window")
+        if self.full_attention_layers and (self.family != "qwen2" or not self.sliding_window):
+            raise UserError(f"model.full_attention_layers={self.full_attention_layers} applies to model.family=qwen2 "
+                            "with a model.sliding_window (its max_window_layers); drop it")
+        if self.sliding_window and self.attn_kernel == "triton":
+            raise UserError(f"model.attn_kernel=triton has no sliding-window mask (model.sliding_window="
+                            f"{self.sliding_window}); use model.attn_kernel=auto, sdpa or math")
+
+    def window_of(self, layer: int) -> int:
+        """Layer `layer`'s sliding window: sliding_window from layer full_attention_layers on, else 0 (none)."""
+        return self.sliding_window if layer >= self.full_attention_layers else 0
 
     @property
     def d_mlp(self) -> int:
@@ -366,4 +383,4 @@ _UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else 
 NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
             "parallel_residual",
             "projection", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
-            "sliding_window", "max_positions")
+            "sliding_window", "max_positions", "full_attention_layers")

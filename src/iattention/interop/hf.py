@@ -23,6 +23,8 @@ from iattention.symmetry.transforms import expand
 
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
+FINITE_FIX = "use a model with finite weights (it diverged or was damaged)"  # a NaN/Inf weight's refusal
+
 
 def _transformers():
     try:
@@ -204,7 +206,7 @@ def from_hf(model_or_path) -> GPT:
     """A transformers GPT2LMHeadModel (object or local folder) -> standard-attention GPT, same logits."""
     hf = _load_hf(model_or_path)
     source = model_or_path if isinstance(model_or_path, (str, Path)) else "the Hugging Face model"
-    check_finite(hf.state_dict(), source, "use a model with finite weights (it diverged or was damaged)")
+    check_finite(hf.state_dict(), source, FINITE_FIX)
     hc = hf.config
     _check_supported(hc)
     cfg = GPTConfig(n_layer=hc.n_layer, n_head=hc.n_head, n_embd=hc.n_embd, vocab_size=hc.vocab_size,

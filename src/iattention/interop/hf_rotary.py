@@ -9,7 +9,8 @@ one layout: separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_ha
 models are expanded first on export. The rotary width is read from the model's own `inv_freq` (Llama accepts
 `partial_rotary_factor` in its config and ignores it), and our frequencies must equal transformers' bit for bit.
 Out of scope, refused in one line: QK-norm models (Qwen3, Gemma-3, OLMo-2: a norm between the projection and RoPE
-breaks the gauge), fused projections (Phi-3), MLP biases, sliding-window Qwen2, RoPE types that rescale cos/sin.
+breaks the gauge), fused projections (Phi-3), MLP biases, RoPE types that rescale cos/sin. A sliding window
+(Mistral's on every layer, Qwen2's from max_window_layers on) is the same mask here (GPTConfig.sliding_window).
 
 GPT-NeoX (the Pythia suite): LayerNorm with biases, exact GELU, a parallel residual, `query_key_value` laid out per
 head (projection "neox"), rotary on the first rotary_pct x d_head dims of each head in the rotate_half layout, an
@@ -22,7 +23,6 @@ import importlib
 import json
 import math
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -32,9 +32,10 @@ import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.state import check_finite
 from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
 from iattention.errors import UserError
-from iattention.interop.hf import _check_hf_weights, _transformers
+from iattention.interop.hf import FINITE_FIX, _check_hf_weights, _transformers
 from iattention.model.gpt import GPT, inv_freq_of
 from iattention.model.names import from_family, to_family
 from iattention.symmetry.transforms import expand
@@ -199,6 +200,28 @@ def rotary_of(hf_config, family: str):
     return getattr(module, f"{name}RotaryEmbedding")(hf_config)
 
 
+def window_of(c, family: str, where: str) -> tuple[int, int]:
+    """(sliding_window, full_attention_layers) of a transformers config: Mistral's window is on every layer;
+    Qwen2's (use_sliding_window) on the layers its layer_types call "sliding_attention", which transformers makes
+    those from max_window_layers on. A window at least as long as the model's positions never binds (0); layer types
+    in another order than full layers then windowed ones are one line."""
+    window = getattr(c, "sliding_window", None) or 0
+    if not window or window >= c.max_position_embeddings:
+        return 0, 0
+    if family == "mistral":
+        return window, 0
+    if family != "qwen2":
+        return 0, 0
+    types = list(getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers)
+    full = next((i for i, t in enumerate(types) if t != "full_attention"), len(types))
+    if full == len(types):
+        return 0, 0
+    if any(t != "sliding_attention" for t in types[full:]):
+        raise UserError(f"{where} has layer_types {types[:8]}{'...' if len(types) > 8 else ''}; iattention windows "
+                        "the layers from one index on (Qwen2's max_window_layers), not this order")
+    return window, full
+
+
 def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
     """Our config for a transformers config `c`, its rotary embedding module and whether the head is tied."""
     where = f"this {family} model"
@@ -206,9 +229,7 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
         raise UserError(f"{where} has MLP biases (mlp_bias=true), which iattention's SwiGLU does not hold")
     if getattr(c, "hidden_act", "silu") != "silu":
         raise UserError(f"{where} uses hidden_act={c.hidden_act!r}; iattention's SwiGLU uses silu")
-    if family == "qwen2" and getattr(c, "use_sliding_window", False):
-        raise UserError(f"{where} uses sliding-window attention (use_sliding_window=true), which iattention does "
-                        "not implement")
+    window, full_layers = window_of(c, family, where)
     rope = dict(c.rope_parameters or {})
     rope_type = rope.pop("rope_type", "default")
     theta = float(rope.pop("rope_theta"))
@@ -218,16 +239,15 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
                         "'default' and 'llama3'")
     n_head = c.num_attention_heads
     d_head = getattr(c, "head_dim", None) or c.hidden_size // n_head
-    window = getattr(c, "sliding_window", None) if family == "mistral" else None
     bias = bool(getattr(c, "attention_bias", False))
     cfg = GPTConfig(
         n_layer=c.num_hidden_layers, n_head=n_head, n_kv_head=c.num_key_value_heads or n_head, n_embd=c.hidden_size,
         d_head=d_head, mlp_hidden=c.intermediate_size, vocab_size=c.vocab_size,
-        block_size=min(c.max_position_embeddings, window or c.max_position_embeddings),
+        block_size=c.max_position_embeddings,
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, norm_eps=float(c.rms_norm_eps),
         **attention_biases(family, bias),
-        tie_embeddings=tied, family=family, sliding_window=window or 0,
+        tie_embeddings=tied, family=family, sliding_window=window, full_attention_layers=full_layers,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
@@ -273,6 +293,9 @@ def hf_llama_config(cfg: GPTConfig):
         kw["attention_bias"] = cfg.qkv_bias
     if cfg.family == "mistral":
         kw["sliding_window"] = cfg.sliding_window or None
+    if cfg.family == "qwen2" and cfg.sliding_window:  # its window on the layers from max_window_layers on
+        kw.update(use_sliding_window=True, sliding_window=cfg.sliding_window,
+                  max_window_layers=cfg.full_attention_layers)
     return getattr(tf, CONFIGS[cfg.family])(**kw)
 
 
@@ -438,14 +461,8 @@ def load_hf_rotary(path: str | Path) -> GPT:
         if keys:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
                             f"{spec.cls} with its config.json; re-save the model with save_pretrained")
-    model = from_hf_model(hf.eval(), family)
-    c = model.config
-    if c.sliding_window and c.sliding_window < c.max_positions:
-        print(f"iattn: note: {path} attends within a sliding window of {c.sliding_window} of its {c.max_positions} "
-              f"positions; iattention has no window mask, so it runs this model on blocks of {c.sliding_window} "
-              f"tokens (block_size {c.block_size}: the same as transformers up to {c.sliding_window} tokens, not "
-              "on longer contexts)", file=sys.stderr)
-    return model
+    check_finite(hf.state_dict(), path, FINITE_FIX)  # as a GPT-2 folder's (from_hf) and a checkpoint's
+    return from_hf_model(hf.eval(), family)
 
 
 @torch.no_grad()

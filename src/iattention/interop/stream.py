@@ -39,6 +39,7 @@ from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.state import check_finite
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.interop.convert import (
@@ -51,7 +52,7 @@ from iattention.interop.convert import (
     refuse_or_warn,
     staged_folder,
 )
-from iattention.interop.hf import INDEX, _weight_files
+from iattention.interop.hf import FINITE_FIX, INDEX, _weight_files
 from iattention.interop.hf_rotary import (
     SPECS,
     _class,
@@ -466,7 +467,8 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
                 continue
             attn = to_family(f"transformer.h.{layer}.attn.", family)  # model.layers.3.self_attn. (Llama)
             src_attn_names = [k for k in source.where if k.startswith(src_prefix + attn) and not k.endswith(_IGNORED)]
-            attn_state = {k.removeprefix(src_prefix + attn): v for k, v in source.read(src_attn_names).items()}
+            attn_state = {k.removeprefix(src_prefix + attn): finite_source(v, k, source.folder)
+                          for k, v in source.read(src_attn_names).items()}
             src_attn = _layer_module(src_cfg, attn_state)
             ref, cond = check.reference(src_attn), {}
             if out_cfg.attention == src_cfg.attention:
@@ -483,7 +485,7 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
             results.append({**check(ref, dst, rounded), **cond})
             for name, src_name in zip(names, src_names):
                 if name.startswith(out_prefix + attn):
-                    writer.put(name, rounded[name.removeprefix(out_prefix + attn)])
+                    writer.put(name, finite_output(rounded[name.removeprefix(out_prefix + attn)], name, dtype))
                 else:
                     _copy(source, writer, name, src_name, dtype)
             del dst, rounded
@@ -492,9 +494,33 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
 
 
 def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: torch.dtype) -> None:
-    """An untouched tensor (embedding, norm, MLP), cast to dtype, copied in slices of at most COPY_BYTES."""
-    chunks = (c.to(dtype) for c in source.chunks(src_name, COPY_BYTES))
+    """An untouched tensor (embedding, norm, MLP), cast to dtype, copied in slices of at most COPY_BYTES, each
+    checked finite as read and as cast."""
+    chunks = (finite_output(finite_source(c, src_name, source.folder).to(dtype), name, dtype)
+              for c in source.chunks(src_name, COPY_BYTES))
     writer.put_chunks(name, chunks, source.shapes[src_name], dtype)
+
+
+def _layer_of(name: str) -> str:
+    m = _LAYER.match(name)
+    return f" (layer {m.group(1)})" if m else ""
+
+
+def finite_source(tensor: torch.Tensor, name: str, folder: Path) -> torch.Tensor:
+    """`tensor` (source tensor `name`, or a slice of it), refused in one line naming it and its layer if it holds a
+    NaN or Inf (the checkpoint loader's check_finite): a copied NaN was written silently, and the per-layer check
+    sees the attention weights only."""
+    check_finite({name: tensor}, f"{folder}{_layer_of(name)}", f"{FINITE_FIX}; nothing was written")
+    return tensor
+
+
+def finite_output(tensor: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor` as written (output tensor `name`, in `dtype`), refused in one line if the gauge algebra (a block near
+    singular) or the cast (a weight past the dtype's range) made a NaN or Inf of finite source weights."""
+    check_finite({name: tensor}, f"the conversion{_layer_of(name)}", f"a fixed block of this layer is near singular "
+                 f"or a weight overflows {dtype_name(dtype)}: try --block pivoted or --dtype float32; nothing was "
+                 "written")
+    return tensor
 
 
 def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:

@@ -17,8 +17,9 @@ model.attn_kernel:
   triton -- always the Triton kernel: on CUDA, or on CPU under Triton's interpreter (TRITON_INTERPRET=1:
             slow, for tests); anywhere else a one-line error.
 Cached generation (a KV cache) always runs SDPA, and so does dropout in training except under `math`: the
-kernel is for full-sequence causal passes without dropout (config validation refuses attn_kernel=triton
-with dropout). Every family's layers call `attend` from one place (attention/base.py).
+kernel is for full-sequence causal passes without dropout or a sliding window (config validation refuses
+attn_kernel=triton with either; auto runs SDPA with the window's mask where it would have picked it). Every
+family's layers call `attend` from one place (attention/base.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 
 from iattention.errors import UserError
 from iattention.kernels.auto import Device, device_entry, load_table, pick
-from iattention.kernels.math_path import math_causal_attention
+from iattention.kernels.math_path import causal_mask, math_causal_attention
 
 ATTN_KERNELS = ("auto", "sdpa", "math", "triton")
 SDPA_FUSED_MAX_HEAD_DIM = 256  # FlashAttention-2 (SDPA's flash path) and cuDNN stop here on CUDA
@@ -113,23 +114,31 @@ def triton_causal_attention(q, k, v):
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: str = "auto", dropout: float = 0.0,
-           past: int | None = None) -> torch.Tensor:
+           past: int | None = None, window: int = 0) -> torch.Tensor:
     """Causal attention, the one dispatch point of both model families: q (B, H, T, r), k and v (B, G, S, r)
     with G dividing H (grouped-query attention). past=None: a full-sequence pass (S = T), which runs the kernel
     `mode` picks (kernel_for). past=n: a cached pass, the new T positions after n cached ones (S = n + T), which
-    runs SDPA. dropout: on the attention probabilities (pass 0 outside training). Returns (B, H, T, r)."""
+    runs SDPA. dropout: on the attention probabilities (pass 0 outside training). window W > 0 (a sliding window,
+    Mistral's): query i sees keys i - W < j <= i only; a mask is built only where it binds (some query would see
+    more than W keys), so a pass without a window, or shorter than it, runs exactly as a plain causal one.
+    Returns (B, H, T, r)."""
     B, H, T, r = q.shape
     G = k.shape[1]
+    S = k.shape[2]
+    window = window if 0 < window < S else 0  # a window as long as the keys changes nothing
     if past is None:
         kernel = kernel_for(mode, q.device.type, r, dropout, (B, H, T))
         if kernel == "math":
-            return math_causal_attention(q, k, v, dropout)
-        if kernel == "triton":
+            return math_causal_attention(q, k, v, dropout, window)
+        if kernel == "triton" and window and mode == "triton":  # config validation refuses it before
+            raise UserError(f"model.attn_kernel=triton has no sliding-window mask (window {window}); use "
+                            "model.attn_kernel=auto, sdpa or math")
+        if kernel == "triton" and not window:  # auto's pick with a window binding runs SDPA (with the mask)
             if G != H:  # the kernel reads one key/value head per query head
                 k, v = (t.repeat_interleave(H // G, dim=1) for t in (k, v))
             return triton_causal_attention(q, k, v)
     mask = None
-    if past and T > 1:  # new position i sees every cached position and new ones up to itself
-        mask = torch.ones(T, past + T, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (T, past + T)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=not past,
-                                          enable_gqa=G != H)
+    if window or (past and T > 1):  # new position i sees every cached position and new ones up to itself
+        mask = causal_mask(T, S, q.device, window)  # (T, S)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                          is_causal=mask is None and not past, enable_gqa=G != H)

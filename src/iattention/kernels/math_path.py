@@ -29,10 +29,20 @@ def attention_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
     return torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
 
 
-def math_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+def causal_mask(T: int, S: int, device, window: int = 0) -> torch.Tensor:
+    """(T, S) bool, True where the query sees the key: the T queries are the last T of S positions, query i sees key
+    j <= i, and with a sliding window W only i - W < j (transformers' sliding_window_causal_mask_function: W keys,
+    itself included)."""
+    mask = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    return mask.triu(diagonal=S - T - window + 1) if window else mask
+
+
+def math_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0,
+                          window: int = 0) -> torch.Tensor:
     """softmax(q k^T / sqrt(r) + causal mask) v, with dropout on the probabilities (as SDPA's dropout_p): q
     (B, H, T, r), k and v (B, G, T, r) with G dividing H (grouped-query attention: query head h reads key/value
-    head h // (H / G), by broadcasting, no copy). Returns (B, H, T, r) in attention_dtype(q, k, v)."""
+    head h // (H / G), by broadcasting, no copy); window W > 0: query i sees keys i - W < j <= i only (causal_mask).
+    Returns (B, H, T, r) in attention_dtype(q, k, v)."""
     B, H, T, r = q.shape
     G = k.shape[1]
     dtype = attention_dtype(q, k, v)
@@ -42,7 +52,7 @@ def math_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dro
         k, v = k[:, :, None], v[:, :, None]
     s = q @ k.transpose(-1, -2)  # (..., T, T) in the input dtype
     s = s.to(torch.float32 if dtype in HALF else dtype) * r**-0.5
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    causal = causal_mask(T, T, q.device, window)
     p = s.masked_fill(~causal, float("-inf")).softmax(-1)
     if dropout:
         p = F.dropout(p, dropout)

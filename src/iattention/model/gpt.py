@@ -81,10 +81,11 @@ def norm(config: GPTConfig) -> nn.Module:
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = norm(config)
         self.attn = build_attention(config)
+        self.attn.window = config.window_of(layer)  # this layer's sliding window (0: none)
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
         self.parallel = config.parallel_residual
@@ -173,8 +174,8 @@ class GPT(nn.Module):
         parts = dict(wte=nn.Embedding(config.padded_vocab_size, d))
         if config.pos == "learned":
             parts["wpe"] = nn.Embedding(config.block_size, d)
-        parts.update(drop=nn.Dropout(config.dropout), h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                     ln_f=norm(config))
+        blocks = nn.ModuleList([Block(config, layer) for layer in range(config.n_layer)])
+        parts.update(drop=nn.Dropout(config.dropout), h=blocks, ln_f=norm(config))
         if config.pos == "rope":
             parts["rotary_emb"] = RotaryEmbedding(inv_freq_of(config))
         self.transformer = nn.ModuleDict(parts)

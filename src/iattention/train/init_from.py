@@ -23,7 +23,8 @@ from iattention.symmetry.transforms import canonicalize, expand
 # max_position_embeddings, 8192 for SmolLM2, says how far it was trained, not what it holds)
 SHAPE_KEYS = ("family", "n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "block_size", "bias", "pos", "rot",
               "rope_layout", "rope_theta", "rope_type", "rope_scaling", "norm", "norm_eps", "mlp", "mlp_hidden",
-              "qkv_bias", "o_bias", "tie_embeddings", "projection", "parallel_residual")
+              "qkv_bias", "o_bias", "tie_embeddings", "projection", "parallel_residual", "sliding_window",
+              "full_attention_layers")  # a window changes the function the weights compute, as the norms do
 
 
 def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:

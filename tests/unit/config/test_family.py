@@ -38,7 +38,11 @@ def test_head_width_and_rotary_dims_default_from_the_shape():
     (dict(rope_type="llama3", rope_scaling=dict(factor=8.0)), ["missing or not a number: low_freq_factor"]),
     (dict(rope_scaling=dict(factor=8.0)), ["model.rope_scaling", "only with model.rope_type=llama3"]),
     (dict(sliding_window=-3), ["model.sliding_window", ">= 0"]),
-    (dict(sliding_window=16), ["model.sliding_window=16", "model.block_size=128", "set model.block_size=16"]),
+    (dict(sliding_window=16), ["model.sliding_window=16", "needs model.family mistral or qwen2"]),
+    (dict(family="mistral", sliding_window=16, attn_kernel="triton"),
+     ["model.attn_kernel=triton has no sliding-window mask", "model.sliding_window=16", "auto, sdpa or math"]),
+    (dict(family="mistral", sliding_window=16, full_attention_layers=1), ["model.full_attention_layers=1", "qwen2"]),
+    (dict(family="qwen2", full_attention_layers=1), ["model.full_attention_layers=1", "model.sliding_window"]),
     (dict(max_positions=64), ["model.max_positions=64", "model.block_size=128"]),
 ])
 def test_a_bad_setting_names_the_key_and_what_it_takes(changes, must):
@@ -68,3 +72,15 @@ def test_an_old_llama_config_reads_under_today_s_names():
     assert GPTConfig.from_dict({k: v for k, v in old.items() if k != "family"}).family == "llama"
     with pytest.raises(UserError, match=r"model.d_ff and model.mlp_hidden are both set"):
         GPTConfig.from_dict({**old, "mlp_hidden": 96})
+
+
+def test_a_window_is_per_layer_and_kept_by_a_saved_config():
+    """Mistral's window on every layer, Qwen2's from full_attention_layers on; a window shorter than the block is
+    a setting now (it was refused: the model attended over its whole block), and a config without one is written
+    as before (no new key)."""
+    m = GPTConfig(family="mistral", n_embd=64, n_head=4, n_kv_head=2, n_layer=3, block_size=128, sliding_window=16)
+    q = GPTConfig(family="qwen2", n_embd=64, n_head=4, n_kv_head=2, n_layer=3, block_size=128, sliding_window=16,
+                  full_attention_layers=2)
+    assert [m.window_of(i) for i in range(3)] == [16, 16, 16] and [q.window_of(i) for i in range(3)] == [0, 0, 16]
+    assert GPTConfig.from_dict(q.to_dict()) == q
+    assert "full_attention_layers" not in m.to_dict() and "sliding_window" not in m.replace(sliding_window=0).to_dict()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers import transformers4_rope
+from iattention.cli import main
 from iattention.errors import UserError
 from iattention.interop.convert import convert, save_converted
 from iattention.interop.hf_rotary import from_hf_model, load_hf_rotary, to_hf_rotary
@@ -277,22 +278,66 @@ def test_a_tied_config_with_its_own_head_loads_as_transformers_does(tmp_path):
         assert (ours(_x())[0] - ref(_x()).logits).abs().max().item() <= 1e-12
 
 
-def test_a_sliding_window_mistral_says_it_runs_on_blocks_of_its_window(tmp_path, capsys):
-    """A Mistral whose sliding window (16) is shorter than its positions (32) runs here on blocks of 16, where it
-    equals transformers; that was silent (a perplexity at 16-token blocks read as the model's own). Now one note."""
-    hf, folder = _saved(tmp_path, "Mistral", sliding_window=16)
+def _relative(a, ref):
+    return ((a - ref).abs().max() / ref.abs().max()).item()
+
+
+def test_a_sliding_window_mistral_loads_at_its_positions_and_equals_transformers(tmp_path, capsys):
+    """A Mistral whose sliding window (16) is shorter than its positions (128) ran here on blocks of 16 (with a
+    note): the window is now the same mask as transformers' (i - 16 < j <= i), so it loads at its 128 positions
+    and equals transformers' float64 logits on 128 tokens, as do its canonical conversion (`iattn convert --to
+    canonical`, streamed) and the export of that back to MistralForCausalLM."""
+    hf, folder = _saved(tmp_path, "Mistral", sliding_window=16, max_position_embeddings=128)
     capsys.readouterr()  # transformers' own progress bars
     ours, _, _ = load_any(folder)
-    err = capsys.readouterr().err
-    assert "sliding window of 16 of its 32 positions" in err and err.count("\n") == 1
-    assert ours.config.block_size == 16
-    x = torch.randint(0, 67, (2, 16), generator=torch.Generator().manual_seed(4))
+    assert capsys.readouterr().err == ""  # no note: nothing is cut
+    assert (ours.config.block_size, ours.config.sliding_window) == (128, 16)
+    x = torch.randint(0, 67, (2, 128), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        assert (ours(x)[0] - hf(x).logits).abs().max().item() <= 1e-9
-    _saved(tmp_path, "Mistral", name="no-window", sliding_window=None)
-    capsys.readouterr()
-    load_any(tmp_path / "no-window")
-    assert capsys.readouterr().err == ""
+        ref = hf(x).logits
+        assert _relative(ours(x)[0], ref) <= 1e-9
+        assert _relative(ours(x[:, :16])[0], ref[:, :16]) <= 1e-9
+        assert main(["convert", "--from", str(folder), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+        canon = load_any(tmp_path / "c")[0].double()
+        assert canon.config.attention == "canonical" and canon.config.sliding_window == 16
+        assert _relative(canon(x)[0], ref) <= 1e-9
+        assert main(["convert", "--from", str(tmp_path / "c"), "--to", "hf", "--out", str(tmp_path / "h")]) == 0
+        back = tf.MistralForCausalLM.from_pretrained(str(tmp_path / "h"), dtype=torch.float64).eval()
+        assert back.config.sliding_window == 16 and _relative(back(x).logits, ref) <= 1e-9
+
+
+@pytest.mark.parametrize("heads", [dict(num_key_value_heads=2), dict(num_key_value_heads=4)], ids=["gqa", "mha"])
+def test_cached_greedy_generation_past_the_window_equals_transformers_generate(heads):
+    """60 tokens after a 5-token prompt (well past the window of 16): our cached greedy decoding (the full cache;
+    with MHA the K-only cache too; the canonical conversion's) gives transformers' generate's tokens."""
+    hf = hf_model("Mistral", **heads, sliding_window=16, max_position_embeddings=128)
+    hf.generation_config.eos_token_id = None  # a random model says "</s>" now and then: keep going
+    prompt = torch.randint(0, 67, (2, 5), generator=torch.Generator().manual_seed(5))
+    want = hf.generate(prompt, max_new_tokens=60, do_sample=False, pad_token_id=0)
+    ours = from_hf_model(hf, "mistral")
+    canon, _ = convert(ours, "canonical", dtype="float64")
+    kinds = ["full", "k-only"] if heads["num_key_value_heads"] == 4 else ["full"]
+    for model in (ours, canon):
+        for kind in kinds:
+            assert torch.equal(model.generate(prompt, 60, temperature=0, cache_kind=kind), want), (model, kind)
+
+
+def test_a_qwen2_windows_the_layers_from_max_window_layers_on(tmp_path):
+    """Qwen2 with use_sliding_window: transformers windows the layers from max_window_layers (1 of 3) on; so do
+    we (per layer), exactly, and the export keeps it. Layer types in another order are one line."""
+    kw = dict(num_hidden_layers=3, use_sliding_window=True, sliding_window=16, max_window_layers=1,
+              max_position_embeddings=128)
+    hf = hf_model("Qwen2", num_key_value_heads=2, **kw)
+    ours = from_hf_model(hf, "qwen2")
+    assert [b.attn.window for b in ours.transformer.h] == [0, 16, 16]
+    x = torch.randint(0, 67, (2, 128), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        ref = hf(x).logits
+        assert _relative(ours(x)[0], ref) <= 1e-9
+        assert _relative(to_hf_rotary(ours)(x).logits, ref) <= 1e-9
+    odd = hf_model("Qwen2", **{**kw, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]})
+    with pytest.raises(UserError, match="layer_types .* windows the layers from one index on"):
+        from_hf_model(odd, "qwen2")
 
 
 def test_a_converted_folder_says_what_it_is_to_transformers_and_still_loads_here(tmp_path):
@@ -333,3 +378,15 @@ def test_an_export_says_its_rope_to_transformers_4_as_well(tmp_path):
     assert again.config.rope_parameters == rope
     with torch.no_grad():
         assert torch.equal(again(_x()).logits, hf(_x()).logits)
+
+
+def test_a_non_finite_weight_in_a_llama_folder_is_one_line(tmp_path):
+    """A NaN in an HF Llama-family folder: GPT-2 folders and checkpoints were refused by name, this one loaded (and
+    gave nan logits). Now the same one line."""
+    from safetensors.torch import load_file, save_file
+    _, folder = _saved(tmp_path, "Qwen2")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"holds non-finite weights \(1 NaN value\(s\) in model.layers.1.mlp.up_proj"):
+        load_any(folder)

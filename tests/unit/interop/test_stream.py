@@ -267,3 +267,36 @@ def test_to_standard_streams_the_source_tensors_unchanged(tmp_path):
     assert sorted(out) == sorted(f"model/{k}" for k in src)
     assert all(torch.equal(out[f"model/{k}"], v) for k, v in src.items())
     assert load_any(tmp_path / "out")[0].config.attention == "standard"
+
+
+@pytest.mark.parametrize("name, value, layer", [("model.layers.1.mlp.down_proj.weight", float("nan"), " (layer 1)"),
+                                                ("model.layers.2.self_attn.q_proj.weight", float("inf"), " (layer 2)"),
+                                                ("model.embed_tokens.weight", float("nan"), "")],
+                         ids=["copied-mlp", "attention", "embedding"])
+def test_a_non_finite_source_weight_is_one_line_naming_it(tmp_path, name, value, layer):
+    """A NaN or Inf in a source tensor: a copied one (MLP, embedding) used to be written silently, and the
+    per-layer check reads attention weights only. Now one line naming the tensor and its layer, nothing written."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    path = tmp_path / "src" / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors[name][1, 2] = value
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    _refused(tmp_path, tmp_path / "src", f"{tmp_path / 'src'}{layer} holds non-finite weights",
+             f"1 {'NaN' if value != value else 'Inf'} value(s) in {name}")
+
+
+def test_a_non_finite_weight_the_conversion_makes_is_one_line(tmp_path):
+    """Finite source weights, an Inf made by the gauge algebra: layer 1's key head 0 scaled by 1e6 (as well
+    conditioned as before; its canonical keys are fixed) moves the factor into its queries, past float16's range.
+    One line naming the tensor and the layer, nothing written."""
+    hf_folder(tmp_path / "src", dtype=torch.float32, num_key_value_heads=2)
+    path = tmp_path / "src" / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["model.layers.1.self_attn.k_proj.weight"][:8] *= 1e6
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    with pytest.raises(UserError) as err:
+        stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "canonical", dtype="float16", say=quiet)
+    assert "\n" not in str(err.value)
+    tells(err, "the conversion (layer 1) holds non-finite weights",
+          "Inf value(s) in model/model.layers.1.self_attn.W_Q", "float16", "nothing was written")
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]

@@ -94,3 +94,26 @@ def test_compiled_with_fullgraph_equals_eager():
         q, k, v = qkv(2, 2, 19, 16, G=G)
         for a, b in zip(fwd_bwd(fn, q, k, v), fwd_bwd(sdpa, q, k, v)):
             assert (a - b).abs().max().item() <= 2e-6 * max(1.0, b.abs().max().item())
+
+
+def window_reference(q, k, v, window):
+    """SDPA with the sliding-window mask written from its definition (transformers' masking_utils: key j is seen
+    by query i when i - W < j <= i)."""
+    T = q.shape[2]
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(j <= i) & (j > i - window),
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
+@pytest.mark.parametrize("window", [1, 2, 5, 12, 13, 40])
+@pytest.mark.parametrize("B, H, G, T, r", [(2, 3, 3, 13, 16), (2, 4, 2, 13, 8)])
+def test_a_sliding_window_equals_sdpa_with_the_window_mask(window, B, H, G, T, r):
+    """Forward and gradients of the math path and of `attend` (the SDPA path, and the math path by name) with a
+    window W, against SDPA with the mask from its definition; W >= T is the plain causal pass."""
+    from iattention.kernels import attend
+    q, k, v = qkv(B, H, T, r, torch.float64, G)
+    want = fwd_bwd(lambda *a: window_reference(*a, window), q, k, v)
+    for fn in (lambda *a: math_causal_attention(*a, window=window), lambda *a: attend(*a, "sdpa", window=window),
+               lambda *a: attend(*a, "math", window=window)):
+        for got, ref in zip(fwd_bwd(fn, q, k, v), want):
+            assert (got - ref).abs().max().item() <= 1e-12
