@@ -147,6 +147,10 @@ def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp
     rc = main(["train", "--preset", "llama-cpu", "--out", str(tmp_path / "r2"), "--quiet", "--init-from",
                str(folder), *data, *shape, "data.tokenizer=byte"])
     one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")
+    (tmp_path / "run.yaml").write_text("data:\n  tokenizer: byte\n")  # named in the YAML file: the same choice
+    rc = main(["train", "--preset", "llama-cpu", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "r3"),
+               "--quiet", "--init-from", str(folder), *data, *shape])
+    one_line_error(capsys, rc, f"the tokenizer (source hf:{folder}, run byte)", f"data.tokenizer=hf:{folder}")
 
 
 def test_a_folder_converted_from_hf_is_scored_with_the_tokenizer_it_keeps(tmp_path, capsys):
@@ -173,3 +177,28 @@ def test_a_folder_converted_from_hf_is_scored_with_the_tokenizer_it_keeps(tmp_pa
                  f"data.cache_dir={tmp_path / 'cache'}", "model.n_layer=2", "model.n_embd=32", "model.mlp_hidden=48",
                  "model.block_size=32", "model.tie_embeddings=false", "train.epochs=1", "optim.warmup_steps=0"]) == 0
     assert f"tokenizer: hf:{tmp_path / 'c'}" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_a_gpt2_run_on_a_folder_tokenizer_exports_a_folder_read_with_that_tokenizer(tmp_path, capsys):
+    """A GPT-2-family run trained on hf:FOLDER: its export holds that tokenizer.json and no data spec, and an HF
+    GPT-2 folder was read with GPT-2's BPE whatever it held (a smaller vocabulary refused with a misleading line,
+    a larger one scored with the wrong tokenizer). A GPT-2 folder of another vocabulary size than GPT-2's is read
+    with the tokenizer saved in it: the export scores what the run scores."""
+    from helpers import write_corpus
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    paths = write_corpus(tmp_path)
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    data = ["data.dataset=text", *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")),
+            "data.train_tokens=0", f"data.cache_dir={tmp_path / 'c'}", f"data.tokenizer=hf:{folder}"]
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--quiet", "train.max_steps=3",
+                 "train.final_test=false", *data]) == 0
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "exp")]) == 0
+    capsys.readouterr()
+    scores = []
+    for model in (run, tmp_path / "exp"):
+        assert main(["eval", str(model), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[1]["tokenizer"] == f"hf:{tmp_path / 'exp'}" and scores[1]["tokens"] == scores[0]["tokens"]
+    assert abs(scores[1]["loss"] - scores[0]["loss"]) < 1e-5 * scores[0]["loss"]

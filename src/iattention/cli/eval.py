@@ -30,8 +30,10 @@ def cmd_eval(args) -> None:
         raw = read_text_file(args.text, "--text")
         tok = kept or tokenizer_of(data_cfg)
         tokens, cut_key, cut = tok.encode(raw), None, 0
-        if len(tokens) < 2:
-            raise UserError(f"--text {args.text} is {len(tokens)} token long; give a text of at least 2 tokens")
+        if len(tokens) < 2:  # a BOS the tokenizer puts before the text is not the text's
+            n = len(tokens) - (tok.bos is not None and len(tokens) > 0 and int(tokens[0]) == tok.bos)
+            raise UserError(f"--text {args.text} is {n} token{'s' if n != 1 else ''} long; give a text of at least "
+                            "2 tokens")
         vocab, tokenizer = tok.vocab_size, tok
     else:
         cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)

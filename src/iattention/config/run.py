@@ -87,7 +87,7 @@ class LoopConfig:
     tensorboard: bool = True
     wandb: str = ""  # a Weights & Biases project to log to as well ("" : off; WANDB_MODE=offline works)
     skip_nonfinite: bool = False  # skip batches with a non-finite loss instead of stopping
-    init_from: str = ""  # start from these weights (our checkpoint/run folder or an HF GPT-2 folder), not a fresh init
+    init_from: str = ""  # start from these weights (our checkpoint/run folder or an HF folder), not a fresh init
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

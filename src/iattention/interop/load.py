@@ -13,7 +13,7 @@ from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
+from iattention.data.tokenizers import GPT2_VOCAB, HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.interop.hf_rotary import load_hf_rotary
@@ -91,7 +91,7 @@ def _data_spec_beside(folder: Path, flag: str = CLI_TOKENIZER) -> dict | None:
     f = folder / DATA_SPEC_FILE
     if not f.exists():
         return None
-    return read_json_object(f, "the model's data spec", f"delete it and pass {flag} (gpt2, byte or bpe:N)",
+    return read_json_object(f, "the model's data spec", f"delete it and pass {flag} (gpt2, byte, bpe:N or hf:FOLDER)",
                             schema={"tokenizer": (str,)})
 
 
@@ -121,7 +121,8 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     """(model in eval mode, data spec, metadata) from an HF model folder or any iattention checkpoint.
 
     The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF GPT-2 folder without
-    our spec file beside it is GPT-2 with its own BPE tokenizer, another family's folder (or one converted
+    our spec file beside it is GPT-2 with its own BPE tokenizer (or, of another vocabulary size, the tokenizer.json
+    saved in it), another family's folder (or one converted
     from it, which keeps its tokenizer files) the tokenizer saved in it (hf:FOLDER, its tokenizer.json); None
     if a checkpoint or folder does not say."""
     path = Path(path)
@@ -137,7 +138,10 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         if recorded is not None and not isinstance(recorded, str):
             raise UserError(f"{path / DATA_SPEC_FILE} is corrupt (the model's data spec: key {TOKENIZER_ID!r}: "
                             f"{type(recorded).__name__}, expected str); convert the model again")
-        return from_hf(path).eval(), spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}
+        model = from_hf(path).eval()
+        if spec is None and model.config.vocab_size != GPT2_VOCAB:  # not GPT-2's BPE: the tokenizer saved with it
+            spec = own_tokenizer_spec(path)  # (an export of a run on hf:FOLDER, or a GPT-2 trained on another BPE)
+        return model, spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}
     model, meta = load_model(path)
     folder = path if path.is_dir() else path.parent
     if path.is_dir():

@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from iattention.kernels.math_path import causal_mask
+
 
 def _parts(model):
     """(blocks, their attention layers, the final norm)."""
@@ -28,9 +30,9 @@ def _parts(model):
 
 @torch.no_grad()
 def attention_pattern(attn, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d). A Llama-family layer
-    (grouped-query, RoPE) also takes the layer's rope = (cos, sin), each (T, rot/2): query head h scores the
-    rotated keys of its key/value head h // (H / G)."""
+    """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d), within its sliding window. A
+    Llama-family layer (grouped-query, RoPE) also takes the layer's rope = (cos, sin), each (T, rot/2): query head h
+    scores the rotated keys of its key/value head h // (H / G)."""
     B, T, _ = x.shape
     H, r = attn.n_head, attn.d_head
     q, k, _ = attn.qkv(x)  # (B, T, H r), (B, T, G r)
@@ -42,7 +44,7 @@ def attention_pattern(attn, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Ten
         q, k = (apply_rope(t, *rope, attn.rope_layout) for t in (q, k))
     k = k.repeat_interleave(H // G, dim=1)  # (B, H, T, r): each query head's key head
     scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(r)
-    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    mask = causal_mask(T, T, x.device, getattr(attn, "window", 0))  # (T, T): with the layer's sliding window
     return scores.masked_fill(~mask, float("-inf")).softmax(-1).to(x.dtype)
 
 

@@ -35,6 +35,7 @@ FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {"gpt2": [], "llama": _LLAMA, "
 # Where a family's checkpoint file names a tensor otherwise than the transformers model it builds (transformers 5
 # renames it on load and back on save): GPT-NeoX's untied head is `embed_out` in every file, `lm_head` in memory.
 FILE_NAMES = {"gpt_neox": {"lm_head.weight": "embed_out.weight"}}
+_FROM_FILE = {family: {v: k for k, v in names.items()} for family, names in FILE_NAMES.items()}
 
 
 def _rules(family: str, reverse: bool) -> list[tuple[re.Pattern, str]]:
@@ -69,7 +70,7 @@ def to_file(name: str, family: str) -> str:
 
 def from_file(name: str, family: str) -> str:
     """The name a family's checkpoint file holds -> its transformers name."""
-    return {v: k for k, v in FILE_NAMES.get(family, {}).items()}.get(name, name)
+    return _FROM_FILE.get(family, {}).get(name, name)
 
 
 # The two-family layout's Llama canonical layer: W_K's pass dims were `W_K_pass_free` / `pass_perm`.

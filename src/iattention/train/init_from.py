@@ -27,11 +27,23 @@ SHAPE_KEYS = ("family", "n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "b
               "full_attention_layers")  # a window changes the function the weights compute, as the norms do
 
 
+WINDOW_KEYS = ("sliding_window", "full_attention_layers")
+
+
+def _window(c, block: int) -> dict:
+    """A config's window keys as they act on blocks of `block` tokens (0 where the window never binds)."""
+    window = c.sliding_window if 0 < c.sliding_window < block else 0
+    return {"sliding_window": window, "full_attention_layers": c.full_attention_layers if window else 0}
+
+
 def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     """Every way the source differs from the run, in one line: the model keys to set, and the tokenizer (which
-    fixes the vocabulary: model.vocab_size follows the run's tokenizer, so it is not a key to set)."""
+    fixes the vocabulary: model.vocab_size follows the run's tokenizer, unless the source's embedding has rows
+    past it)."""
     w, h = want.to_dict(), have.to_dict()  # a key derived on both sides (d_head from n_embd) is not named
-    keys = [k for k in SHAPE_KEYS if w.get(k) != h.get(k) and getattr(want, k) != getattr(have, k)
+    # a window at least as long as the run's blocks never binds (an HF Mistral's 4096 in a block-256 run)
+    w.update(_window(want, want.block_size)), h.update(_window(have, want.block_size))
+    keys = [k for k in SHAPE_KEYS if w.get(k) != h.get(k) and (k in WINDOW_KEYS or getattr(want, k) != getattr(have, k))
             and not (k == "block_size" and want.pos == "rope")]
     problems, fixes = [], []
     if keys:

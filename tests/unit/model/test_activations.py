@@ -30,6 +30,22 @@ def test_cached_patterns_reproduce_each_layers_attention_output(attention):
         assert torch.allclose(resid_mid + block.mlp(block.ln_2(resid_mid)), cache[f"blocks.{layer}.hook_resid_post"])
 
 
+def test_a_sliding_window_layer_s_pattern_is_what_it_attends_with():
+    """A Mistral layer with a window of 4: its cached pattern is zero on every key the window hides and
+    reproduces the layer's output (it was the plain causal pattern: every earlier key got weight)."""
+    model = make_model(family="mistral", sliding_window=4, n_kv_head=3)
+    idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))
+    _, cache = run_with_cache(model, idx)
+    for layer, block in enumerate(model.transformer.h):
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
+        assert pattern.tril(-4).abs().max() == 0 and pattern.triu(1).abs().max() == 0  # keys i - 3 .. i only
+        attn = block.attn
+        _, _, v = attn.qkv(block.ln_1(cache[f"blocks.{layer}.hook_resid_pre"]))
+        v = v.reshape(2, 12, attn.n_head, attn.d_head).transpose(1, 2)
+        y = (pattern @ v).transpose(1, 2).reshape(2, 12, -1)
+        assert torch.allclose(attn.project_out(y), cache[f"blocks.{layer}.hook_attn_out"], atol=1e-12)
+
+
 def _canonical(n_head, bias=True):
     """A canonical model converted from a standard one with pivoted blocks (fixed rows and columns that are
     not the aligned ones), and the standard model it expands back to."""
