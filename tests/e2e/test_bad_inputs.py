@@ -124,7 +124,7 @@ CASES = {
     "unknown arm": (lambda e: ["sweep", "--preset", "tiny", "--arms", "fancy", "--out", str(e["root"] / "sw"),
                                *e["ov"]], "unknown arm 'fancy'"),
     "params of a preset with heads it cannot take": (lambda e: ["params", "--preset", "tiny", "--heads", "3"],
-                                                     "not divisible by n_head=3"),
+                                                     "n_embd=32 of preset tiny is not divisible by n_head=3"),
     "unrecognized argument": (lambda e: _train(e, "--fast"), "unrecognized arguments: --fast"),
     # Issue 23: values too large for torch's C integers, or for memory.
     "seed beyond a 64-bit integer": (lambda e: _train(e, f"train.seed={10**23}"), "train.seed must be < 2^63"),

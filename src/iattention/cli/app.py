@@ -86,7 +86,7 @@ def cmd_params(args) -> None:
     if shape.family != "gpt2" and args.heads:
         raise UserError(f"--heads is for GPT-2 presets; {name} has its own head counts (runs at other counts: iattn "
                         "compare --preset llama-cpu --heads N)")
-    check_heads(args.heads or [], shape.n_embd, name)
+    check_heads(args.heads or [], shape.n_embd, name.removeprefix("preset "))  # its message says "preset NAME"
     full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
     rows = []
     for heads in args.heads or (default_heads(shape) if shape.family == "gpt2" else [shape.n_head]):
