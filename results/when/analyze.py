@@ -62,7 +62,7 @@ def compare(runs: dict, ref: str, arm: str, heads: int, key: str = "best_val_ppl
 
 def fmt(d, ref: float) -> str:
     if not d.has_ci:
-        return f"{d.mean:+.2f} ({d.n} pair{'s' if d.n != 1 else ''}, no interval)"
+        return f"{d.mean:+.2f} ({d.n_a} pair{'s' if d.n_a != 1 else ''}, no interval)"
     return f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] ({100 * d.mean / ref:+.1f}% of {ref:.2f})"
 
 
@@ -219,7 +219,8 @@ def fit_analysis(runs: dict) -> dict:
         rev = {e: -g for e, g in _equal_fit(can, std).items()}
         out[sd] = dict(gap=_equal_fit(std, can), rev_falling={e: g for e, g in rev.items() if e <= std["best_epoch"]},
                        rev_after={e: g for e, g in rev.items() if e > std["best_epoch"]}, higher=sum(higher),
-                       common=len(higher), gain_nats=std["best_val_loss"] - can["best_val_loss"])
+                       common=len(higher), gain_nats=std["best_val_loss"] - can["best_val_loss"],
+                       can_best=can["best_epoch"])
     return out
 
 
@@ -248,7 +249,7 @@ def hypotheses(runs: dict) -> list[str]:
            f"{sh['at_best'][1]:+.2f} by "
            f"standard's best, and canonical keeps falling {sh['more'][0]}–{sh['more'][1]} epochs longer, to a best "
            f"{100 * sh['gain'][0]:.1f}–{100 * sh['gain'][1]:.1f}% lower, in every seed; whether standard at a lower "
-           "rate does the same is what `standard-lr0.7`/`standard-lr0.5` (batch 1) test." if not_shift else
+           "rate does the same is D2's question (next section)." if not_shift else
            "**open**: the shift test does not separate canonical from a delayed standard in every seed."),
         "- **Better generalization** (lower validation loss at the same training loss): "
         + (f"**supported**: canonical's validation loss is lower at all {len(gaps)} of its epochs "
@@ -258,7 +259,7 @@ def hypotheses(runs: dict) -> list[str]:
            + ("at least" if all(-min(f["gap"].values()) >= f["gain_nats"] for f in fit.values()) else "below")
            + " its gain in best validation loss." if gaps and max(gaps) < 0 and max(rev) < 0 else
            "**ruled out**: canonical's validation loss is higher at every matched point." if gaps and min(gaps) > 0
-           else "**open**: the sign differs between matched points."),
+           else "**open**: the sign differs between matched points: " + sign_split(fit) + "."),
         "- **A different starting function**: **open**. Both start near the same validation perplexity "
         f"(epoch 0: canonical {s0['canonical']}, standard {s0['standard']}), but after epoch 1 canonical's is "
         f"{e1['canonical']} against {e1['standard']}; `canonical-matched` (`model.init=matched`, batch 2) starts "
@@ -479,13 +480,28 @@ def does_not(ours: dict) -> str:
             + f" on {len(seeds)} seed pairs, too few to test equivalence.")
 
 
+def sign_split(fit: dict) -> str:
+    """How many of the equal-fit points (canonical's epochs, then standard's up to its best) are lower, and where
+    the others are."""
+    gaps = [(sd, e, g) for sd, f in fit.items() for e, g in f["gap"].items()]
+    rev = [(sd, e, g) for sd, f in fit.items() for e, g in f["rev_falling"].items()]
+    up = [f"{g:+.3f} nats at seed {sd}'s canonical epoch {e} ({e - fit[sd]['can_best']:+d} from its best)"
+          for sd, e, g in gaps if g >= 0]
+    return (f"canonical's validation loss is lower at {sum(g < 0 for *_, g in gaps)} of {len(gaps)} of its epochs "
+            f"{FIT_EPOCHS.start}–{FIT_EPOCHS.stop - 1} matched to standard's fit ({len(fit)} seeds) and at "
+            f"{sum(g < 0 for *_, g in rev)} of {len(rev)} of standard's epochs up to its best matched the other way"
+            + (f"; not lower: {', '.join(up)}" if up else ""))
+
+
 def why(runs: dict) -> str:
     """The committed runs' answer to why, in one sentence (the rules are hypotheses()')."""
     fit = fit_analysis(runs)
     gaps = [g for f in fit.values() for g in f["gap"].values()]
     higher = all(f["higher"] == f["common"] for f in fit.values())
     if not (gaps and max(gaps) < 0 and higher):
-        return "The committed runs do not single out better generalization (report.md, hypotheses)."
+        return ("The committed runs do not settle better generalization by report.md's rule (every matched point "
+                "lower): " + sign_split(fit) + ".") if gaps and higher else \
+            "The committed runs do not single out better generalization (report.md, hypotheses)."
     return (f"The committed runs point to better generalization, not faster optimization: canonical's training loss is "
             f"higher at every epoch, yet at equal training loss its validation loss is {-max(gaps):.3f}–"
             f"{-min(gaps):.3f} nats lower in all {len(fit)} seeds (report.md; whether its different starting "
@@ -494,10 +510,11 @@ def why(runs: dict) -> str:
 
 def verdict(runs: dict) -> str:
     """The sentences README.md and results/README.md carry, every number from the runs."""
-    later = [a for a, h, _ in runs if h != 12 or a not in ("standard", "canonical")]
+    written = ("replicate", "learning rate")  # the groups whose runs the sentences below say what to make of
+    later = [a for a, h, _ in runs if group(a, h) not in written]
     if later:
-        raise SystemExit(f"analyze.py: runs beyond D1 are committed ({', '.join(sorted(set(later)))}) but the verdict "
-                         "still says they are not run; rewrite verdict() for them")
+        raise SystemExit(f"analyze.py: runs beyond D1 and D2 are committed ({', '.join(sorted(set(later)))}) but the "
+                         "verdict still says they are not run; rewrite verdict() for them")
     d, ref, seeds = compare(runs, "standard", "canonical", 12)
     ep, _, _ = compare(runs, "standard", "canonical", 12, "best_epoch")
     can = [runs[("canonical", 12, s)]["best_val_ppl"] for s in seeds]
@@ -516,10 +533,55 @@ def verdict(runs: dict) -> str:
             f"\"{rule}\" in this regime ({len(seeds)} of the {n_declared} declared pairs; "
             f"{'; '.join(d1_missing(runs)) or 'all finished'}). {context}: the win is against a baseline without "
             "dropout that overfits, not against our better-regularized protocol. " + why(runs) + " "
-            "Whether it comes from canonical's start (`canonical-matched`), is a slower effective learning rate "
-            "(standard at a lower rate), needs the overfitting regime (dropout 0.1) or holds at 1, 4 and 8 heads is "
-            f"declared in `results/when/PLAN.md` and not yet run. {does_not(our_protocol())}")
+            + d2_sentence(runs) + " Whether it comes from canonical's start (`canonical-matched`), needs the "
+            "overfitting regime (dropout 0.1) or holds at 1, 4 and 8 heads is declared in `results/when/PLAN.md` and "
+            f"not yet run. {does_not(our_protocol())}")
     return text
+
+
+D2_ARMS = ("standard-lr0.7", "standard-lr0.5")  # PLAN.md D2: standard at a lower peak rate, against canonical ×1.0
+
+
+def d2(runs: dict) -> dict[str, tuple]:
+    """Each lowered-rate standard arm − canonical (×1.0), paired by seed (PLAN.md D2): (Difference, canonical's
+    mean over those seeds, seeds, PLAN.md's reading or None when there are too few pairs for an interval)."""
+    out = {}
+    for arm in D2_ARMS:
+        d, ref, seeds = compare(runs, "canonical", arm, 12)
+        if not seeds:
+            continue
+        reading = None
+        if d.has_ci:
+            reading = ("equivalent to or better than canonical" if d.high <= MARGIN * ref else
+                       "above canonical by more than the margin" if d.low > MARGIN * ref else "not settled")
+        out[arm] = (d, ref, seeds, reading)
+    return out
+
+
+def d2_sentence(runs: dict) -> str:
+    """D2 as far as it has run: per run while an arm has fewer than 2 seeds (no verdict, PLAN.md)."""
+    res = d2(runs)
+    if not res:
+        return "Whether it is a slower effective learning rate (standard at a lower rate) is not yet run."
+    parts = []
+    for arm, (d, ref, seeds, reading) in res.items():
+        lr = runs[(arm, 12, seeds[0])]["config"]["optim"]["lr"]
+        if reading is None:
+            s = seeds[0]
+            parts.append(f"`{arm}` (lr {sci(lr)}) {runs[(arm, 12, s)]['best_val_ppl']:.2f} at seed {s}")
+        else:
+            parts.append(f"`{arm}` − canonical {fmt(d, ref)} over seeds {', '.join(map(str, seeds))}: {reading}")
+    one = [arm for arm, r in res.items() if r[3] is None]
+    if len(one) == len(res):
+        s = res[one[0]][2][0]
+        std, can = runs[("standard", 12, s)]["best_val_ppl"], runs[("canonical", 12, s)]["best_val_ppl"]
+        lowered = [runs[(a, 12, s)]["best_val_ppl"] for a in one if (a, 12, s) in runs]
+        direction = ("further from canonical than standard at the full rate" if min(lowered) > std else
+                     "closer to canonical than standard at the full rate" if max(lowered) < std else "mixed")
+        return (f"A slower effective learning rate (D2, standard at a lower peak rate): so far one seed, "
+                f"{'; '.join(parts)}, against standard {std:.2f} and canonical {can:.2f} at the full rate: lowering "
+                f"standard's rate moved its best {direction}, on one seed pair, so no verdict yet (PLAN.md needs 2).")
+    return "A slower effective learning rate (D2): " + "; ".join(parts) + "."
 
 
 def _span(runs: dict, arm: str, epoch: int) -> str:
@@ -539,7 +601,16 @@ def report(runs: dict) -> str:
              "the first run). All numbers ours: GPT-2 small on WikiText-2, best validation perplexity per GPT-2 "
              "token, evaluated in float32 (TF32 off) on the whole validation split at every epoch end.", "",
              "## Runs", ""] + runs_table(runs) + ["", "## What ran", ""] + progress(runs)
-    if cut_epochs:
+    rerun = runs.get(("canonical", 12, 4))
+    if cut_epochs and rerun:
+        both = [(r["epoch"], r["val_ppl"], rerun["curve"][r["epoch"]]) for r in cut_epochs]
+        rel = max(abs(b / a - 1) for _, a, b in both)
+        lines.append(f"- canonical-h12-s4, cut by the end of the first lease after epoch {cut_epochs[-1]['epoch']} "
+                     "(`gpu-session/canonical-h12-s4-cut.metrics.jsonl`, not a run of the study), ran afresh "
+                     f"in batch 1 with patience {rerun['config']['train']['patience']} (the amendment); its validation "
+                     f"perplexity at epochs 1–{both[-1][0]} is the cut run's within {rel:.1e} relative (same seed, run "
+                     "again in a later lease on a later commit).")
+    elif cut_epochs:
         last, prev = cut_epochs[-1]["val_ppl"], cut_epochs[-2]["val_ppl"]
         lines.append(f"- canonical-h12-s4 was cut by the end of the lease after epoch {cut_epochs[-1]['epoch']} "
                      f"(validation {last:.2f}, {'still falling' if last < prev else 'rising'}: {prev:.2f} the "
@@ -561,12 +632,33 @@ def report(runs: dict) -> str:
               f"{_span(runs, 'canonical', 6)} against {_span(runs, 'standard', 6)} (the learning rate at each "
               "arm's best and what the curves say about why: next section).",
               f"- Test perplexity at the best checkpoint: {fmt(test, test_ref)}.", ""] + analyses_report(runs) + ["",
-              "## D2–D5 and the matched-init arm", "",
-              "Not run yet (priorities 2–6 of the queue); no verdict.", "",
+              ] + d2_report(runs) + ["", "## D3–D5 and the matched-init arm", "",
+              "Not run yet (priorities 3–6 of the queue); no verdict.", "",
               ] + cpu_analog() + ["", "## Evaluation on the GPU equals evaluation on a CPU", ""] + \
         gpu_cpu_agreement(runs) + [
               "", "## Verdict", "", verdict(runs), "", "![curves](curves.png)", ""]
     return "\n".join(lines)
+
+
+def d2_report(runs: dict) -> list[str]:
+    """D2's runs next to the same seed's standard and canonical at the full rate, with the rate at each best."""
+    lines = ["## D2: a learning-rate effect? (S-warm, 12 heads, standard at a lower peak rate)", ""]
+    done = sorted((r for r in runs if group(r[0], r[1]) == "learning rate"), key=lambda r: (r[2], r[0]))
+    if not done:
+        return lines + ["Not run yet; no verdict."]
+    lines += ["| run | peak lr | best val ppl (epoch) | steps | lr at the best, Σ lr up to it | same seed: standard, "
+              "canonical at lr 6.0e-4 |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    for arm, heads, seed in done:
+        s, b = runs[(arm, heads, seed)], at_best(runs[(arm, heads, seed)])
+        ref = [runs.get((a, 12, seed)) for a in ("standard", "canonical")]
+        lines.append(f"| {run_name(arm, heads, seed)} | {sci(s['config']['optim']['lr'])} | {s['best_val_ppl']:.2f} "
+                     f"({s['best_epoch']}) | {s['steps']:,} | {sci(b['lr'], 2)}, {b['lr_sum']:.4f} | "
+                     + ", ".join(f"{r['best_val_ppl']:.2f} ({r['best_epoch']})" if r else "–" for r in ref) + " |")
+    lines += ["", d2_sentence(runs)]
+    for arm, (d, ref, _seeds, reading) in d2(runs).items():
+        lines.append(f"- `{arm}` − canonical, paired by seed: {fmt(d, ref)}"
+                     + (f"; PLAN.md's reading: **{reading}**." if reading else "; no verdict (fewer than 2 pairs)."))
+    return lines
 
 
 def cells(runs: dict) -> dict[str, str]:
