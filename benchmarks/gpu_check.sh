@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# One prepared GPU check (issue 52 §4): fits a 10-minute device window (<= 8 minutes of steps on an H100) and
+# One prepared GPU check (issue 52 §4): fits a 10-minute device window (<= 500 s of steps on an H100) and
 # leaves every log and JSON in one folder. Each step runs under `timeout` and the script goes on past a failing
 # step; summary.txt lists each step's exit status (124: it ran out of its time) and seconds.
 #
-#   1. tests/gpu                                  (pytest -m gpu; junit XML)                   <= 150 s
-#   2. benchmarks/wide_paths.py --T 1024          (§1's rows at T = 1024: SDPA, math, triton)   <= 120 s
-#   3. iattn bench --preset paper --device cuda --compile --heads 1,12                         <= 120 s
+#   1. tests/gpu, the compile and training tests  (pytest -m gpu -vv; junit XML)               <= 100 s
+#   2. tests/gpu, the kernel's 18 device cases    (one line a test as it ends, errors at once)  <= 140 s
+#   3. benchmarks/wide_paths.py --T 1024          (§1's rows at T = 1024: SDPA, math, triton;   <= 120 s
+#      its JSON rewritten after every row, so a cut step keeps the rows it measured)
+#   4. iattn bench --preset paper --device cuda --compile --heads 1,12                         <=  90 s
 #      (standard attention, one round of 3 windows, no HF reference: BENCH_ARGS to change)
-#   4. pytest tests/e2e -n 8 -vv                  (the e2e layer under pytest-xdist; one line a  <= 70 s
+#   5. pytest tests/e2e -n 8 -vv                  (the e2e layer under pytest-xdist; one line a  <=  50 s
 #      test in e2e.log, so a cut-off run still shows what ran and what failed)
+# The first window (2026-11-27, 4 minutes left after a "when" batch; benchmarks/results/gpu-check-2026-11-27/)
+# ran the old single tests/gpu step for 120 s: 3 passed, 4 failed, cut; wide-paths measured 6 of 9 rows.
 #
 # On the device machine (the device tool runs this in a copy of the working tree; ../shared does not travel, so
 # the data and the pytest-xdist wheels go in the git-ignored gpu-check/, named in carry; about 15 MB):
 #   mkdir -p gpu-check && cp -r ../shared/data gpu-check/data       # here, once
 #   pip download --no-deps -d gpu-check/wheels pytest-xdist execnet   # here, once (the device has no network)
-#   run(command="bash benchmarks/gpu_check.sh", carry=["gpu-check/data", "gpu-check/wheels"], timeout_s=570)
+#   run(command="bash benchmarks/gpu_check.sh", carry=["gpu-check/data", "gpu-check/wheels"], timeout_s=590)
 # Results come back from $OUT (the device tool's output folder). Without $OUT they go to gpu-check/out-<time>/.
-# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before step 4.
+# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before step 5.
 #
 # Dry run on CPU (what to run before spending GPU time; minutes on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
@@ -24,8 +28,8 @@
 # iattn bench --preset tiny --device cpu, and the e2e layer collected under -n 2 plus one file run.
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
-# run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), T_GPU / T_PATHS / T_BENCH /
-# T_E2E (per-step limits in seconds), E2E_WORKERS (default 8), BENCH_ARGS (step 3's extra arguments).
+# run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), T_GPU_COMPILE / T_GPU / T_PATHS / T_BENCH /
+# T_E2E (per-step limits in seconds), E2E_WORKERS (default 8), BENCH_ARGS (step 4's extra arguments).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -89,14 +93,18 @@ if [ "$PRESET" = tiny ]; then  # the dry run on CPU
   step e2e "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e -n 2 -p no:cacheprovider -q --co
   step e2e-one-file "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e/test_names.py -n 2 -p no:cacheprovider -vv \
     --junitxml="$OUT_DIR/e2e-one-file.xml"
-else
-  step gpu-tests "${T_GPU:-150}" "$PYTHON" -m pytest tests/gpu -m gpu -rs -p no:cacheprovider \
-    --junitxml="$OUT_DIR/gpu-tests.xml"
+else  # tests/gpu in two steps, compile and training first: the kernel matrix autotunes each (head dim, dtype)
+  # and did not finish in 120 s in the first window; each test's line (and a failure's error lines, from
+  # tests/gpu/conftest.py) is written as it ends, so a step cut by its limit still says what failed
+  step gpu-compile "${T_GPU_COMPILE:-100}" "$PYTHON" -m pytest tests/gpu -m gpu -k "not matches_the_math_path" \
+    -vv -rs -p no:cacheprovider --junitxml="$OUT_DIR/gpu-compile.xml"
+  step gpu-kernel "${T_GPU:-140}" "$PYTHON" -m pytest tests/gpu -m gpu -k matches_the_math_path -vv -rs \
+    -p no:cacheprovider --junitxml="$OUT_DIR/gpu-kernel.xml"
   step wide-paths "${T_PATHS:-120}" "$PYTHON" benchmarks/wide_paths.py --T 1024 --out "$OUT_DIR/wide-paths-T1024.json"
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  step bench "${T_BENCH:-120}" "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
+  step bench "${T_BENCH:-90}" "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
     ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} --json "$OUT_DIR/bench-$PRESET.json"
-  step e2e "${T_E2E:-70}" "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv \
+  step e2e "${T_E2E:-50}" "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv \
     --junitxml="$OUT_DIR/e2e.xml"
 fi
 echo "total $(( $(date +%s) - START ))s; logs and JSON in $OUT_DIR" | tee -a "$SUMMARY"

@@ -123,6 +123,9 @@ def write_table(result_path: str) -> None:
     result = json.loads(Path(result_path).read_text())
     if result.get("dry") or result.get("device_type") != "cuda":
         sys.exit(f"{result_path} is not a CUDA measurement (dry run or CPU): auto's table takes GPU rows only")
+    if not result.get("complete", True):
+        sys.exit(f"{result_path} was cut after {len(result['rows'])} of its {result['rows_planned']} rows: auto's "
+                 "table takes a whole run only (run wide_paths.py again in a longer window)")
     table = load_table(TABLE_PATH)
     table["devices"][result["device"]] = [dict(d=r["d"], H=r["H"], T=r["T"], B=r["B"],
                                                ms={p: r["ms"].get(p) for p in PATHS}) for r in result["rows"]]
@@ -157,7 +160,13 @@ def main() -> None:
     else:
         sys.exit("no CUDA device: these timings are for a GPU (use --dry to check the script on CPU)")
     out = Path(a.out or f"benchmarks/results/{device}-wide-paths-{datetime.date.today()}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
+    result = dict(device=torch.cuda.get_device_name() if device == "cuda" else "cpu", device_type=device,
+                  dtype=str(dtype).removeprefix("torch."), dry=a.dry, compile_math=not a.no_compile,
+                  torch=torch.__version__, triton=_triton_version(), date=datetime.date.today().isoformat(),
+                  command=" ".join(["python", *sys.argv]), tokens=a.tokens, warmup=a.warmup, reps=a.reps,
+                  rounds=a.rounds, rows_planned=len(a.dims) * len(a.heads) * len(a.T), complete=False, rows=rows)
     for d in a.dims:
         for H in a.heads:
             for T in a.T:
@@ -166,14 +175,17 @@ def main() -> None:
                 rows.append(row)
                 times = "  ".join(f"{n} {'failed' if ms is None else f'{ms:8.3f} ms'}" for n, ms in row["ms"].items())
                 print(f"d={d:<4} H={H} T={T:<5} B={row['B']:<3} sdpa->{row['sdpa_backend']:<20} {times}", flush=True)
-    result = dict(device=torch.cuda.get_device_name() if device == "cuda" else "cpu", device_type=device,
-                  dtype=str(dtype).removeprefix("torch."), dry=a.dry, compile_math=not a.no_compile,
-                  torch=torch.__version__, triton=_triton_version(), date=datetime.date.today().isoformat(),
-                  command=" ".join(["python", *sys.argv]), tokens=a.tokens, warmup=a.warmup, reps=a.reps,
-                  rounds=a.rounds, rows=rows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+                _write(out, result)  # after every row: a GPU window that ends mid-run keeps the rows it measured
+    result["complete"] = True
+    _write(out, result)
     print(f"wrote {out}")
+
+
+def _write(out: Path, result: dict) -> None:
+    """Whole or not at all: a temporary file beside `out`, renamed over it."""
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out)
 
 
 def _triton_version() -> str | None:
