@@ -577,7 +577,8 @@ def d2_sentence(runs: dict) -> str:
         std, can = runs[("standard", 12, s)]["best_val_ppl"], runs[("canonical", 12, s)]["best_val_ppl"]
         lowered = [runs[(a, 12, s)]["best_val_ppl"] for a in one if (a, 12, s) in runs]
         direction = ("further from canonical than standard at the full rate" if min(lowered) > std else
-                     "closer to canonical than standard at the full rate" if max(lowered) < std else "mixed")
+                     "closer to canonical than standard at the full rate" if max(lowered) < std else
+                     "in both directions (one rate closer to canonical, one further)")
         return (f"A slower effective learning rate (D2, standard at a lower peak rate): so far one seed, "
                 f"{'; '.join(parts)}, against standard {std:.2f} and canonical {can:.2f} at the full rate: lowering "
                 f"standard's rate moved its best {direction}, on one seed pair, so no verdict yet (PLAN.md needs 2).")
