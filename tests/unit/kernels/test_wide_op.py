@@ -7,7 +7,9 @@ Runs in pytest's own process, where Triton's interpreter is off (TRITON_INTERPRE
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,32 +21,16 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 from iattention.kernels import load_kernel  # noqa: E402
 
 wa = load_kernel()
-KERNELS = {"fwd": wa._fwd_kernel, "dkdv": wa._bwd_dkdv_kernel, "dq": wa._bwd_dq_kernel}
-POINTERS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "LSE", "DELTA")  # LSE, DELTA: fp32
 
 
-def triton_ir(kernel, dtype: str, D: int = 64) -> str:
+def triton_ir(kind: str, dtype: str, D: int = 64) -> str:
     """The kernel's Triton IR for an sm_90 target with every float scalar typed fp64, as inductor's
     signature_of types a Python float (torch/_inductor/codegen/triton_utils.py)."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
-    constants = dict(D=D, BM=16, BN=16, BK=16, BDV=16, BDC=16, UPCAST=False, PREC="ieee" if dtype == "fp32" else None)
-    names = kernel.arg_names
-    signature = {}
-    for n in names:
-        if n in constants:
-            signature[n] = "constexpr"
-        elif n in ("qk_scale", "sm_scale"):
-            signature[n] = "fp64"
-        elif n in POINTERS:
-            signature[n] = "*fp32" if n in ("LSE", "DELTA") else f"*{dtype}"
-        else:
-            signature[n] = "i32"
-    src = ASTSource(fn=kernel, signature=signature,
-                    constexprs={(names.index(k),): v for k, v in constants.items() if k in names})
+    src = wa.ast_source(kind, dtype, dict(D=D, BM=16, BN=16, BK=16, BDV=16, BDC=16), scale="fp64")
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     context = ir.context()
@@ -57,12 +43,12 @@ def triton_ir(kernel, dtype: str, D: int = 64) -> str:
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("kind", list(KERNELS))
+@pytest.mark.parametrize("kind", wa.KINDS)
 def test_scales_typed_fp64_by_inductor_stay_fp32_in_the_kernel(kind, dtype):
     """The device failure 'Loop-carried variable m_i has initial type fp32 but is re-assigned to fp64' (issue
     52): every fp64 value in the IR is the argument itself or its one truncation to fp32, so no product, exp2
     or loop-carried value runs in fp64."""
-    text = triton_ir(KERNELS[kind], dtype)
+    text = triton_ir(kind, dtype)
     f64 = [line.strip() for line in text.splitlines() if "f64" in line]
     body = [line for line in f64 if not line.startswith("tt.func") and "arith.truncf" not in line]
     assert f64 and not body, body
@@ -89,6 +75,36 @@ def test_autotune_keeps_only_configs_that_fit_in_shared_memory(limit):
                "dq": dict(BM=first.bwd_BM, BN=first.bwd_BN, BDC=first.BDC)}
     for kind, cfg in guesses.items():
         assert wa.shared_memory_need(kind, 1024, 4, cfg) == 294912 > limit
+
+
+SHARED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "kernel-shared-memory.json"
+LIMITS = {"sm_90": wa.HOPPER_SHARED_MEMORY, "sm_80": wa.AMPERE_SHARED_MEMORY}
+
+
+def test_the_model_is_a_lower_bound_of_the_compilers_figure_and_the_safe_config_fits_an_a100():
+    """Against the compiler's own figures (benchmarks/kernel_shared_memory.py: each kernel compiled for sm_90 and
+    sm_80 without a GPU, committed): the model never exceeds them (pruning by it drops no config that fits), and
+    each kernel's last config (single-stage, small tiles) fits an A100 at head dim 1024 in fp32 and bf16 (at fp32
+    and head dim 768 every two-stage config of the forward is out of an H100's shared memory: the first GPU
+    window's failures). The figures must be for today's kernels, configs and model."""
+    result = json.loads(SHARED.read_text())
+    assert result["kernel_source_sha256"] == wa.kernel_source_hash(), \
+        "the kernels changed: run benchmarks/kernel_shared_memory.py again"
+    configs = {kind: [(dict(c.kwargs), c.num_warps, c.num_stages) for c in wa._configs(kind)] for kind in wa.KINDS}
+    safe_seen = set()
+    for row in result["rows"]:
+        kind, elem = row["kind"], 4 if row["dtype"] == "fp32" else 2
+        config = (row["tiles"], row["num_warps"], row["num_stages"])
+        assert config in configs[kind], f"{row}: not a config of today's kernels: run the script again"
+        assert row["model"] == wa.shared_memory_need(kind, row["D"], elem, row["tiles"]), row
+        assert "shared" in row and row["model"] <= row["shared"], row
+        if config == configs[kind][-1] and row["D"] == 1024:
+            assert row["shared"] <= LIMITS[row["target"]], row
+            safe_seen.add((kind, row["dtype"], row["target"]))
+    assert safe_seen == {(k, d, t) for k in wa.KINDS for d in ("fp32", "bf16") for t in LIMITS}
+    two_stage_fwd = [r["shared"] for r in result["rows"] if r["kind"] == "fwd" and r["num_stages"] == 2
+                     and r["D"] == 768 and r["dtype"] == "fp32" and r["target"] == "sm_90"]
+    assert two_stage_fwd and min(two_stage_fwd) > wa.HOPPER_SHARED_MEMORY
 
 
 def test_the_pruner_wired_into_the_autotuner_reads_the_head_dim_and_dtype():
