@@ -52,12 +52,14 @@ from iattention.interop.convert import (
     refuse_or_warn,
     staged_folder,
 )
-from iattention.interop.hf import FINITE_FIX, INDEX, _weight_files
-from iattention.interop.hf_rotary import (
+from iattention.interop.hf import (
+    FINITE_FIX,
+    INDEX,
     SPECS,
     _class,
     _strict_error,
     _transformers_v5,
+    _weight_files,
     family_of,
     from_hf_model,
     hf_config_of,

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from helpers import tells
 from iattention.errors import UserError
 from iattention.interop import stream
-from iattention.interop.hf_rotary import from_hf_model
+from iattention.interop.hf import from_hf_model
 from iattention.interop.load import load_any
 from iattention.symmetry import transforms
 
