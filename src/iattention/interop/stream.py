@@ -558,6 +558,8 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     _transformers_v5()
     src, out = Path(src), Path(out)
     family = family_of(src)
+    if family == "gpt2":  # Conv1D weights, learned positions: loaded whole (interop/hf.py), not a layer at a time
+        raise UserError(f"{src} is a GPT-2 model, which converts whole, not streamed: iattn convert --from {src}")
     spec = SPECS[family]
     cfg_json = spec.read_config(src)
     index = src / INDEX if (src / INDEX).exists() else None
