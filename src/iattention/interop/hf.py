@@ -61,7 +61,6 @@ def _transformers():
     return transformers
 
 
-
 def _transformers_v5():
     """transformers for the Llama family: 5 or later, whose configs hold `rope_parameters` (4.x keeps
     `rope_theta`/`rope_scaling` apart, and would build an export with the default theta)."""
@@ -435,8 +434,6 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
     return cfg
 
 
-
-
 def hf_llama_config(cfg: GPTConfig):
     tf = _transformers_v5()
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
@@ -540,8 +537,6 @@ def write_transformers4_keys(folder: Path) -> None:
         rope.pop("partial_rotary_factor", None)
         cfg.update(rope_theta=theta, rope_scaling={"rope_type": rope_type, **rope} if rope_type != "default" else None)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-
-
 
 
 # ---------------------------------------------------------------------------------------------- every family
