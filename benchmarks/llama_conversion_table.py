@@ -16,7 +16,7 @@ import torch
 import transformers as tf
 
 from iattention.interop.convert import convert
-from iattention.interop.hf_rotary import from_hf_model, to_hf_rotary
+from iattention.interop.hf import from_hf_model, to_hf
 from iattention.utils.atomic import write_text
 
 BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -55,7 +55,7 @@ def main() -> None:
             row = {"model": name, "H/G/r/rot": f"{c.n_head}/{c.n_kv_head}/{c.d_head}/{c.rot}"}
             for dtype in ("float64", "float32"):
                 canon, rep = convert(src, "canonical", dtype=dtype)
-                back = to_hf_rotary(canon)
+                back = to_hf(canon)
                 diff = (back(x).logits.double() - ref).abs().max().item()
                 row[f"max dlogit {dtype}"] = diff
                 row[f"rel {dtype}"] = diff / ref.abs().max().item()

@@ -17,7 +17,7 @@ import torch
 from iattention.bench.runner import bench_device, sync
 from iattention.config import model_preset
 from iattention.errors import UserError
-from iattention.interop.convert import EXPORTERS
+from iattention.interop.hf import to_hf
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 
@@ -69,7 +69,7 @@ def generation_bench(preset: str, attentions: list[str], heads: list[int], new_t
                              lambda m=model, k=kind: m.generate(prompt, new_tokens, temperature=0,
                                                                 use_cache=k is not None, cache_kind=k or "full")))
             if reference and attention == "standard":
-                hf = EXPORTERS[shape.family](model).to(dev).eval()
+                hf = to_hf(model).to(dev).eval()
                 jobs.append((dict(model=f"hf-{shape.family}", attention="standard", n_head=h, attn_kernel="sdpa",
                                   kv_cache=True, cache="full"),
                              lambda hf=hf: hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,

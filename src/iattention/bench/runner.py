@@ -19,8 +19,7 @@ from iattention.bench.flops import device_peak_tflops, executed_flops_per_token,
 from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
 from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
-from iattention.interop.hf import hf_config
-from iattention.interop.hf_rotary import hf_config_of
+from iattention.interop.hf import SPECS, hf_config_of
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
@@ -112,12 +111,8 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
         return None, None
 
     transformers.utils.logging.set_verbosity_error()
-    if cfg.family == "gpt2":
-        hc, cls = hf_config(cfg), transformers.GPT2LMHeadModel
-    else:  # the family's own transformers class, of the config an export of this model writes
-        hc = hf_config_of(cfg)
-        cls = getattr(transformers, hc.architectures[0] if hc.architectures else type(hc).__name__.replace(
-            "Config", "ForCausalLM"))
+    # the family's own transformers class, of the config an export of this model writes
+    hc, cls = hf_config_of(cfg), getattr(transformers, SPECS[cfg.family].cls)
     hc._attn_implementation = "sdpa"
     model = cls(hc).to(device=device, dtype=dtype)
     fn = torch.compile(model) if compile else model

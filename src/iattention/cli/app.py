@@ -59,23 +59,12 @@ def _shape_from(folder: str):
     """The shape an HF model folder's config.json describes (any family), no weights read."""
     from pathlib import Path
 
-    from iattention.checkpoint.run_folder import read_json_object
-    from iattention.config import GPTConfig
-    from iattention.interop.hf import read_hf_config
-    from iattention.interop.hf_rotary import shape_from_folder
+    from iattention.interop.hf import shape_from_folder
 
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise UserError(f"--from {folder}: no config.json there; give a Hugging Face model folder")
-    kind = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with save_pretrained",
-                            schema={"model_type": (str,)})["model_type"]
-    if kind != "gpt2":
-        return shape_from_folder(path)
-    c = read_hf_config(path)
-    n_inner = c.get("n_inner")
-    mlp_hidden = 0 if n_inner in (None, 4 * c["n_embd"]) else n_inner
-    return GPTConfig(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
-                     block_size=c["n_positions"], mlp_hidden=mlp_hidden)
+    return shape_from_folder(path)
 
 
 def cmd_params(args) -> None:

@@ -9,7 +9,7 @@ from iattention.data import load_data
 from iattention.data.dataset import check_eval_split, scored_text, tokenizer_of
 from iattention.data.sources import data_dir_told, read_text_file
 from iattention.errors import UserError
-from iattention.interop.load import check_tokenizer, data_config_for, kept_tokenizer, load_any
+from iattention.interop.load import check_tokenizer, check_vocab, data_config_for, kept_tokenizer, load_any
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import per_unit, perplexity, split_nll, strided_nll
 
@@ -34,7 +34,7 @@ def cmd_eval(args) -> None:
             n = len(tokens) - (tok.bos is not None and len(tokens) > 0 and int(tokens[0]) == tok.bos)
             raise UserError(f"--text {args.text} is {n} token{'s' if n != 1 else ''} long; give a text of at least "
                             "2 tokens")
-        vocab, tokenizer = tok.vocab_size, tok
+        tokenizer = tok
     else:
         cut_key = {"train": "train_tokens", "valid": "valid_tokens"}.get(args.split)
         cut = getattr(data_cfg, cut_key) if cut_key else 0
@@ -42,11 +42,9 @@ def cmd_eval(args) -> None:
             setattr(data_cfg, cut_key, 0)
             cut = 0
         data = load_data(data_cfg, splits=(args.split,), tokenizer=kept)
-        tokens, vocab, tokenizer = data.splits[args.split], data.vocab_size, data.tokenizer
+        tokens, tokenizer = data.splits[args.split], data.tokenizer
     check_tokenizer(tokenizer, meta, run_data, args.checkpoint, args.tokenizer)
-    if vocab > model.config.vocab_size:
-        raise UserError(f"tokenizer {data_cfg.tokenizer} has {vocab} tokens, more than the model's "
-                        f"{model.config.vocab_size}; use the tokenizer the model was trained with (--tokenizer)")
+    check_vocab(tokenizer, model, "--tokenizer")
     what = "text" if args.text else args.split
     check_eval_split(tokens, what, block, "give a longer text file or pass a smaller --block-size" if args.text else
                      "evaluate a longer split (--full for the whole of a cut one) or pass a smaller --block-size")

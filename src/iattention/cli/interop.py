@@ -28,7 +28,6 @@ from iattention.interop.convert import (
     save_converted,
 )
 from iattention.interop.hf import hf_logits
-from iattention.interop.hf_rotary import hf_rotary_logits
 from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
@@ -82,7 +81,7 @@ def cmd_convert(args) -> None:
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
     reference = None  # an HF folder's own transformers class in float64
     if model_type is not None:
-        reference = (hf_logits if model_type == "gpt2" else hf_rotary_logits)(src_path, probe_batch(src))
+        reference = hf_logits(src_path, probe_batch(src))
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
     _print_report(args, src, rep, dtype)
     refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)

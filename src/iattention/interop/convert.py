@@ -22,8 +22,7 @@ from iattention.config.model import FAMILIES
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import add_eos_row, to_hf
-from iattention.interop.hf_rotary import SPECS, to_hf_rotary, write_transformers4_keys
+from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
@@ -121,10 +120,6 @@ def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out[0]
 
 
-# model_type -> the transformers exporter of our models of that family
-EXPORTERS = {"gpt2": to_hf, **dict.fromkeys(SPECS, to_hf_rotary)}
-
-
 def check_exportable(c) -> None:
     """A model whose structure its family's transformers class holds, else one line naming the key: the family's
     structural keys at their values (a gpt2 model with SwiGLU has no GPT2LMHeadModel), GPT-2's heads all
@@ -155,7 +150,7 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
         out = expand(src64).to(DTYPES[dtype])
     else:
         check_exportable(src.config)
-        out = EXPORTERS[src.config.family](src64)
+        out = to_hf(src64)
         rotary = getattr(out.base_model, "rotary_emb", None)
         inv_freq = None if rotary is None else rotary.inv_freq.float()  # Module.to casts it; keep it float32
         out = out.to(DTYPES[dtype])

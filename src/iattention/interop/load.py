@@ -16,7 +16,6 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import GPT2_VOCAB, HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
-from iattention.interop.hf_rotary import load_hf_rotary
 from iattention.model.gpt import GPT
 from iattention.model.names import upgrade_name
 
@@ -132,7 +131,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
         if model_type != "gpt2":  # another family's folder (or a one-line refusal), read with its own tokenizer
             spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
-            return load_hf_rotary(path), spec, {"source": str(path)}
+            return from_hf(path), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):

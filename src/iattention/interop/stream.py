@@ -52,12 +52,14 @@ from iattention.interop.convert import (
     refuse_or_warn,
     staged_folder,
 )
-from iattention.interop.hf import FINITE_FIX, INDEX, _weight_files
-from iattention.interop.hf_rotary import (
+from iattention.interop.hf import (
+    FINITE_FIX,
+    INDEX,
     SPECS,
     _class,
     _strict_error,
     _transformers_v5,
+    _weight_files,
     family_of,
     from_hf_model,
     hf_config_of,
@@ -556,6 +558,8 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     _transformers_v5()
     src, out = Path(src), Path(out)
     family = family_of(src)
+    if family == "gpt2":  # Conv1D weights, learned positions: loaded whole (interop/hf.py), not a layer at a time
+        raise UserError(f"{src} is a GPT-2 model, which converts whole, not streamed: iattn convert --from {src}")
     spec = SPECS[family]
     cfg_json = spec.read_config(src)
     index = src / INDEX if (src / INDEX).exists() else None

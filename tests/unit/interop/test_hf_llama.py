@@ -1,4 +1,4 @@
-"""Unit tests of iattention.interop.hf_rotary for the Llama family, and its path through interop.convert /
+"""Unit tests of iattention.interop.hf for the Llama family, and its path through interop.convert /
 interop.load: exact conversion of random-init tiny transformers Llama / Qwen2 / Mistral models (nothing downloaded)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from helpers import transformers4_rope
 from iattention.cli import main
 from iattention.errors import UserError
 from iattention.interop.convert import convert, save_converted
-from iattention.interop.hf_rotary import from_hf_model, load_hf_rotary, to_hf_rotary
+from iattention.interop.hf import from_hf, from_hf_model, to_hf
 from iattention.interop.load import load_any
 from iattention.model.names import to_family
 
@@ -80,7 +80,7 @@ def test_hf_to_ours_to_hf_is_exact(case, to):
     hf = hf_model(kind, **kw)
     src = from_hf_model(hf, _family(kind))
     mid, rep = convert(src, to, dtype="float64")
-    back = to_hf_rotary(mid)
+    back = to_hf(mid)
     assert type(back) is type(hf)
     with torch.no_grad():
         ref = hf(_x()).logits
@@ -99,7 +99,7 @@ def test_the_conversion_changes_what_it_should():
     hf = hf_model("Llama", num_key_value_heads=2)
     src = from_hf_model(hf, "llama")
     canon, _ = convert(src, "canonical", dtype="float64")
-    back = to_hf_rotary(canon)
+    back = to_hf(canon)
     moved = max((a - b).abs().max().item() for a, b in zip(src.state_dict().values(), canon.state_dict().values())
                 if a.shape == b.shape)
     assert moved > 0.1
@@ -127,7 +127,7 @@ def test_saved_folders_reload_bitwise(tmp_path, kind, kw):
         assert torch.equal(a, b), name
     out, rep = convert(again, "hf", dtype="float64")
     save_converted(out, tmp_path / "back", "hf", rep, source="test")
-    back = load_hf_rotary(tmp_path / "back")
+    back = from_hf(tmp_path / "back")
     with torch.no_grad():
         assert (back(_x())[0] - hf(_x()).logits).abs().max().item() <= 1e-9
 
@@ -185,7 +185,7 @@ def test_a_model_transformers_cannot_hold_is_not_exported():
     src = from_hf_model(hf, "llama")
     partial = type(src)(src.config.replace(rot=4))
     with pytest.raises(UserError, match="rot=4 of d_head=8"):
-        to_hf_rotary(partial)
+        to_hf(partial)
 
 
 def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, monkeypatch):
@@ -195,13 +195,14 @@ def test_transformers_4_is_refused_in_one_line_for_the_llama_family(tmp_path, mo
 
     from helpers import make_llama
     from iattention.errors import UserError
-    from iattention.interop.hf_rotary import load_hf_rotary, to_hf_rotary
+    from iattention.interop.hf import from_hf, to_hf
 
+    _, folder = _saved(tmp_path)  # the folder's family decides which transformers it needs
     monkeypatch.setattr(transformers, "__version__", "4.46.3")
     with pytest.raises(UserError, match=r"transformers 5 or later \(found 4\.46\.3\)"):
-        load_hf_rotary(tmp_path)
+        from_hf(folder)
     with pytest.raises(UserError, match="transformers 5 or later"):
-        to_hf_rotary(make_llama())
+        to_hf(make_llama())
 
 
 def _saved(tmp_path, kind="Llama", name="hf", shard=None, **kw):
@@ -334,7 +335,7 @@ def test_a_qwen2_windows_the_layers_from_max_window_layers_on(tmp_path):
     with torch.no_grad():
         ref = hf(x).logits
         assert _relative(ours(x)[0], ref) <= 1e-9
-        assert _relative(to_hf_rotary(ours)(x).logits, ref) <= 1e-9
+        assert _relative(to_hf(ours)(x).logits, ref) <= 1e-9
     odd = hf_model("Qwen2", **{**kw, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]})
     with pytest.raises(UserError, match="layer_types .* windows the layers from one index on"):
         from_hf_model(odd, "qwen2")

@@ -13,7 +13,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("GPT-NeoX conversion needs transformers 5", allow_module_level=True)
 
 from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf_rotary import from_hf_model, hf_rotary_logits, shape_from_folder, to_hf_rotary  # noqa: E402
+from iattention.interop.hf import from_hf_model, hf_logits, shape_from_folder, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -55,7 +55,7 @@ def test_a_neox_folder_loads_as_transformers_computes_it(tmp_path, kw):
     assert c.rot == int(8 * kw["rotary_pct"])
     with torch.no_grad():
         ours = model.double()(X)[0]
-    assert rel(ours, hf_rotary_logits(tmp_path / "hf", X)) <= 1e-12
+    assert rel(ours, hf_logits(tmp_path / "hf", X)) <= 1e-12
 
 
 @pytest.mark.parametrize("kw", SHAPES.values(), ids=SHAPES.keys())
@@ -68,7 +68,7 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(tmp_path, kw):
     assert canon.config.attention == "canonical" and rep.max_rel_logit_diff <= 1e-12
     with torch.no_grad():
         assert rel(canon(X)[0], ref) <= 1e-12
-    back = to_hf_rotary(canon)
+    back = to_hf(canon)
     with torch.no_grad():
         assert rel(back(X).logits, ref) <= 1e-12
     for name, tensor in back.state_dict().items():  # the same tensors transformers names, rot-aware

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from helpers import tells
 from iattention.errors import UserError
 from iattention.interop import stream
-from iattention.interop.hf_rotary import from_hf_model
+from iattention.interop.hf import from_hf_model
 from iattention.interop.load import load_any
 from iattention.symmetry import transforms
 
@@ -300,3 +300,13 @@ def test_a_non_finite_weight_the_conversion_makes_is_one_line(tmp_path):
     tells(err, "the conversion (layer 1) holds non-finite weights",
           "Inf value(s) in model/model.layers.1.self_attn.W_Q", "float16", "nothing was written")
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_a_gpt2_folder_is_refused_in_one_line_not_streamed(tmp_path):
+    """GPT-2 is a row of the one loader (interop/hf.py) but not of the streaming converter (Conv1D weights,
+    learned positions): one line, nothing written."""
+    tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10, n_positions=16)).save_pretrained(
+        tmp_path / "hf")
+    with pytest.raises(UserError, match="GPT-2 model, which converts whole"):
+        stream.hf_to_ours(tmp_path / "hf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
