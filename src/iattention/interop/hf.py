@@ -253,13 +253,9 @@ def hf_gpt2_config(cfg: GPTConfig):
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
 CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig"}
 # model_type -> why not (one line each)
-REFUSED = {
-    "qwen3": "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry",
-    "gemma3": "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry",
-    "gemma3_text": "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry",
-    "olmo2": "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry",
-    "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)",
-}
+_QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
+REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
+           "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
 
 
 def llama_family(model_type: str, where) -> str:
@@ -367,9 +363,9 @@ def _llama_shape(folder: Path) -> GPTConfig:
     return GPTConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
                      n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
                      mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
-                       **attention_biases(family, bias),
-                       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
-                       family=family)
+                     **attention_biases(family, bias),
+                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
+                     family=family)
 
 
 def rotary_of(hf_config, family: str):
