@@ -49,6 +49,17 @@ def compile_row(row: dict) -> dict:
     return row
 
 
+def _ours(path: Path) -> bool:
+    """Whether `path` is a result this script wrote (safe to replace)."""
+    from iattention.checkpoint.run_folder import read_json_object
+    from iattention.errors import UserError
+
+    try:
+        return bool(read_json_object(path, "a result", "", schema={"kernel_source_sha256": (str,)}))
+    except UserError:
+        return False
+
+
 def planned_rows(dims: list[int], dtypes: list[str], targets: list[str], safe_only: bool) -> list[dict]:
     from iattention.kernels import load_kernel
 
@@ -78,6 +89,10 @@ def main() -> None:
 
     from iattention.kernels import load_kernel
 
+    out = Path(a.out)
+    if out.exists() and not _ours(out):
+        sys.exit(f"{out} exists and is not a kernel_shared_memory.py result: give --out a new file")
+
     # The safe config at the widest head dim, both dtypes, Hopper and A100; every config at fp32 and head dim 768
     # on Hopper (where the first GPU window failed), to test the model as a lower bound across tile shapes.
     rows = (planned_rows([1024], ["fp32", "bf16"], ["sm_90", "sm_80"], safe_only=True)
@@ -92,7 +107,6 @@ def main() -> None:
     result = dict(date=datetime.date.today().isoformat(), triton=triton.__version__,
                   kernel_source_sha256=load_kernel().kernel_source_hash(), command=" ".join(["python", *sys.argv]),
                   rows=done)
-    out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out)

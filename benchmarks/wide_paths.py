@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from iattention.checkpoint.run_folder import read_json_object
+from iattention.errors import UserError
 from iattention.kernels import TRITON_INSTALLED, interpreter_on, load_kernel
 from iattention.kernels.auto import PATHS, TABLE_PATH, load_table
 from iattention.kernels.math_path import math_causal_attention
@@ -160,6 +162,8 @@ def main() -> None:
     else:
         sys.exit("no CUDA device: these timings are for a GPU (use --dry to check the script on CPU)")
     out = Path(a.out or f"benchmarks/results/{device}-wide-paths-{datetime.date.today()}.json")
+    if out.exists() and not _ours(out, "rows_planned"):
+        sys.exit(f"{out} exists and is not a wide_paths.py result: give --out a new file")
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     result = dict(device=torch.cuda.get_device_name() if device == "cuda" else "cpu", device_type=device,
@@ -179,6 +183,14 @@ def main() -> None:
     result["complete"] = True
     _write(out, result)
     print(f"wrote {out}")
+
+
+def _ours(path: Path, key: str) -> bool:
+    """Whether `path` is a JSON object holding `key` (a file this script wrote, safe to replace)."""
+    try:
+        return bool(read_json_object(path, "a result", "", schema={key: (int,)}))
+    except UserError:
+        return False
 
 
 def _write(out: Path, result: dict) -> None:
