@@ -510,7 +510,7 @@ def why(runs: dict) -> str:
 
 def verdict(runs: dict) -> str:
     """The sentences README.md and results/README.md carry, every number from the runs."""
-    written = ("replicate", "learning rate")  # the groups whose runs the sentences below say what to make of
+    written = ("replicate", "learning rate", "matched init")  # the groups the sentences below say what to make of
     later = [a for a, h, _ in runs if group(a, h) not in written]
     if later:
         raise SystemExit(f"analyze.py: runs beyond D1 and D2 are committed ({', '.join(sorted(set(later)))}) but the "
@@ -533,10 +533,65 @@ def verdict(runs: dict) -> str:
             f"\"{rule}\" in this regime ({len(seeds)} of the {n_declared} declared pairs; "
             f"{'; '.join(d1_missing(runs)) or 'all finished'}). {context}: the win is against a baseline without "
             "dropout that overfits, not against our better-regularized protocol. " + why(runs) + " "
-            + d2_sentence(runs) + " Whether it comes from canonical's start (`canonical-matched`), needs the "
-            "overfitting regime (dropout 0.1) or holds at 1, 4 and 8 heads is declared in `results/when/PLAN.md` and "
-            f"not yet run. {does_not(our_protocol())}")
+            + d2_sentence(runs) + " " + d1m_sentence(runs) + " Whether it needs the overfitting regime (dropout 0.1) "
+            f"or holds at 1, 4 and 8 heads is declared in `results/when/PLAN.md` and not yet run. "
+            f"{does_not(our_protocol())}")
     return text
+
+
+D1M = "canonical-matched"  # PLAN.md amendment 2026-11-26: canonical from standard's initial function, "D1m"
+D1M_READINGS = {  # PLAN.md declared the first; the others say what the rule's other outcomes leave
+    "level": "the win comes from canonical's start, not from its parameterization (the reading PLAN.md declared)",
+    "canonical better": "canonical wins from standard's very start, so the win is not its starting function alone",
+    "canonical worse": "from standard's start canonical is worse, so the win needs canonical's own start"}
+
+
+def d1m(runs: dict):
+    """canonical-matched − standard, paired by seed, by D1's rule: (Difference, standard's mean, seeds, rule)."""
+    d, ref, seeds = compare(runs, "standard", D1M, 12)
+    return d, ref, seeds, d1_rule(d, ref) if seeds else None
+
+
+def d1m_sentence(runs: dict) -> str:
+    """D1m as far as it has run: per run below 2 pairs (no verdict, PLAN.md), else D1's rule and its reading."""
+    d, ref, seeds, rule = d1m(runs)
+    if not seeds:
+        return "Whether it comes from canonical's start (`canonical-matched`) is not yet run."
+    best = {(a, s): r["best_val_ppl"] for (a, h, s), r in runs.items() if h == 12}
+    per_run = "; ".join(
+        f"seed {s} {best[(D1M, s)]:.2f} against standard {best[('standard', s)]:.2f}"
+        + (f" and canonical {runs[('canonical', 12, s)]['best_val_ppl']:.2f}" if ("canonical", 12, s) in runs else "")
+        for s in seeds)
+    head = ("From standard's start (D1m, `canonical-matched`: canonical's parameterization started from the very "
+            f"function standard starts from), best validation perplexity {per_run}")
+    if not d.has_ci:
+        return f"{head}: one seed pair, so no verdict yet (PLAN.md needs 2)."
+    reading = "" if rule == "not settled" else f": {D1M_READINGS[rule]}"
+    return f"{head}: Δ against standard {fmt(d, ref)}, by D1's rule \"{rule}\"{reading}."
+
+
+def d1m_report(runs: dict) -> list[str]:
+    """D1m's runs beside the same seed's standard and canonical: the best, its epoch, and the first epoch's
+    validation perplexity (canonical's own start is about four times standard's there: the candidate cause)."""
+    lines = ["## D1m: canonical's start or its parameterization? (S-warm, 12 heads, canonical-matched − standard)", ""]
+    done = sorted(s for a, h, s in runs if a == D1M and h == 12)
+    if not done:
+        return lines + ["Not run yet; no verdict."]
+    lines += ["| seed | canonical-matched: best (epoch), after epoch 1 | standard | canonical |",
+              "| ---: | --- | --- | --- |"]
+    for seed in done:
+        cells_ = []
+        for arm in (D1M, "standard", "canonical"):
+            r = runs.get((arm, 12, seed))
+            cells_.append(f"{r['best_val_ppl']:.2f} ({r['best_epoch']}), {r['curve'][1]:,.2f}" if r else "–")
+        lines.append(f"| {seed} | " + " | ".join(cells_) + " |")
+    d, ref, seeds, rule = d1m(runs)
+    lines += ["", d1m_sentence(runs)]
+    if d.has_ci:
+        dc, refc, seedsc = compare(runs, "canonical", D1M, 12)
+        lines.append(f"- canonical-matched − canonical (not a declared rule; context): {fmt(dc, refc)}, seeds "
+                     f"{', '.join(map(str, seedsc))}.")
+    return lines
 
 
 D2_ARMS = ("standard-lr0.7", "standard-lr0.5")  # PLAN.md D2: standard at a lower peak rate, against canonical ×1.0
@@ -633,8 +688,8 @@ def report(runs: dict) -> str:
               f"{_span(runs, 'canonical', 6)} against {_span(runs, 'standard', 6)} (the learning rate at each "
               "arm's best and what the curves say about why: next section).",
               f"- Test perplexity at the best checkpoint: {fmt(test, test_ref)}.", ""] + analyses_report(runs) + ["",
-              ] + d2_report(runs) + ["", "## D3–D5 and the matched-init arm", "",
-              "Not run yet (priorities 3–6 of the queue); no verdict.", "",
+              ] + d2_report(runs) + [""] + d1m_report(runs) + ["", "## D3–D5", "",
+              "Not run yet (the queue's later batches); no verdict.", "",
               ] + cpu_analog() + ["", "## Evaluation on the GPU equals evaluation on a CPU", ""] + \
         gpu_cpu_agreement(runs) + [
               "", "## Verdict", "", verdict(runs), "", "![curves](curves.png)", ""]
