@@ -1,39 +1,47 @@
 #!/usr/bin/env bash
-# One prepared GPU check (issue 52 §4): fits a 10-minute device window (<= 500 s of steps on an H100) and
-# leaves every log and JSON in one folder. Each step runs under `timeout` and the script goes on past a failing
-# step; summary.txt lists each step's exit status (124: it ran out of its time) and seconds.
+# One prepared GPU check (issue 52 §4) in three parts, one part per 10-minute device window (<= 530 s of steps
+# on an H100), each leaving every log and JSON in one folder. Each step runs under `timeout` and the script goes
+# on past a failing step; summary.txt lists each step's exit status (124: it ran out of its time) and seconds.
 #
-#   1. tests/gpu, the compile and training tests  (pytest -m gpu -vv; junit XML)               <= 100 s
-#   2. tests/gpu, the kernel's 18 device cases    (one line a test as it ends, errors at once)  <= 140 s
-#   3. benchmarks/wide_paths.py --T 1024          (§1's rows at T = 1024: SDPA, math, triton;   <= 120 s
-#      its JSON rewritten after every row, so a cut step keeps the rows it measured)
-#   4. iattn bench --preset paper --device cuda --compile --heads 1,12                         <=  90 s
-#      (standard attention, one round of 3 windows, no HF reference: BENCH_ARGS to change)
-#   5. pytest tests/e2e -n 8 -vv                  (the e2e layer under pytest-xdist; one line a  <=  50 s
-#      test in e2e.log, so a cut-off run still shows what ran and what failed)
-# The first window (2026-11-27, 4 minutes left after a "when" batch; benchmarks/results/gpu-check-2026-11-27/)
-# ran the old single tests/gpu step for 120 s: 3 passed, 4 failed, cut; wide-paths measured 6 of 9 rows.
+#   bash benchmarks/gpu_check.sh paths     §1's table, one whole run per head dim, widest first (each run's JSON
+#                                          is rewritten after every row; auto's table takes whole runs only):
+#                                          wide_paths.py --dims 768 (<= 200 s), 512 (<= 170 s), 256 (<= 150 s)
+#   bash benchmarks/gpu_check.sh kernel    tests/gpu: the kernel's 24 device cases (18 at fixed safe tiles, 6
+#                                          autotuned; <= 270 s), then the compile and training tests (<= 250 s)
+#   bash benchmarks/gpu_check.sh train     iattn bench --preset paper --device cuda --compile --heads 1,12
+#                                          (<= 250 s), the e2e layer under pytest -n 8 (<= 270 s)
+#
+# Why parts: the second window (2026-11-27, benchmarks/results/gpu-check-2026-11-27b/) ran all five steps in one
+# command and every step ran out of its time, most of it compiling (the autotuner compiled configs out of shared
+# memory at fp32 and head dim 768, 7-68 s each; the paper preset's compile took over 90 s). Windows for the check
+# take the parts in this order: paths (its table decides auto and the kernel's fate, §1-§2), kernel, train.
 #
 # On the device machine (the device tool runs this in a copy of the working tree; ../shared does not travel, so
 # the data and the pytest-xdist wheels go in the git-ignored gpu-check/, named in carry; about 15 MB):
 #   mkdir -p gpu-check && cp -r ../shared/data gpu-check/data       # here, once
 #   pip download --no-deps -d gpu-check/wheels pytest-xdist execnet   # here, once (the device has no network)
-#   run(command="bash benchmarks/gpu_check.sh", carry=["gpu-check/data", "gpu-check/wheels"], timeout_s=590)
+#   run(command="PYTHON=python3 bash benchmarks/gpu_check.sh paths", carry=["gpu-check/data", "gpu-check/wheels"],
+#       timeout_s=590)
 # Results come back from $OUT (the device tool's output folder). Without $OUT they go to gpu-check/out-<time>/.
-# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before step 5.
+# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before the steps.
 #
-# Dry run on CPU (what to run before spending GPU time; minutes on 2 cores):
+# Dry run on CPU (what to run before spending GPU time; under a minute on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
-# runs every step on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
+# runs every part's steps on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
 # iattn bench --preset tiny --device cpu, and the e2e layer collected under -n 2 plus one file run.
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
-# run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), T_GPU_COMPILE / T_GPU / T_PATHS / T_BENCH /
-# T_E2E (per-step limits in seconds), E2E_WORKERS (default 8), BENCH_ARGS (step 4's extra arguments).
+# run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), E2E_WORKERS (default 8),
+# BENCH_ARGS (the bench step's extra arguments).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+PART=${1:-}
 PRESET=${PRESET:-paper}
+if [ "$PRESET" != tiny ] && [ "$PART" != paths ] && [ "$PART" != kernel ] && [ "$PART" != train ]; then
+  echo "gpu_check.sh: name a part: paths, kernel or train (one per GPU window; PRESET=tiny dry-runs them all)" >&2
+  exit 2
+fi
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
 fi
@@ -59,7 +67,7 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: runs it under timeout, its outpu
 }
 
 {
-  echo "gpu_check $(date -u +%FT%TZ) preset=$PRESET out=$OUT_DIR data=$DATA"
+  echo "gpu_check $(date -u +%FT%TZ) part=${PART:-all} preset=$PRESET out=$OUT_DIR data=$DATA"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --porcelain 2>/dev/null | wc -l) changed files"
 } | tee "$SUMMARY"
 "$PYTHON" - >"$OUT_DIR/environment.json" 2>&1 <<'EOF'
@@ -93,18 +101,20 @@ if [ "$PRESET" = tiny ]; then  # the dry run on CPU
   step e2e "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e -n 2 -p no:cacheprovider -q --co
   step e2e-one-file "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e/test_names.py -n 2 -p no:cacheprovider -vv \
     --junitxml="$OUT_DIR/e2e-one-file.xml"
-else  # tests/gpu in two steps, compile and training first: the kernel matrix autotunes each (head dim, dtype)
-  # and did not finish in 120 s in the first window; each test's line (and a failure's error lines, from
-  # tests/gpu/conftest.py) is written as it ends, so a step cut by its limit still says what failed
-  step gpu-compile "${T_GPU_COMPILE:-100}" "$PYTHON" -m pytest tests/gpu -m gpu -k "not matches_the_math_path" \
-    -vv -rs -p no:cacheprovider --junitxml="$OUT_DIR/gpu-compile.xml"
-  step gpu-kernel "${T_GPU:-140}" "$PYTHON" -m pytest tests/gpu -m gpu -k matches_the_math_path -vv -rs \
-    -p no:cacheprovider --junitxml="$OUT_DIR/gpu-kernel.xml"
-  step wide-paths "${T_PATHS:-120}" "$PYTHON" benchmarks/wide_paths.py --T 1024 --out "$OUT_DIR/wide-paths-T1024.json"
+elif [ "$PART" = paths ]; then  # one whole run per head dim, widest (the paper's) first
+  step wide-paths-d768 200 "$PYTHON" benchmarks/wide_paths.py --dims 768 --out "$OUT_DIR/wide-paths-d768.json"
+  step wide-paths-d512 170 "$PYTHON" benchmarks/wide_paths.py --dims 512 --out "$OUT_DIR/wide-paths-d512.json"
+  step wide-paths-d256 150 "$PYTHON" benchmarks/wide_paths.py --dims 256 --out "$OUT_DIR/wide-paths-d256.json"
+elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines, tests/gpu/conftest.py) as it ends
+  step gpu-kernel 270 "$PYTHON" -m pytest tests/gpu -m gpu -k matches_the_math_path -vv -rs -p no:cacheprovider \
+    --junitxml="$OUT_DIR/gpu-kernel.xml"
+  step gpu-compile 250 "$PYTHON" -m pytest tests/gpu -m gpu -k "not matches_the_math_path" -vv -rs \
+    -p no:cacheprovider --junitxml="$OUT_DIR/gpu-compile.xml"
+else  # train
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  step bench "${T_BENCH:-90}" "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
+  step bench 250 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
     ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} --json "$OUT_DIR/bench-$PRESET.json"
-  step e2e "${T_E2E:-50}" "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv \
+  step e2e 270 "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv --durations=30 \
     --junitxml="$OUT_DIR/e2e.xml"
 fi
 echo "total $(( $(date +%s) - START ))s; logs and JSON in $OUT_DIR" | tee -a "$SUMMARY"

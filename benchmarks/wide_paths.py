@@ -9,9 +9,10 @@ a compile error) is recorded with its error and a null time, never dropped.
                                                                  # benchmarks/results/cuda-wide-paths-<date>.json
     python benchmarks/wide_paths.py --T 1024 --out DIR/x.json    # the T = 1024 rows (benchmarks/gpu_check.sh)
     python benchmarks/wide_paths.py --dry --out /tmp/x.json      # on CPU: tiny shapes, float32, proves it runs
-    python benchmarks/wide_paths.py --table benchmarks/results/cuda-wide-paths-<date>.json
-        # copies that committed result's rows into model.attn_kernel=auto's table
-        # (src/iattention/kernels/auto_table.json), under the device's name
+    python benchmarks/wide_paths.py --table benchmarks/results/cuda-wide-paths-<date>.json [MORE.json ...]
+        # copies those committed results' rows into model.attn_kernel=auto's table
+        # (src/iattention/kernels/auto_table.json), under the device's name; each file a whole run (one GPU
+        # window can measure a head dim's 9 rows: --dims 768), all from one device
 
 Timing: CUDA events around `--reps` calls after `--warmup` calls, the median of `--rounds` such windows.
 """
@@ -120,21 +121,28 @@ def measure_row(fns: dict, d: int, H: int, T: int, B: int, dtype, device: str, a
     return row
 
 
-def write_table(result_path: str) -> None:
-    """Copy a committed result's rows into auto's table under its device name (replacing that device's rows)."""
-    result = json.loads(Path(result_path).read_text())
-    if result.get("dry") or result.get("device_type") != "cuda":
-        sys.exit(f"{result_path} is not a CUDA measurement (dry run or CPU): auto's table takes GPU rows only")
-    if not result.get("complete", True):
-        sys.exit(f"{result_path} was cut after {len(result['rows'])} of its {result['rows_planned']} rows: auto's "
-                 "table takes a whole run only (run wide_paths.py again in a longer window)")
+def write_table(result_paths: list[str]) -> None:
+    """Copy committed results' rows into auto's table under their device's name (replacing that device's rows):
+    each a whole CUDA run, all from one device; a later file's row replaces an earlier one's of the same shape."""
+    results = [json.loads(Path(path).read_text()) for path in result_paths]
+    for path, result in zip(result_paths, results):
+        if result.get("dry") or result.get("device_type") != "cuda":
+            sys.exit(f"{path} is not a CUDA measurement (dry run or CPU): auto's table takes GPU rows only")
+        if not result.get("complete", True):
+            sys.exit(f"{path} was cut after {len(result['rows'])} of its {result['rows_planned']} rows: auto's "
+                     "table takes whole runs only (run wide_paths.py again in a longer window, or fewer --dims)")
+    devices = sorted({r["device"] for r in results})
+    if len(devices) != 1:
+        sys.exit(f"the results are from {len(devices)} devices ({', '.join(devices)}): give one device's files")
+    rows = {(r["d"], r["H"], r["T"]): dict(d=r["d"], H=r["H"], T=r["T"], B=r["B"],
+                                           ms={p: r["ms"].get(p) for p in PATHS})
+            for result in results for r in result["rows"]}
     table = load_table(TABLE_PATH)
-    table["devices"][result["device"]] = [dict(d=r["d"], H=r["H"], T=r["T"], B=r["B"],
-                                               ms={p: r["ms"].get(p) for p in PATHS}) for r in result["rows"]]
+    table["devices"][devices[0]] = [rows[key] for key in sorted(rows)]
     table["source"] = sorted({*([table["source"]] if isinstance(table["source"], str) else table["source"] or []),
-                              str(result_path)})
+                              *map(str, result_paths)})
     TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"{TABLE_PATH}: {len(table['devices'][result['device']])} rows for {result['device']}")
+    print(f"{TABLE_PATH}: {len(rows)} rows for {devices[0]}")
 
 
 def main() -> None:
@@ -149,7 +157,8 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true", help="the math path eager (default: torch.compile)")
     p.add_argument("--dry", action="store_true", help="CPU, float32, tiny shapes: proves the script runs")
     p.add_argument("--out", default=None)
-    p.add_argument("--table", metavar="RESULT.json", help="write auto's table from a committed result and exit")
+    p.add_argument("--table", metavar="RESULT.json", nargs="+",
+                   help="write auto's table from committed results (whole runs, one device) and exit")
     a = p.parse_args()
     if a.table:
         return write_table(a.table)

@@ -29,17 +29,34 @@ def math_attention(q, k, v):
     return s.softmax(-1) @ v
 
 
-@pytest.mark.parametrize("T", [1, 70, 1027])
-@pytest.mark.parametrize("D", [64, 768, 1024])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kernel_on_the_device_matches_the_math_path(T, D, dtype):
+def safe_blocks(kernel):
+    """The kernel's single-stage small tiles (`SAFE_TILES`: the last config of each autotune list) as `Blocks`."""
+    (fm, fn, fc), (bm, bn, bc) = kernel.SAFE_TILES["fwd"], kernel.SAFE_TILES["dkdv"]
+    assert kernel.SAFE_TILES["dq"] == kernel.SAFE_TILES["dkdv"]
+    return kernel.Blocks(BM=fm, BN=fn, BK=64, BDV=fc, bwd_BM=bm, bwd_BN=bn, BDC=bc, num_warps=4, num_stages=1)
+
+
+# The 18 cases at fixed safe tiles (one compile per head dim and dtype: the second GPU window, 2026-11-27, spent
+# its whole step compiling the autotune list at fp32 and 768), and the autotuned launch users get at every head
+# dim and dtype, at one length each (the autotuner compiles its kept configs once per head dim and dtype).
+KERNEL_CASES = ([(dtype, D, T, "safe") for dtype in (torch.float32, torch.bfloat16) for D in (64, 768, 1024)
+                 for T in (1, 70, 1027)]
+                + [(dtype, D, 1027 if dtype == torch.bfloat16 else 70, "autotuned")
+                   for dtype in (torch.float32, torch.bfloat16) for D in (64, 768, 1024)])
+
+
+@pytest.mark.parametrize("dtype,D,T,tiles", KERNEL_CASES,
+                         ids=[f"{str(c[0])[6:]}-{c[1]}-{c[2]}-{c[3]}" for c in KERNEL_CASES])
+def test_kernel_on_the_device_matches_the_math_path(dtype, D, T, tiles):
     pytest.importorskip("triton")
     from iattention.kernels import load_kernel
 
+    kernel = load_kernel()
+    blocks = safe_blocks(kernel) if tiles == "safe" else None
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, T, 1, D, device="cuda", generator=g).transpose(1, 2).to(dtype).requires_grad_()
                for _ in range(3))
-    out = load_kernel().wide_attention(q, k, v)
+    out = kernel.wide_attention(q, k, v, blocks)
     do = torch.randn(out.shape, device="cuda", generator=g).to(dtype)
     grads = torch.autograd.grad(out, (q, k, v), do)
     ref64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
