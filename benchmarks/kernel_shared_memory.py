@@ -10,6 +10,8 @@ pruning by it never drops a config that fits), the single-stage safe config of e
 dim 1024, and the file was made from today's kernel source (else: run this again).
 
     python benchmarks/kernel_shared_memory.py                   # writes benchmarks/results/kernel-shared-memory.json
+    python benchmarks/kernel_shared_memory.py --remodel          # only the rows' `model` again, from today's
+                                                                 # shared_memory_need (same kernel source only)
     PYTHONPATH=/path/to/triton-3.6 python benchmarks/kernel_shared_memory.py   # the GPU image's Triton version
 
 Minutes per row on a CPU at head dim 1024 (the kernels unroll the head dim in 64-column chunks); --jobs runs
@@ -76,14 +78,35 @@ def planned_rows(dims: list[int], dtypes: list[str], targets: list[str], safe_on
                     for dtype in dtypes:
                         rows.append(dict(kind=kind, target=target, D=D, dtype=dtype, tiles=dict(c.kwargs),
                                          num_warps=c.num_warps, num_stages=c.num_stages, safe=safe,
-                                         model=wa.shared_memory_need(kind, D, 4 if dtype == "fp32" else 2, c.kwargs)))
+                                         model=wa.shared_memory_need(kind, D, 4 if dtype == "fp32" else 2, c.kwargs,
+                                                                    c.num_stages)))
     return rows
+
+
+def remodel(out: Path) -> None:
+    """Each row's `model` from today's shared_memory_need; the compiled figures are kept, so only for the kernel
+    source they were compiled from."""
+    from iattention.kernels import load_kernel
+
+    wa = load_kernel()
+    result = json.loads(out.read_text())
+    if result["kernel_source_sha256"] != wa.kernel_source_hash():
+        sys.exit(f"{out} was compiled from other kernel source: run this script without --remodel")
+    for row in result["rows"]:
+        row["model"] = wa.shared_memory_need(row["kind"], row["D"], 4 if row["dtype"] == "fp32" else 2, row["tiles"],
+                                             row["num_stages"])
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out)
+    print(f"{out}: the model of {len(result['rows'])} rows recomputed")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--remodel", action="store_true",
+                   help="recompute each row's model in --out (the compiler's figures kept) and exit")
     a = p.parse_args()
     import triton
 
@@ -92,11 +115,14 @@ def main() -> None:
     out = Path(a.out)
     if out.exists() and not _ours(out):
         sys.exit(f"{out} exists and is not a kernel_shared_memory.py result: give --out a new file")
+    if a.remodel:
+        return remodel(out)
 
-    # The safe config at the widest head dim, both dtypes, Hopper and A100; every config at fp32 and head dim 768
-    # on Hopper (where the first GPU window failed), to test the model as a lower bound across tile shapes.
-    rows = (planned_rows([1024], ["fp32", "bf16"], ["sm_90", "sm_80"], safe_only=True)
-            + planned_rows([768], ["fp32"], ["sm_90"], safe_only=False))
+    # The safe config at the widest head dim, both dtypes, on an A100; every config at head dims 768 and 1024, fp32
+    # and bf16, on Hopper (the first GPU window failed at fp32 and 768), to test the model as a lower bound across
+    # tile shapes, stages and dtypes.
+    rows = (planned_rows([1024], ["fp32", "bf16"], ["sm_80"], safe_only=True)
+            + planned_rows([768, 1024], ["fp32", "bf16"], ["sm_90"], safe_only=False))
     done = []
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
         for row in pool.map(compile_row, rows):

@@ -273,22 +273,28 @@ AMPERE_SHARED_MEMORY = 166912  # A100 (163 KB)
 KINDS = ("fwd", "dkdv", "dq")
 
 
-def shared_memory_need(kind: str, D: int, elem: int, cfg: dict) -> int:
-    """Bytes of shared memory a config of kernel `kind` needs at head dim D with `elem`-byte inputs: a model.
-    Operands that do not change along a program's loop are hoisted out of it whole by Triton's loop-invariant
-    code motion (the forward's Q row block, BM x D; the dK/dV kernel's K and V key blocks, 2 BN x D; the dQ
-    kernel's Q and dO row blocks, 2 BM x D), plus the one chunk tile each step stages for its second product
-    (V: BN x BDV; Q or dO: BM x BDC; K: BN x BDC). At fp32, head dim 1024 and the default tiles the model gives
-    294912 bytes for each of the three kernels, the figure an H100 reported (issue 52: 'Required: 294912').
-    It is a lower bound of the compiler's figure (`benchmarks/results/kernel-shared-memory.json`, compiled for
-    sm_90 and sm_80 without a GPU: within 2,112 bytes of it single-stage; a second pipeline stage adds
-    whole-head-dim blocks, 0.1-0.4 MB at fp32 and head dim 768), so pruning by it never drops a config that
-    fits; one that still does not fit fails to compile and the autotuner skips it (OutOfResources)."""
+def shared_memory_need(kind: str, D: int, elem: int, cfg: dict, stages: int = 1) -> int:
+    """Bytes of shared memory a config of kernel `kind` needs at head dim D with `elem`-byte inputs and `stages`
+    pipeline stages: a model, a lower bound of the compiler's figure. Operands that do not change along a
+    program's loop are hoisted out of it whole by Triton's loop-invariant code motion (the forward's Q row block,
+    BM x D; the dK/dV kernel's K and V key blocks, 2 BN x D; the dQ kernel's Q and dO row blocks, 2 BM x D), plus
+    the one chunk tile each step stages for its second product (V: BN x BDV; Q or dO: BM x BDC; K: BN x BDC).
+    At fp32 (IEEE products, not on tensor cores) each stage past the first buffers the loop's whole-head-dim loads
+    once more (the forward's K key block, BN x D; the dK/dV kernel's Q and dO row blocks, 2 BM x D; the dQ
+    kernel's K and V key blocks, 2 BN x D); at bf16 a second stage adds nothing the model has to count.
+    Checked against the compiler (`benchmarks/results/kernel-shared-memory.json`: every config at head dims 768
+    and 1024, fp32 and bf16, compiled for sm_90 without a GPU by `benchmarks/kernel_shared_memory.py`; the unit
+    tests read it): never above its figure; under it by 0-2,112 bytes single-stage, by 0-4,608 at bf16 and
+    1,024-49,664 at fp32 with two stages (66 rows). The second GPU window (2026-11-27) spent
+    its steps compiling two-stage fp32 configs that a stage-blind model kept and the compiler then refused (7-68 s
+    each). At fp32, head dim 1024 and the first-guess tiles, single-stage, it gives 294912 bytes, the figure an
+    H100 reported for the first kernel (issue 52: 'Required: 294912')."""
+    extra = stages - 1 if elem == 4 else 0
     if kind == "fwd":
-        return elem * (cfg["BM"] * D + cfg["BN"] * cfg["BDV"])
+        return elem * (cfg["BM"] * D + cfg["BN"] * cfg["BDV"] + extra * cfg["BN"] * D)
     if kind == "dkdv":
-        return elem * (2 * cfg["BN"] * D + cfg["BM"] * cfg["BDC"])
-    return elem * (2 * cfg["BM"] * D + cfg["BN"] * cfg["BDC"])
+        return elem * (2 * cfg["BN"] * D + cfg["BM"] * cfg["BDC"] + extra * 2 * cfg["BM"] * D)
+    return elem * (2 * cfg["BM"] * D + cfg["BN"] * cfg["BDC"] + extra * 2 * cfg["BN"] * D)
 
 
 KERNELS = {"fwd": _fwd_kernel, "dkdv": _bwd_dkdv_kernel, "dq": _bwd_dq_kernel}
@@ -320,7 +326,7 @@ def kernel_source_hash() -> str:
 def fitting(configs: list, kind: str, D: int, elem: int, limit: int) -> list:
     """The configs whose shared_memory_need is within `limit` bytes; if none is, the one that needs least (so
     the launch fails with the compiler's own message, not an empty autotune)."""
-    needs = [shared_memory_need(kind, D, elem, c.kwargs) for c in configs]
+    needs = [shared_memory_need(kind, D, elem, c.kwargs, c.num_stages) for c in configs]
     kept = [c for c, n in zip(configs, needs) if n <= limit]
     return kept or [configs[needs.index(min(needs))]]
 
