@@ -7,7 +7,8 @@
 #                                          is rewritten after every row; auto's table takes whole runs only):
 #                                          wide_paths.py --dims 768 (<= 200 s), 512 (<= 170 s), 256 (<= 150 s)
 #   bash benchmarks/gpu_check.sh kernel    tests/gpu: the kernel's 24 device cases (18 at fixed safe tiles, 6
-#                                          autotuned; <= 270 s), then the compile and training tests (<= 250 s)
+#                                          autotuned; <= 270 s), then the 7 compile and training tests, the
+#                                          paper's one-head GPT first (<= 250 s)
 #   bash benchmarks/gpu_check.sh train     iattn bench --preset paper --device cuda --compile --heads 1,12
 #                                          (<= 250 s), the e2e layer under pytest -n 8 (<= 270 s)
 #
@@ -108,8 +109,18 @@ elif [ "$PART" = paths ]; then  # one whole run per head dim, widest (the paper'
 elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines, tests/gpu/conftest.py) as it ends
   step gpu-kernel 270 "$PYTHON" -m pytest tests/gpu -m gpu -k matches_the_math_path -vv -rs -p no:cacheprovider \
     --junitxml="$OUT_DIR/gpu-kernel.xml"
-  step gpu-compile 250 "$PYTHON" -m pytest tests/gpu -m gpu -k "not matches_the_math_path" -vv -rs \
-    -p no:cacheprovider --junitxml="$OUT_DIR/gpu-compile.xml"
+  # the compile and training tests in order of what they decide (pytest keeps the command line's order): the
+  # paper's one-head GPT through the kernel, the op at 768 in bf16, CUDA training, then the rest (one compile
+  # test took 74 s in the second window, so the last may not run)
+  T=tests/gpu/test_cuda.py
+  step gpu-compile 250 "$PYTHON" -m pytest -m gpu -vv -rs -p no:cacheprovider --junitxml="$OUT_DIR/gpu-compile.xml" \
+    "$T::test_a_one_head_gpt_compiles_with_fullgraph_on_each_wide_path[triton]" \
+    "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[768-dtype1]" \
+    "$T::test_tiny_train_on_cuda_eval_agrees_with_cpu_and_cached_generation_equals_uncached" \
+    "$T::test_a_one_head_gpt_compiles_with_fullgraph_on_each_wide_path[math]" \
+    "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[768-dtype0]" \
+    "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype1]" \
+    "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype0]"
 else  # train
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
   step bench 250 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
