@@ -35,7 +35,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check src tests
-	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest
+	IATTN_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -n 2
 
 # The unit layer without the tests marked slow: the quick loop while editing (CI runs `make test`).
 test-fast: setup
