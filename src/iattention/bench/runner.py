@@ -91,13 +91,14 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
     return Timing(statistics.median(rates), statistics.median(fwd_rates), rates, peak)
 
 
-def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
-    """An iattention GPT of this shape and its loss function (x, y) -> loss, as `hf_reference` for transformers'."""
+def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False, loss_chunk: int = 0):
+    """An iattention GPT of this shape and its loss function (x, y) -> loss, as `hf_reference` for transformers'
+    (loss_chunk: train.loss_chunk, the loss that many positions at a time)."""
     model = GPT(cfg).to(device=device, dtype=dtype)
     fn = torch.compile(model, fullgraph=True) if compile else model
 
     def loss_fn(_, x, y):
-        return fn(x, y)[1]
+        return fn(x, y, loss_chunk=loss_chunk)[1]
 
     return model, loss_fn
 
@@ -163,7 +164,7 @@ def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa") -> dic
 
 
 def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool,
-             attn_kernel: str = "auto") -> list:
+             attn_kernel: str = "auto", loss_chunk: int = 0) -> list:
     """(label, attention, heads, cfg, model, loss_fn, params, attention kernel) of every configuration to time."""
     entries = []
     for h in heads:
@@ -173,7 +174,7 @@ def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: 
             kernel = prepare_kernel(attn_kernel, dev.type, cfg.d_head, cfg.dropout,  # what its training steps run
                                     (spec["batch"], h, cfg.block_size))
             torch.manual_seed(0)
-            model, loss_fn = iattention_model(cfg, dev, compile=compile)
+            model, loss_fn = iattention_model(cfg, dev, compile=compile, loss_chunk=loss_chunk)
             entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params(), kernel))
         if reference:
             cfg = base.replace(attention="standard")
@@ -207,7 +208,7 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
               windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print,
-              show_progress: bool | None = None, attn_kernel: str = "auto") -> dict:
+              show_progress: bool | None = None, attn_kernel: str = "auto", loss_chunk: int = 0) -> dict:
     """Every configuration timed `rounds` times, interleaved. `log` gets the plan and the result lines;
     a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
     if show_progress is None:
@@ -220,7 +221,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     name = device_name(dev)
     peak = device_peak_tflops(name) if amp else None
     load_before = os.getloadavg()
-    entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel)
+    entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel, loss_chunk)
     # Rounds interleave the configurations so that drift of the machine hits all of them alike;
     # each configuration's figure is the median over all its timed windows.
     # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
@@ -249,7 +250,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         log(f"{label:<13} {attention:<11} h={h:<3} {kernel:<6} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
             f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s")
     _add_ratios(rows, timings)
-    return dict(preset=preset, shape=spec, attn_kernel_setting=attn_kernel,
+    return dict(preset=preset, shape=spec, attn_kernel_setting=attn_kernel, loss_chunk=loss_chunk,
                 device=device, device_name=name, compile=compile, amp_bf16=amp,
                 loadavg_before=load_before, loadavg_after=os.getloadavg(), noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),

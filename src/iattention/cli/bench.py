@@ -70,7 +70,8 @@ def cmd_bench(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
-                       reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel)
+                       reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel,
+                       loss_chunk=args.loss_chunk)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
         f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}-"
@@ -105,6 +106,9 @@ def register(sub) -> None:
     p.add_argument("--attn-kernel", default="auto", choices=ATTN_KERNELS,
                    help="attention kernel of our models (model.attn_kernel; each row records the one it ran)")
     p.add_argument("--no-reference", action="store_true", help="skip the HF transformers reference")
+    p.add_argument("--loss-chunk", type=int_at_least(0), default=0, metavar="N",
+                   help="our models' training loss N positions at a time, never all the logits (train.loss_chunk; "
+                        "0: all at once)")
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
                    help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate "
                         "(on --device, our models with --attn-kernel; --compile is refused)")

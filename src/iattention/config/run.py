@@ -77,6 +77,9 @@ class LoopConfig:
     final_test: bool = True  # False: no test-split evaluation at the end (the summary's test_ppl is null)
     patience: int = 0  # early stopping after this many epochs without improvement (0: off)
     compile: bool = False
+    # The training loss this many positions at a time, never holding all the logits (model/loss.py: each chunk's
+    # logits recomputed in the backward); 0: all at once. Evaluation always computes them whole.
+    loss_chunk: int = 0
     device: str = "auto"  # auto | cpu | cuda
     amp: bool = True  # bf16 autocast on CUDA
     amp_cpu: bool = False  # bf16 autocast on CPU too (AMX: 1.3-1.8x faster here, but other numbers; BENCHMARKS.md)
@@ -96,7 +99,7 @@ class LoopConfig:
                   ("epochs", "batch_size", "grad_accum", "eval_batch_size")]
         checks += [(n, getattr(self, n) >= 0, ">= 0 (0: off)" if n != "threads" else ">= 0 (0: torch's choice)",
                     f"train.{n}=0") for n in ("seed", "eval_every_steps", "ckpt_every_steps", "patience", "threads",
-                                              "max_steps", "max_tokens", "eval_tokens")]
+                                              "max_steps", "max_tokens", "eval_tokens", "loss_chunk")]
         # C integers underneath: torch's seed is a 64-bit integer, its thread count a C int.
         checks += [("seed", self.seed < 2**63, "< 2^63 (a 64-bit seed)", "train.seed=0"),
                    ("threads", self.threads <= MAX_THREADS, f"<= {MAX_THREADS}", "train.threads=0")]

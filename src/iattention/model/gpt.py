@@ -23,6 +23,7 @@ from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.generate import generate
+from iattention.model.loss import at_least_fp32, chunked_cross_entropy
 from iattention.symmetry.counts import standard_param_count
 from iattention.symmetry.transforms import canonicalize_into, load_into
 
@@ -252,9 +253,12 @@ class GPT(nn.Module):
         return KOnlyCache(c.n_layer, lambda n: self.transformer.rotary_emb(torch.arange(n, device=wte.device),
                                                                              wte.dtype))
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                loss_chunk: int = 0):
         """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.
-        With a cache (make_cache), idx holds the positions after the cached ones (see model/generate.py)."""
+        With a cache (make_cache), idx holds the positions after the cached ones (see model/generate.py).
+        loss_chunk > 0 with targets: (None, loss), the loss computed that many positions at a time without ever
+        holding all the logits (model/loss.py; train.loss_chunk)."""
         B, T = idx.shape  # (B, T) token ids
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
@@ -269,12 +273,15 @@ class GPT(nn.Module):
         x = self.transformer.drop(x)
         for layer, block in enumerate(self.transformer.h):
             x = block(x, cache, layer, rope)  # (B, T, d)
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, padded_vocab_size)
+        x = self.transformer.ln_f(x)  # (B, T, d)
+        if targets is not None and loss_chunk:
+            return None, chunked_cross_entropy(x, self.lm_head, targets, self.config.vocab_size, loss_chunk)
+        logits = self.lm_head(x)  # (B, T, padded_vocab_size)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # (B, T, vocab_size)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))  # (B*T, V) -> ()
+        loss = F.cross_entropy(at_least_fp32(logits.reshape(-1, logits.size(-1))), targets.reshape(-1))  # -> ()
         return logits, loss
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:

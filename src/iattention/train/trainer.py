@@ -184,7 +184,7 @@ class Trainer:
         for i, ids in enumerate(micro):
             x, y = (rt.to_device(b) for b in train_batch(self.data.splits["train"], ids, self.cfg.model.block_size))
             with rt.no_sync(self.train_model, last=i == len(micro) - 1), rt.autocast():
-                _, loss = self.train_model(x, y)
+                _, loss = self.train_model(x, y, loss_chunk=t.loss_chunk)
             (loss / t.grad_accum).backward()
             loss_sum += loss.detach() / t.grad_accum
         loss_val = rt.ctx.sum_(loss_sum).item() / rt.world

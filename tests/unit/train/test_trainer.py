@@ -2,6 +2,7 @@
 itself (summary, metrics.jsonl, steps.jsonl, checkpoints), its learning rates are the schedule's, its test
 perplexity is that of the best-validation weights, and a finished run is not trained again."""
 
+import copy
 import json
 import random
 
@@ -143,3 +144,23 @@ def test_eval_tokens_caps_training_s_validation_final_test_false_skips_test_and_
     assert "warning: optim.warmup_steps" in capsys.readouterr().err  # step 5's lr is still the peak
     train(load_config("tiny", None, [*ov, "train.max_steps=7"]), out, resume=True, quiet=True)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_run_with_the_loss_in_chunks_trains_as_the_whole_loss_does(run, tmp_path, monkeypatch):
+    """train.loss_chunk=5 (not a divisor of a batch's 4 x 8 positions): every training step's loss goes through
+    the chunked loss (counted, the real function called), and the steps' losses are the whole loss's run's to
+    float32 rounding, as the loss is the same function computed in pieces."""
+    from iattention.model import gpt
+
+    calls = []
+    real = gpt.chunked_cross_entropy
+    monkeypatch.setattr(gpt, "chunked_cross_entropy", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    cfg = copy.deepcopy(run["cfg"])
+    cfg.train.loss_chunk = 5
+    summary = train(cfg, tmp_path / "run", quiet=True)
+    assert calls == [5] * summary["steps"]
+    steps = json_lines(tmp_path / "run" / "steps.jsonl")
+    assert summary["steps"] == run["summary"]["steps"]
+    for a, b in zip(steps, run["steps"]):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * b["loss"], (a["step"], a["loss"], b["loss"])
+    assert summary["config"]["train"]["loss_chunk"] == 5
