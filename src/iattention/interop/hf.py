@@ -332,7 +332,6 @@ def hf_gpt2_config(cfg: GPTConfig):
 
 # model_type -> transformers class name
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
-CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig"}
 # model_type -> why not (one line each)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
 REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
@@ -512,7 +511,7 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
 
 
 def hf_llama_config(cfg: GPTConfig):
-    tf = _transformers_v5()
+    config_class = _class(cfg.family).config_class  # LlamaConfig, ...: transformers 5's (rope_parameters)
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
         raise UserError(f"transformers' {FAMILIES[cfg.family]} rotates all of a head's dims in the 'half' layout; "
                         f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
@@ -532,7 +531,7 @@ def hf_llama_config(cfg: GPTConfig):
     if cfg.family == "qwen2" and cfg.sliding_window:  # its window on the layers from max_window_layers on
         kw.update(use_sliding_window=True, sliding_window=cfg.sliding_window,
                   max_window_layers=cfg.full_attention_layers)
-    return getattr(tf, CONFIGS[cfg.family])(**kw)
+    return config_class(**kw)
 
 
 # ---------------------------------------------------------------------------------------------------- GPT-NeoX

@@ -48,6 +48,7 @@ from iattention.interop.convert import (
     check_failures,
     conditioning_parts,
     layer_conditioning,
+    probe_batch,
     refuse_or_warn,
     staged_folder,
 )
@@ -66,6 +67,7 @@ from iattention.interop.hf import (
     family_of,
     from_hf_model,
     hf_config_of,
+    hf_logits,
     rotary_of,
     write_transformers4_keys,
 )
@@ -431,11 +433,6 @@ def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:
                    "streaming converter allows itself; the per-layer check above stands for it")
 
 
-def _probe(cfg: GPTConfig) -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, cfg.vocab_size, (2, min(64, cfg.block_size)), generator=g)
-
-
 def _hf_config(folder: Path, family: str):
     config_class = _class(family).config_class
     try:
@@ -486,9 +483,9 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
             hf = _class(family).from_pretrained(str(src), dtype=torch.float64).eval()
-            x = _probe(cfg)
-            ref = hf(x).logits
             ours = from_hf_model(hf, family)
+            x = probe_batch(ours)
+            ref = hf(x).logits
             del hf
             mine = ours(x)[0]
             report.source_load = relative(mine, ref)
@@ -570,11 +567,10 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
-            x = _probe(cfg)
-            mine = load_any(src)[0].to(torch.float64)(x)[0]
-            hf = _class(cfg.family).from_pretrained(str(tmp), dtype=torch.float64).eval()
-            report.conversion = relative(hf(x).logits, mine)
-            del hf
+            ours = load_any(src)[0].to(torch.float64)
+            x = probe_batch(ours)
+            mine = ours(x)[0]
+            report.conversion = relative(hf_logits(tmp, x), mine)
         report.files, report.bytes_written = writer.names, writer.total
         report.source_note = ("not checked: the source is an iattention checkpoint, for which there is no "
                               "transformers reference")
