@@ -300,17 +300,15 @@ def _gpt2_shape(folder: Path) -> GPTConfig:
                      block_size=c["n_positions"], mlp_hidden=_gpt2_mlp(c.get("n_inner"), c["n_embd"]))
 
 
+# The GPT2Config keys the standard GPT-2 block fixes: key -> whether a value is the standard block's
+_GPT2_BLOCK = {"scale_attn_by_inverse_layer_idx": lambda v: not v, "scale_attn_weights": bool,
+               "activation_function": lambda v: v in ("gelu_new", "gelu_pytorch_tanh"),
+               "layer_norm_epsilon": lambda v: abs(v - 1e-5) <= 1e-12}
+
+
 def gpt2_config_of(hc, rotary, tied: bool) -> GPTConfig:
     """Our config for a transformers GPT2Config (the standard GPT-2 block only; its head tied: see `from_hf_model`)."""
-    problems = []
-    if hc.scale_attn_by_inverse_layer_idx:
-        problems.append("scale_attn_by_inverse_layer_idx=True")
-    if not hc.scale_attn_weights:
-        problems.append("scale_attn_weights=False")
-    if hc.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        problems.append(f"activation_function={hc.activation_function}")
-    if abs(hc.layer_norm_epsilon - 1e-5) > 1e-12:
-        problems.append(f"layer_norm_epsilon={hc.layer_norm_epsilon}")
+    problems = [f"{k}={getattr(hc, k)}" for k, standard in _GPT2_BLOCK.items() if not standard(getattr(hc, k))]
     if problems:
         raise UserError(f"unsupported GPT-2 variant ({', '.join(problems)}); iattention models the standard GPT-2 "
                         "block only")
