@@ -26,18 +26,14 @@ from iattention.utils.faults import fault_point
 from iattention.utils.files import as_os_error, check_regular
 
 FORMAT = "iattention-checkpoint-1"
-TIED = ("lm_head.weight",)  # tied to transformer.wte.weight; stored once
-
-
-EMBEDDINGS = ("transformer.wte.weight",)  # what a tied lm_head.weight is
+TIED, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # a tied head is the embedding: stored once
 
 
 def model_tensors(model) -> dict[str, torch.Tensor]:
     """The model's tensors, a tied head once (an untied one, as a Llama-family model may have, in full)."""
     state = model.state_dict()
-    shared = {k for k in TIED if k in state and any(state[e].data_ptr() == state[k].data_ptr()
-                                                    for e in EMBEDDINGS if e in state)}
-    return {f"model/{k}": v.detach().contiguous() for k, v in state.items() if k not in shared}
+    tied = TIED in state and EMBEDDING in state and state[EMBEDDING].data_ptr() == state[TIED].data_ptr()
+    return {f"model/{k}": v.detach().contiguous() for k, v in state.items() if not (tied and k == TIED)}
 
 
 def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -245,11 +241,7 @@ def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
-    for k in TIED:
-        if k in state:  # an untied head, saved in full
-            continue
-        twin = next((e for e in EMBEDDINGS if e in state), None)
-        state[k] = state[twin] if twin else None
+    state.setdefault(TIED, state.get(EMBEDDING))  # a tied head is its embedding (an untied one was saved in full)
     own = model.state_dict()
     for k, v in state.items():  # load_state_dict would cast silently: an fp16 or int64 file is another model
         if k in own and v is not None and v.dtype != own[k].dtype:

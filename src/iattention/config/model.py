@@ -105,18 +105,6 @@ def upgrade_override_key(key: str, note=None) -> str:
     return key
 
 
-def check_kernel_and_dropout(attn_kernel, dropout) -> None:
-    """model.attn_kernel and model.dropout, for either model family: a known kernel, a dropout in [0, 1), and no
-    dropout with the Triton kernel (it has none)."""
-    if attn_kernel not in ATTN_KERNELS:
-        raise UserError(f"unknown model.attn_kernel {attn_kernel!r}; choose one of {', '.join(ATTN_KERNELS)}")
-    if attn_kernel == "triton" and isinstance(dropout, (int, float)) and dropout:
-        raise UserError(f"model.attn_kernel=triton has no dropout (model.dropout={dropout!r}); set model.dropout=0 "
-                        "or model.attn_kernel=auto")
-    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
-        raise UserError(f"dropout must be in [0, 1), got {dropout!r}")
-
-
 @dataclass
 class GPTConfig:
     """One decoder-only transformer: GPT-2, Llama, Qwen2, Mistral as values of these keys (litgpt's `Config`).
@@ -274,7 +262,14 @@ class GPTConfig:
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")
         if not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden < 0:
             raise UserError(f"model.mlp_hidden must be an integer >= 0 (0: 4 x n_embd), got {self.mlp_hidden!r}")
-        check_kernel_and_dropout(self.attn_kernel, self.dropout)
+        kernel, dropout = self.attn_kernel, self.dropout  # a known kernel, a dropout in [0, 1), none with triton
+        if kernel not in ATTN_KERNELS:
+            raise UserError(f"unknown model.attn_kernel {kernel!r}; choose one of {', '.join(ATTN_KERNELS)}")
+        if kernel == "triton" and isinstance(dropout, (int, float)) and dropout:
+            raise UserError(f"model.attn_kernel=triton has no dropout (model.dropout={dropout!r}); set "
+                            "model.dropout=0 or model.attn_kernel=auto")
+        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {dropout!r}")
         for name, example in (("rope_theta", "10000"), ("norm_eps", "1e-6")):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
+from iattention.interop.hf import SPECS
 
-# model.family -> the transformers class prefix an export writes (GPT-2's is GPT2LMHeadModel, named below)
-FAMILY_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gpt_neox": "GPTNeoX"}
 _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
             ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
 
@@ -54,9 +53,9 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     config = _resolved(config)
     family = config.get("family", "gpt2")
     llama = family != "gpt2"  # a rotary family, exported as its family's class
-    name, cls, form = ((FAMILY_NAMES.get(family, family), f"{FAMILY_NAMES.get(family, family)}ForCausalLM",
-                        f"{FAMILY_NAMES.get(family, family)} form") if llama else ("GPT-2", "GPT2LMHeadModel",
-                                                                                   "GPT-2 form"))
+    cls = SPECS[family].cls if family in SPECS else f"{family}ForCausalLM"  # the class an export writes
+    name = cls.removesuffix("ForCausalLM") if llama else "GPT-2"
+    form = f"{name} form"
     heads = (f"{config.get('n_head')} query heads sharing {config.get('n_kv_head')} key/value heads of "
              f"{config.get('d_head')} dims, RoPE" if llama else f"{config.get('n_head')} heads")
     lines = [

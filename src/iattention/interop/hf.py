@@ -48,6 +48,11 @@ from iattention.symmetry.transforms import expand
 
 FINITE_FIX = "use a model with finite weights (it diverged or was damaged)"  # a NaN/Inf weight's refusal
 _FIX = "fix the key or re-save the model with save_pretrained"
+_RESAVE = "download or copy the model folder again, or re-save it with save_pretrained"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _transformers():
@@ -82,8 +87,10 @@ def _strict_error():
 
 
 INDEX = "model.safetensors.index.json"
-_FLOAT = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+_ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _OTHER = {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+# old HF checkpoints' saved frequencies and GPT-NeoX's causal-mask buffers: transformers ignores them too
+_IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
 
 def _weight_files(path: Path) -> list[str]:
@@ -103,40 +110,114 @@ def _weight_files(path: Path) -> list[str]:
     return files
 
 
-def _check_hf_weights(path: Path) -> dict[str, list[int]]:
-    """transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a
-    float32 file would load as another model. All weights must share one floating dtype (as our own
-    checkpoints must match the model's), the attention-mask buffers of old files aside. Returns each
-    tensor's shape, as its header declares it."""
-    seen: dict[str, tuple[str, str]] = {}
-    shapes: dict[str, list[int]] = {}
-    for name in _weight_files(path):
-        if not (path / name).is_file():
-            named = f"{path / INDEX} names shard {name}, which" if name != "model.safetensors" else \
-                f"its weights file {name}"
-            raise UserError(f"{path}: {named} is missing; download or copy the whole model folder again, or re-save "
-                            "it with save_pretrained")
-        check_declared_size(path / name)  # a crafted header over a sparse file would be materialised
-        try:
-            with safe_open(str(path / name), framework="pt") as f:
+class Source:
+    """An HF-layout folder's safetensors files (one, or an index's shards), their headers read at once, their
+    tensors a few at a time: what the whole-model loader checks before transformers reads the folder
+    (transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a float32
+    file would load as another model), and what the streaming converter (interop/stream.py) reads layer by layer.
+    `files`: by default the folder's (its index's shards, else model.safetensors); `declared`: each file's
+    declared size checked first (a whole load would materialise a crafted header over a sparse file; a streamed
+    one reads a layer at a time, so a model larger than memory is its point)."""
+
+    def __init__(self, folder: Path, files: list[str] | None = None, declared: bool = False):
+        self.folder = folder
+        self.where: dict[str, str] = {}
+        self.shapes: dict[str, list[int]] = {}
+        self.dtypes: dict[str, str] = {}
+        index = folder / INDEX if (folder / INDEX).exists() else None
+        for name in _weight_files(folder) if files is None else files:
+            if not (folder / name).is_file():
+                named = f"{index} names shard {name}, which" if index else f"its weights file {name}"
+                raise UserError(f"{folder}: {named} is missing; {_RESAVE}")
+            if declared:
+                check_declared_size(folder / name)
+            with self._open(name) as f:
                 for k in f.keys():
-                    if k.endswith((".attn.bias", ".attn.masked_bias")):
-                        continue
-                    dtype = f.get_slice(k).get_dtype()
-                    if dtype not in _FLOAT:
-                        kind = _OTHER.get(dtype, dtype.lower())
-                        raise UserError(f"{path / name} holds {k} as {kind}, not floating point; a model's weights "
-                                        "are float tensors: re-save the model with save_pretrained")
-                    seen.setdefault(dtype, (name, k))
-                    shapes[k] = list(f.get_slice(k).get_shape())
+                    sl = f.get_slice(k)
+                    self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
+        if index:  # every tensor the index names must be where it says
+            wm = read_json_object(index, "a safetensors index", _RESAVE, schema={"weight_map": (dict,)})["weight_map"]
+            for k, shard in wm.items():
+                if self.where.get(k) != shard:
+                    raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
+
+    def _open(self, name: str):
+        path = self.folder / name
+        try:
+            return safe_open(str(path), framework="pt")
         except SafetensorError as e:
-            raise UserError(f"cannot read {path / name} as safetensors ({str(e).splitlines()[0][:100]}); re-save "
-                            "it with save_pretrained(safe_serialization=True)") from None
-    if len(seen) > 1:
-        (a, (_, ka)), (b, (fb, kb)) = list(seen.items())[:2]
-        raise UserError(f"{path / fb} mixes dtypes ({ka} is {_FLOAT[a]}, {kb} is {_FLOAT[b]}); transformers would "
-                        "cast them silently: convert the model to one dtype explicitly and re-save it")
-    return shapes
+            raise UserError(f"cannot read {path} as safetensors ({str(e).splitlines()[0][:80]}): it is truncated "
+                            f"or damaged; {_RESAVE}") from None
+
+    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tensors `names`, each file opened once and closed again (its mapped pages let go)."""
+        files: dict[str, list[str]] = {}
+        for k in names:
+            files.setdefault(self.where[k], []).append(k)
+        out = {}
+        for name, keys in files.items():
+            try:
+                with self._open(name) as f:
+                    for k in keys:
+                        out[k] = f.get_tensor(k)
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / name} ({str(e).splitlines()[0][:80]}); {_RESAVE}") \
+                    from None
+        return out
+
+    def chunks(self, name: str, max_bytes: int):
+        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
+        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
+        shape = self.shapes[name]
+        row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
+        step = max(1, max_bytes // max(row, 1))
+        for start in range(0, max(shape[0], 1) if shape else 1, step):
+            try:
+                with self._open(self.where[name]) as f:
+                    sl = f.get_slice(name)
+                    yield sl[start:start + step] if shape else sl[:]
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / self.where[name]} ({str(e).splitlines()[0][:80]}); "
+                                f"{_RESAVE}") from None
+
+    def float_dtype(self, skip: tuple[str, ...] = _IGNORED, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
+        """The one floating dtype of the weights (the tensors named `skip` aside, as transformers ignores them,
+        and int64 ones named `allowed_ints`); another dtype, or two, is one line."""
+        seen: dict[str, str] = {}
+        for k, dt in self.dtypes.items():
+            if k.endswith(skip) or k.endswith(allowed_ints) and dt == "I64":
+                continue
+            if dt not in _ST:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} as {_OTHER.get(dt, dt)}, not floating "
+                                "point; iattention reads float16, bfloat16, float32 and float64 weights only: "
+                                "dequantize the model (load it in transformers and save_pretrained it in bfloat16) "
+                                "and convert that")
+            seen.setdefault(dt, k)
+        if len(seen) > 1:
+            (a, ka), (b, kb) = list(seen.items())[:2]
+            raise UserError(f"{self.folder / self.where[kb]} mixes dtypes ({ka} is {dtype_name(_ST[a])}, {kb} is "
+                            f"{dtype_name(_ST[b])}); transformers would cast them silently: convert the model to one "
+                            "dtype explicitly and re-save it")
+        if not seen:
+            raise UserError(f"{self.folder} holds no floating-point weights; {_RESAVE}")
+        return _ST[next(iter(seen))]
+
+    def check_against(self, expected: dict[str, list[int]], config: str) -> None:
+        """Every tensor a model of this config has, of its shape, and nothing else."""
+        have = {k for k in self.shapes if not k.endswith(_IGNORED)}
+        missing, unexpected = sorted(set(expected) - have), sorted(have - set(expected))
+        if missing:
+            raise UserError(f"{self.folder} lacks tensor {missing[0]}"
+                            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}, which {config} "
+                            f"needs; {_RESAVE}")
+        if unexpected:
+            raise UserError(f"{self.folder / self.where[unexpected[0]]} holds tensor {unexpected[0]}, which {config} "
+                            f"does not have; {_RESAVE}")
+        for k, shape in expected.items():
+            if self.shapes[k] != shape:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} of shape {self.shapes[k]}, but {config} "
+                                f"makes it {shape}; the config and the weights disagree: fix the config's sizes or "
+                                f"{_RESAVE}")
 
 
 # ------------------------------------------------------------------------------------------- config and sizes
@@ -219,17 +300,15 @@ def _gpt2_shape(folder: Path) -> GPTConfig:
                      block_size=c["n_positions"], mlp_hidden=_gpt2_mlp(c.get("n_inner"), c["n_embd"]))
 
 
+# The GPT2Config keys the standard GPT-2 block fixes: key -> whether a value is the standard block's
+_GPT2_BLOCK = {"scale_attn_by_inverse_layer_idx": lambda v: not v, "scale_attn_weights": bool,
+               "activation_function": lambda v: v in ("gelu_new", "gelu_pytorch_tanh"),
+               "layer_norm_epsilon": lambda v: abs(v - 1e-5) <= 1e-12}
+
+
 def gpt2_config_of(hc, rotary, tied: bool) -> GPTConfig:
     """Our config for a transformers GPT2Config (the standard GPT-2 block only; its head tied: see `from_hf_model`)."""
-    problems = []
-    if hc.scale_attn_by_inverse_layer_idx:
-        problems.append("scale_attn_by_inverse_layer_idx=True")
-    if not hc.scale_attn_weights:
-        problems.append("scale_attn_weights=False")
-    if hc.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        problems.append(f"activation_function={hc.activation_function}")
-    if abs(hc.layer_norm_epsilon - 1e-5) > 1e-12:
-        problems.append(f"layer_norm_epsilon={hc.layer_norm_epsilon}")
+    problems = [f"{k}={getattr(hc, k)}" for k, standard in _GPT2_BLOCK.items() if not standard(getattr(hc, k))]
     if problems:
         raise UserError(f"unsupported GPT-2 variant ({', '.join(problems)}); iattention models the standard GPT-2 "
                         "block only")
@@ -251,7 +330,6 @@ def hf_gpt2_config(cfg: GPTConfig):
 
 # model_type -> transformers class name
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
-CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig"}
 # model_type -> why not (one line each)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
 REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
@@ -431,7 +509,7 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
 
 
 def hf_llama_config(cfg: GPTConfig):
-    tf = _transformers_v5()
+    config_class = _class(cfg.family).config_class  # LlamaConfig, ...: transformers 5's (rope_parameters)
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
         raise UserError(f"transformers' {FAMILIES[cfg.family]} rotates all of a head's dims in the 'half' layout; "
                         f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
@@ -451,7 +529,7 @@ def hf_llama_config(cfg: GPTConfig):
     if cfg.family == "qwen2" and cfg.sliding_window:  # its window on the layers from max_window_layers on
         kw.update(use_sliding_window=True, sliding_window=cfg.sliding_window,
                   max_window_layers=cfg.full_attention_layers)
-    return getattr(tf, CONFIGS[cfg.family])(**kw)
+    return config_class(**kw)
 
 
 # ---------------------------------------------------------------------------------------------------- GPT-NeoX
@@ -630,9 +708,10 @@ def from_hf(model_or_path) -> GPT:
     family = family_of(path)
     spec, cls = SPECS[family], _class(family)
     cfg = spec.read_config(path)
-    shapes = _check_hf_weights(path)
+    source = Source(path, declared=True)
+    source.float_dtype(skip=(".attn.bias", ".attn.masked_bias"))  # old GPT-2 files' attention-mask buffers
     if spec.check_sizes:
-        spec.check_sizes(path, cfg, shapes)
+        spec.check_sizes(path, cfg, source.shapes)
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         hf, info = cls.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)

@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from tqdm import tqdm
 
 from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding
 from iattention.checkpoint import state as ckpt
-from iattention.checkpoint.run_folder import read_json_object
 from iattention.checkpoint.state import check_finite
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
@@ -49,20 +48,26 @@ from iattention.interop.convert import (
     check_failures,
     conditioning_parts,
     layer_conditioning,
+    probe_batch,
     refuse_or_warn,
     staged_folder,
 )
 from iattention.interop.hf import (
+    _IGNORED,
+    _ST,
     FINITE_FIX,
     INDEX,
     SPECS,
+    Source,
     _class,
     _strict_error,
     _transformers_v5,
     _weight_files,
+    dtype_name,
     family_of,
     from_hf_model,
     hf_config_of,
+    hf_logits,
     rotary_of,
     write_transformers4_keys,
 )
@@ -81,118 +86,12 @@ PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 norm
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
           "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
           DATA_SPEC_FILE)
-_ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
 _LAYER = re.compile(r"^(?:model/)?(?:model|gpt_neox)\.layers\.(\d+)\.")
-# old HF checkpoints' saved frequencies and GPT-NeoX's causal-mask buffers: transformers ignores them too
-_IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
-_RESAVE = "download or copy the model folder again, or re-save it with save_pretrained"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 # ---------------------------------------------------------------------------------------------------- reading
-
-
-class Source:
-    """A model's safetensors files (one, or an index's shards), their headers read at once, their tensors a few
-    at a time."""
-
-    def __init__(self, folder: Path, files: list[str], index: Path | None):
-        self.folder = folder
-        self.where: dict[str, str] = {}
-        self.shapes: dict[str, list[int]] = {}
-        self.dtypes: dict[str, str] = {}
-        for name in files:
-            if not (folder / name).is_file():
-                named = f"{index} names shard {name}, which" if index else f"its weights file {name}"
-                raise UserError(f"{folder}: {named} is missing; {_RESAVE}")
-            with self._open(name) as f:
-                for k in f.keys():
-                    sl = f.get_slice(k)
-                    self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
-        if index:  # every tensor the index names must be where it says
-            wm = read_json_object(index, "a safetensors index", _RESAVE, schema={"weight_map": (dict,)})["weight_map"]
-            for k, shard in wm.items():
-                if self.where.get(k) != shard:
-                    raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
-
-    def _open(self, name: str):
-        path = self.folder / name
-        try:
-            return safe_open(str(path), framework="pt")
-        except SafetensorError as e:
-            raise UserError(f"cannot read {path} as safetensors ({str(e).splitlines()[0][:80]}): it is truncated "
-                            f"or damaged; {_RESAVE}") from None
-
-    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
-        """The tensors `names`, each file opened once and closed again (its mapped pages let go)."""
-        files: dict[str, list[str]] = {}
-        for k in names:
-            files.setdefault(self.where[k], []).append(k)
-        out = {}
-        for name, keys in files.items():
-            try:
-                with self._open(name) as f:
-                    for k in keys:
-                        out[k] = f.get_tensor(k)
-            except SafetensorError as e:
-                raise UserError(f"cannot read {self.folder / name} ({str(e).splitlines()[0][:80]}); {_RESAVE}") \
-                    from None
-        return out
-
-    def chunks(self, name: str, max_bytes: int):
-        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
-        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
-        shape = self.shapes[name]
-        row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
-        step = max(1, max_bytes // max(row, 1))
-        for start in range(0, max(shape[0], 1) if shape else 1, step):
-            try:
-                with self._open(self.where[name]) as f:
-                    sl = f.get_slice(name)
-                    yield sl[start:start + step] if shape else sl[:]
-            except SafetensorError as e:
-                raise UserError(f"cannot read {self.folder / self.where[name]} ({str(e).splitlines()[0][:80]}); "
-                                f"{_RESAVE}") from None
-
-    def float_dtype(self, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
-        """The one floating dtype of the weights; another dtype, or two, is one line."""
-        seen: dict[str, str] = {}
-        for k, dt in self.dtypes.items():
-            if k.endswith(_IGNORED) or k.endswith(allowed_ints) and dt == "I64":
-                continue
-            if dt not in _ST:
-                raise UserError(f"{self.folder / self.where[k]} holds {k} as {dt}; iattn convert reads float16, "
-                                "bfloat16, float32 and float64 weights only: dequantize the model (load it in "
-                                "transformers and save_pretrained it in bfloat16) and convert that")
-            seen.setdefault(dt, k)
-        if len(seen) > 1:
-            (a, ka), (b, kb) = list(seen.items())[:2]
-            raise UserError(f"{self.folder} mixes dtypes ({ka} is {dtype_name(_ST[a])}, {kb} is "
-                            f"{dtype_name(_ST[b])}); convert the model to one dtype explicitly and re-save it")
-        if not seen:
-            raise UserError(f"{self.folder} holds no floating-point weights; {_RESAVE}")
-        return _ST[next(iter(seen))]
-
-    def check_against(self, expected: dict[str, list[int]], config: str) -> None:
-        """Every tensor a model of this config has, of its shape, and nothing else."""
-        have = {k for k in self.shapes if not k.endswith(_IGNORED)}
-        missing, unexpected = sorted(set(expected) - have), sorted(have - set(expected))
-        if missing:
-            raise UserError(f"{self.folder} lacks tensor {missing[0]}"
-                            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}, which {config} "
-                            f"needs; {_RESAVE}")
-        if unexpected:
-            raise UserError(f"{self.folder / self.where[unexpected[0]]} holds tensor {unexpected[0]}, which {config} "
-                            f"does not have; {_RESAVE}")
-        for k, shape in expected.items():
-            if self.shapes[k] != shape:
-                raise UserError(f"{self.folder / self.where[k]} holds {k} of shape {self.shapes[k]}, but {config} "
-                                f"makes it {shape}; the config and the weights disagree: fix the config's sizes or "
-                                f"{_RESAVE}")
+# (the source's files: hf.Source, which the whole-model loader checks a folder with too)
 
 
 def shapes_of(cfg: GPTConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
@@ -534,11 +433,6 @@ def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:
                    "streaming converter allows itself; the per-layer check above stands for it")
 
 
-def _probe(cfg: GPTConfig) -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, cfg.vocab_size, (2, min(64, cfg.block_size)), generator=g)
-
-
 def _hf_config(folder: Path, family: str):
     config_class = _class(family).config_class
     try:
@@ -562,8 +456,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         raise UserError(f"{src} is a GPT-2 model, which converts whole, not streamed: iattn convert --from {src}")
     spec = SPECS[family]
     cfg_json = spec.read_config(src)
-    index = src / INDEX if (src / INDEX).exists() else None
-    source = Source(src, _weight_files(src), index)
+    source = Source(src)
     src_dtype = source.float_dtype()
     if spec.check_sizes:
         spec.check_sizes(src, cfg_json, source.shapes)
@@ -590,9 +483,9 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
             hf = _class(family).from_pretrained(str(src), dtype=torch.float64).eval()
-            x = _probe(cfg)
-            ref = hf(x).logits
             ours = from_hf_model(hf, family)
+            x = probe_batch(ours)
+            ref = hf(x).logits
             del hf
             mine = ours(x)[0]
             report.source_load = relative(mine, ref)
@@ -649,8 +542,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     files = _our_files(src)
     meta = ckpt.read_meta(src / files[0])
     cfg = GPTConfig.from_dict(meta["config"]["model"])
-    index = src / INDEX if (src / INDEX).exists() else None
-    source = Source(src, files, index)
+    source = Source(src, files)
     src_dtype = source.float_dtype(allowed_ints=("_perm",))
     source.check_against({k: s for k, (s, _) in shapes_of(cfg, "model/").items()},
                          "the config in its checkpoint's metadata")
@@ -675,11 +567,10 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
-            x = _probe(cfg)
-            mine = load_any(src)[0].to(torch.float64)(x)[0]
-            hf = _class(cfg.family).from_pretrained(str(tmp), dtype=torch.float64).eval()
-            report.conversion = relative(hf(x).logits, mine)
-            del hf
+            ours = load_any(src)[0].to(torch.float64)
+            x = probe_batch(ours)
+            mine = ours(x)[0]
+            report.conversion = relative(hf_logits(tmp, x), mine)
         report.files, report.bytes_written = writer.names, writer.total
         report.source_note = ("not checked: the source is an iattention checkpoint, for which there is no "
                               "transformers reference")

@@ -3,10 +3,4 @@ activation caching (`activations.py`)."""
 
 from iattention.model.gpt import GPT
 
-
-def build_model(config) -> GPT:
-    """The model a run's model section (a GPTConfig) describes."""
-    return GPT(config)
-
-
-__all__ = ["GPT", "build_model"]
+__all__ = ["GPT"]

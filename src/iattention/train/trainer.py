@@ -27,7 +27,7 @@ from iattention.data.dataset import epoch_order, train_batch
 from iattention.data.sources import resolved_data_dir
 from iattention.errors import UserError
 from iattention.kernels import prepare as prepare_kernel
-from iattention.model import build_model
+from iattention.model import GPT
 from iattention.model.gpt import check_fits_in_memory
 from iattention.train.checkpointer import Checkpointer
 from iattention.train.corpus import load_run_data
@@ -135,7 +135,7 @@ class Trainer:
         m = self.cfg.model  # the attention kernel checked (one line), auto's table read and the kernel loaded
         # before compile (either model family)
         prepare_kernel(m.attn_kernel, device.type, m.d_head, m.dropout)
-        self.model = build_model(self.cfg.model).to(device)
+        self.model = GPT(self.cfg.model).to(device)
         self.init_source = self.ckpt.initial_weights(self.model, self.cfg)
         self.optimizer = build_optimizer(self.model, self.cfg.optim, device.type)
         start = self.ckpt.start(self.model, self.optimizer, self.data.steps_per_epoch)
