@@ -15,7 +15,8 @@
 #
 # Why parts: the second window (2026-11-27, benchmarks/results/gpu-check-2026-11-27b/) ran all five steps in one
 # command and every step ran out of its time, most of it compiling (the autotuner compiled configs out of shared
-# memory at fp32 and head dim 768, 7-68 s each; the paper preset's compile took over 90 s). Windows for the check
+# memory at fp32 and head dim 768, each 10-90 s to compile for sm_90 on 2 CPU cores; the paper preset's compile
+# took over 90 s). Windows for the check
 # take the parts in this order: paths (its table decides auto and the kernel's fate, §1-§2), kernel, train.
 #
 # On the device machine (the device tool runs this in a copy of the working tree; ../shared does not travel, so
@@ -25,7 +26,7 @@
 #   run(command="PYTHON=python3 bash benchmarks/gpu_check.sh paths", carry=["gpu-check/data", "gpu-check/wheels"],
 #       timeout_s=590)
 # Results come back from $OUT (the device tool's output folder). Without $OUT they go to gpu-check/out-<time>/.
-# If pytest-xdist is missing there, it is installed from gpu-check/wheels (--no-index) before the steps.
+# If pytest-xdist is missing there, the train part installs it from gpu-check/wheels (--no-index) first.
 #
 # Dry run on CPU (what to run before spending GPU time; under a minute on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
@@ -34,7 +35,8 @@
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
 # run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), E2E_WORKERS (default 8),
-# BENCH_ARGS (the bench step's extra arguments).
+# BENCH_ARGS (the bench step's arguments after --heads, replacing its defaults), BENCH_EXTRA (added to them,
+# e.g. "--loss-chunk 2048").
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -90,7 +92,8 @@ except ImportError:
 print(json.dumps(info))
 EOF
 cat "$OUT_DIR/environment.json" | tee -a "$SUMMARY"
-if ! "$PYTHON" -c "import xdist" 2>/dev/null && ls gpu-check/wheels/*.whl >/dev/null 2>&1; then
+if { [ "$PART" = train ] || [ "$PRESET" = tiny ]; } && ! "$PYTHON" -c "import xdist" 2>/dev/null \
+    && ls gpu-check/wheels/*.whl >/dev/null 2>&1; then  # only the e2e step runs under xdist
   step install-xdist 60 "$PYTHON" -m pip install --no-index --no-deps gpu-check/wheels/*.whl
 fi
 
@@ -125,7 +128,8 @@ elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines
 else  # train
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
   step bench 250 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
-    ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} --json "$OUT_DIR/bench-$PRESET.json"
+    ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} ${BENCH_EXTRA:-} \
+    --json "$OUT_DIR/bench-$PRESET.json"
   step e2e 270 "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv --durations=30 \
     --junitxml="$OUT_DIR/e2e.xml"
 fi

@@ -122,8 +122,9 @@ def measure_row(fns: dict, d: int, H: int, T: int, B: int, dtype, device: str, a
 
 
 def write_table(result_paths: list[str]) -> None:
-    """Copy committed results' rows into auto's table under their device's name (replacing that device's rows):
-    each a whole CUDA run, all from one device; a later file's row replaces an earlier one's of the same shape."""
+    """Copy committed results' rows into auto's table under their device's name: each a whole CUDA run, all from
+    one device; a file's row replaces the table's (or an earlier file's) row of the same shape, and the device's
+    other rows stay (one GPU window measures one head dim: `--table d768.json`, later `--table d512.json`)."""
     results = [json.loads(Path(path).read_text()) for path in result_paths]
     for path, result in zip(result_paths, results):
         if result.get("dry") or result.get("device_type") != "cuda":
@@ -134,10 +135,11 @@ def write_table(result_paths: list[str]) -> None:
     devices = sorted({r["device"] for r in results})
     if len(devices) != 1:
         sys.exit(f"the results are from {len(devices)} devices ({', '.join(devices)}): give one device's files")
-    rows = {(r["d"], r["H"], r["T"]): dict(d=r["d"], H=r["H"], T=r["T"], B=r["B"],
-                                           ms={p: r["ms"].get(p) for p in PATHS})
-            for result in results for r in result["rows"]}
     table = load_table(TABLE_PATH)
+    rows = {(r["d"], r["H"], r["T"]): r for r in table["devices"].get(devices[0], [])}
+    rows.update({(r["d"], r["H"], r["T"]): dict(d=r["d"], H=r["H"], T=r["T"], B=r["B"],
+                                                ms={p: r["ms"].get(p) for p in PATHS})
+                 for result in results for r in result["rows"]})
     table["devices"][devices[0]] = [rows[key] for key in sorted(rows)]
     table["source"] = sorted({*([table["source"]] if isinstance(table["source"], str) else table["source"] or []),
                               *map(str, result_paths)})

@@ -74,7 +74,8 @@ def cmd_bench(args) -> None:
                        loss_chunk=args.loss_chunk)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
-        f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}-"
+        f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}"
+        f"{f'-loss{args.loss_chunk}' if args.loss_chunk else ''}-"
         f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
     write_json(out, result)
     print()

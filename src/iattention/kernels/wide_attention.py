@@ -285,10 +285,11 @@ def shared_memory_need(kind: str, D: int, elem: int, cfg: dict, stages: int = 1)
     Checked against the compiler (`benchmarks/results/kernel-shared-memory.json`: every config at head dims 768
     and 1024, fp32 and bf16, compiled for sm_90 without a GPU by `benchmarks/kernel_shared_memory.py`; the unit
     tests read it): never above its figure; under it by 0-2,112 bytes single-stage, by 0-4,608 at bf16 and
-    1,024-49,664 at fp32 with two stages (66 rows). The second GPU window (2026-11-27) spent
-    its steps compiling two-stage fp32 configs that a stage-blind model kept and the compiler then refused (7-68 s
-    each). At fp32, head dim 1024 and the first-guess tiles, single-stage, it gives 294912 bytes, the figure an
-    H100 reported for the first kernel (issue 52: 'Required: 294912')."""
+    1,024-49,664 at fp32 with two stages (60 sm_90 rows, and the safe configs' 6 for sm_80). The second GPU window
+    (2026-11-27) spent its steps compiling two-stage fp32 configs that a stage-blind model kept and the compiler
+    then refused (each 10-90 s to compile for sm_90 on 2 CPU cores). At fp32, head dim 1024 and the first-guess
+    tiles, single-stage, it gives 294912 bytes, the figure an H100 reported for the first kernel (issue 52:
+    'Required: 294912')."""
     extra = stages - 1 if elem == 4 else 0
     if kind == "fwd":
         return elem * (cfg["BM"] * D + cfg["BN"] * cfg["BDV"] + extra * cfg["BN"] * D)

@@ -274,6 +274,8 @@ class GPT(nn.Module):
         for layer, block in enumerate(self.transformer.h):
             x = block(x, cache, layer, rope)  # (B, T, d)
         x = self.transformer.ln_f(x)  # (B, T, d)
+        if loss_chunk < 0:
+            raise ValueError(f"loss_chunk must be >= 0 (0: the whole loss at once), got {loss_chunk}")
         if targets is not None and loss_chunk:
             return None, chunked_cross_entropy(x, self.lm_head, targets, self.config.vocab_size, loss_chunk)
         logits = self.lm_head(x)  # (B, T, padded_vocab_size)

@@ -46,6 +46,17 @@ def test_whole_runs_of_one_device_merge_into_its_rows_and_other_devices_are_kept
     assert written["source"] == sorted([first, second, again])
 
 
+def test_one_head_dim_a_window_adds_to_the_device_s_rows_and_replaces_only_the_same_shapes(wide_paths, tmp_path):
+    """The GPU check's `paths` part measures one head dim per window: two separate --table calls keep both."""
+    module, table = wide_paths
+    module.write_table([result(tmp_path, "d768.json", 768)])
+    module.write_table([result(tmp_path, "d512.json", 512)])
+    module.write_table([result(tmp_path, "d768-again.json", 768, fast="triton")])
+    rows = json.loads(table.read_text())["devices"]["NVIDIA H100 80GB HBM3"]
+    assert sorted({r["d"] for r in rows}) == [512, 768] and len(rows) == 8
+    assert all(r["ms"]["triton"] == (1.0 if r["d"] == 768 else 2.0) for r in rows)
+
+
 @pytest.mark.parametrize("case", ["cut", "two devices", "dry"])
 def test_a_cut_run_a_second_device_or_a_dry_run_is_refused_and_the_table_kept(wide_paths, tmp_path, case):
     module, table = wide_paths

@@ -79,3 +79,9 @@ def test_the_chunked_loss_compiles_with_fullgraph_and_matches_eager():
     eager = model(x, y, loss_chunk=8)[1]
     compiled = torch.compile(model, fullgraph=True)(x, y, loss_chunk=8)[1]
     assert torch.allclose(eager, compiled, rtol=1e-5, atol=1e-6)
+
+
+def test_a_negative_chunk_is_refused_not_a_zero_loss():
+    model, x, y = model_and_batch("gpt2")
+    with pytest.raises(ValueError, match="loss_chunk must be >= 0"):
+        model(x, y, loss_chunk=-1)
