@@ -216,6 +216,7 @@ def status(root: Path) -> None:
 
 
 def pack(root: Path, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)  # $OUT exists on the device; a dry run's OUT may not yet
     with tarfile.open(out, "w:gz") as tar:
         for run in sorted((root / "runs").iterdir()) if (root / "runs").exists() else []:
             for f in SMALL_FILES:
