@@ -76,11 +76,16 @@ def planned_rows(dims: list[int], dtypes: list[str], targets: list[str], safe_on
             for target in targets:
                 for D in dims:
                     for dtype in dtypes:
-                        rows.append(dict(kind=kind, target=target, D=D, dtype=dtype, tiles=dict(c.kwargs),
-                                         num_warps=c.num_warps, num_stages=c.num_stages, safe=safe,
-                                         model=wa.shared_memory_need(kind, D, 4 if dtype == "fp32" else 2, c.kwargs,
-                                                                    c.num_stages)))
+                        row = dict(kind=kind, target=target, D=D, dtype=dtype, tiles=dict(c.kwargs),
+                                   num_warps=c.num_warps, num_stages=c.num_stages, safe=safe)
+                        rows.append(row | dict(model=model_of(wa, row)))
     return rows
+
+
+def model_of(wa, row: dict) -> int:
+    """shared_memory_need's figure for a row of this file."""
+    return wa.shared_memory_need(row["kind"], row["D"], 4 if row["dtype"] == "fp32" else 2, row["tiles"],
+                                 row["num_stages"])
 
 
 def remodel(out: Path) -> None:
@@ -93,8 +98,7 @@ def remodel(out: Path) -> None:
     if result["kernel_source_sha256"] != wa.kernel_source_hash():
         sys.exit(f"{out} was compiled from other kernel source: run this script without --remodel")
     for row in result["rows"]:
-        row["model"] = wa.shared_memory_need(row["kind"], row["D"], 4 if row["dtype"] == "fp32" else 2, row["tiles"],
-                                             row["num_stages"])
+        row["model"] = model_of(wa, row)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out)

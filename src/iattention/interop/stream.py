@@ -90,10 +90,6 @@ _ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
 _LAYER = re.compile(r"^(?:model/)?(?:model|gpt_neox)\.layers\.(\d+)\.")
 
 
-# ---------------------------------------------------------------------------------------------------- reading
-# (the source's files: hf.Source, which the whole-model loader checks a folder with too)
-
-
 def shapes_of(cfg: GPTConfig, prefix: str = "") -> dict[str, tuple[list[int], torch.dtype]]:
     """{name: (shape, dtype)} of a model of `cfg`, in state-dict order, a tied head once (none allocated), under
     its family's transformers names (model/names.py): a converted folder (`prefix` "model/") keeps the tensor names
