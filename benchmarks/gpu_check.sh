@@ -10,8 +10,10 @@
 #   bash benchmarks/gpu_check.sh kernel    tests/gpu: the kernel's 24 device cases (18 at fixed safe tiles, 6
 #                                          autotuned; <= 270 s), then the 7 compile and training tests, the
 #                                          paper's one-head GPT first (<= 250 s)
-#   bash benchmarks/gpu_check.sh train     iattn bench --preset paper --device cuda --compile --heads 1,12
-#                                          (<= 250 s), the e2e layer under pytest -n 8 (<= 270 s)
+#   bash benchmarks/gpu_check.sh train     compile_time.py: the paper model compiled whole against its regions
+#                                          (train.compile_scope; <= 150 s), iattn bench --preset paper --device
+#                                          cuda --compile --compile-scope blocks --heads 1,12 (<= 190 s), the e2e
+#                                          layer under pytest -n 8 (<= 180 s)
 #
 # Why parts: the second window (2026-11-27, benchmarks/results/gpu-check-2026-11-27b/) ran all five steps in one
 # command and every step ran out of its time, most of it compiling (the autotuner compiled configs out of shared
@@ -31,7 +33,8 @@
 # Dry run on CPU (what to run before spending GPU time; under a minute on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
 # runs every part's steps on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
-# iattn bench --preset tiny --device cpu, and the e2e layer collected under -n 2 plus one file run.
+# compile_time.py and iattn bench --compile --compile-scope blocks on the tiny preset, and the e2e layer
+# collected under -n 2 plus one file run.
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
 # run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), E2E_WORKERS (default 8),
@@ -101,8 +104,11 @@ if [ "$PRESET" = tiny ]; then  # the dry run on CPU
   step gpu-tests "${T_GPU:-120}" "$PYTHON" -m pytest tests/gpu -m gpu -rs -p no:cacheprovider \
     --junitxml="$OUT_DIR/gpu-tests.xml"
   step wide-paths "${T_PATHS:-240}" "$PYTHON" benchmarks/wide_paths.py --dry --out "$OUT_DIR/wide-paths-dry.json"
+  step compile-time "${T_BENCH:-300}" "$PYTHON" benchmarks/compile_time.py --device cpu --preset tiny --heads 2 \
+    --attention standard --scopes model,blocks --tokens 16 --windows 1 --steps 1 \
+    --out "$OUT_DIR/compile-time-dry.json"
   step bench "${T_BENCH:-300}" "$PYTHON" -m iattention bench --preset tiny --device cpu --heads 1,2 --windows 1 \
-    --steps 1 --rounds 1 --no-reference --json "$OUT_DIR/bench-tiny.json"
+    --steps 1 --rounds 1 --no-reference --compile --compile-scope blocks --json "$OUT_DIR/bench-tiny.json"
   step e2e "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e -n 2 -p no:cacheprovider -q --co
   step e2e-one-file "${T_E2E:-300}" "$PYTHON" -m pytest tests/e2e/test_names.py -n 2 -p no:cacheprovider -vv \
     --junitxml="$OUT_DIR/e2e-one-file.xml"
@@ -126,11 +132,15 @@ elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines
     "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype1]" \
     "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype0]"
 else  # train
+  # what compiling costs and gives at the training shape: the whole model against its regions (each case in a
+  # fresh process, inductor's caches off); decides train.compile_scope's default
+  step compile-time 150 "$PYTHON" benchmarks/compile_time.py --device cuda --preset "$PRESET" --heads 12 \
+    --attention standard --scopes model,blocks --batch 16 --tokens 1024 --out "$OUT_DIR/compile-time-cuda.json"
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  step bench 250 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
-    ${BENCH_ARGS:---attention standard --rounds 1 --windows 3 --no-reference} ${BENCH_EXTRA:-} \
-    --json "$OUT_DIR/bench-$PRESET.json"
-  step e2e 270 "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv --durations=30 \
+  step bench 190 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile --heads 1,12 \
+    ${BENCH_ARGS:---compile-scope blocks --attention standard --rounds 1 --windows 3 --no-reference} \
+    ${BENCH_EXTRA:-} --json "$OUT_DIR/bench-$PRESET.json"
+  step e2e 180 "$PYTHON" -m pytest tests/e2e -n "${E2E_WORKERS:-8}" -p no:cacheprovider -vv --durations=30 \
     --junitxml="$OUT_DIR/e2e.xml"
 fi
 echo "total $(( $(date +%s) - START ))s; logs and JSON in $OUT_DIR" | tee -a "$SUMMARY"

@@ -107,3 +107,23 @@ def test_generate_records_the_device_and_kernel_it_ran(tmp_path, capsys):
     result = json.loads((tmp_path / "g.json").read_text())
     assert result["device"] == "cpu" and result["attn_kernel_setting"] == "sdpa"
     assert {r["attn_kernel"] for r in result["rows"]} == {"sdpa"} and len(result["rows"]) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_compiled_bench_of_more_than_four_configurations_runs_and_says_how_it_compiled(tmp_path, scope):
+    """Every model of one code adds its training and its no_grad graph to that code's one dynamo cache (limit 8):
+    the fifth compiled configuration failed with a traceback before (FailOnRecompileLimitHit)."""
+    out = tmp_path / "b.json"
+    code = main(["bench", "--preset", "tiny", "--heads", "1,2", "--windows", "1", "--steps", "1", "--rounds", "1",
+                 "--no-reference", "--compile", "--compile-scope", scope, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0 and len(data["rows"]) >= 5 and (data["compile_scope"], data["compile_mode"]) == (scope, "default")
+    assert all(r["train_tokens_per_s"] > 0 and r["first_step_s"] > 0 for r in data["rows"])
+
+
+def test_compile_scope_or_mode_without_compile_is_refused_in_one_line(tmp_path, capsys):
+    rc = main(["bench", "--preset", "tiny", "--heads", "1", "--compile-scope", "blocks", "--json",
+               str(tmp_path / "b.json")])
+    one_line_error(capsys, rc, "--compile-scope", "--compile")
+    assert not (tmp_path / "b.json").exists()

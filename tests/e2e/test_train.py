@@ -233,6 +233,31 @@ def test_resume_with_more_epochs_extends_a_finished_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_compiled_by_blocks_trains_as_the_eager_run_and_evaluates_eagerly(tmp_path):
+    """train.compile_scope=blocks (regional compilation): the same losses as the eager run up to float32 rounding,
+    the same checkpoint names, and exact float32 evaluations that are the eager model's."""
+    from torch._dynamo.utils import counters
+
+    paths = write_corpus(tmp_path)
+    runs = {}
+    for name, extra in (("eager", {}), ("blocks", {"train.compile": "true", "train.compile_scope": "blocks"})):
+        cfg = load_config("tiny", None, tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1,
+                                                                                      "model.n_layer": 2, **extra}))
+        torch._dynamo.reset()
+        counters.clear()
+        runs[name] = train(cfg, tmp_path / name, quiet=True)
+        runs[name]["graphs"] = counters["stats"]["unique_graphs"]
+    eager, blocks = _steps(tmp_path / "eager"), _steps(tmp_path / "blocks")
+    assert len(eager) == len(blocks) > 1
+    assert all(math.isclose(a["loss"], b["loss"], rel_tol=1e-4) for a, b in zip(eager, blocks))
+    assert runs["eager"]["graphs"] == 0 and runs["blocks"]["graphs"] == 2  # one block graph, one head graph
+    assert math.isclose(runs["eager"]["best_val_ppl"], runs["blocks"]["best_val_ppl"], rel_tol=1e-4)
+    a, _ = load_model(tmp_path / "eager" / "last.safetensors")
+    b, _ = load_model(tmp_path / "blocks" / "last.safetensors")
+    assert list(a.state_dict()) == list(b.state_dict())
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", variant_names())
 def test_paper_preset_model_trains_compiled_in_bf16_on_cpu_and_its_checkpoint_reloads(tmp_path, attention):
     """The GPU path (paper preset: 12 layers, d=768, GPT-2 vocabulary; torch.compile, bf16 autocast)

@@ -32,6 +32,7 @@ class Timing:
     forward_tokens_per_s: float
     train_window_tokens_per_s: list[float]
     peak_memory_mb: float | None
+    first_step_s: float | None = None  # the first training step's seconds: torch.compile's work included
 
 
 def bench_device(device: str) -> torch.device:
@@ -58,6 +59,7 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
         torch.cuda.reset_peak_memory_stats(device)
 
     def step():
+        torch.compiler.cudagraph_mark_step_begin()  # a new step for CUDA graphs (--compile-mode reduce-overhead)
         with ctx():
             loss = loss_fn(model, inp, tgt)
         loss.backward()
@@ -65,7 +67,12 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
         opt.zero_grad(set_to_none=True)
 
     model.train()
-    for _ in range(warmup):
+    sync(device)
+    t = time.perf_counter()
+    step()
+    sync(device)
+    first = time.perf_counter() - t
+    for _ in range(warmup - 1):
         step()
     rates = []
     for _ in range(windows):
@@ -82,20 +89,27 @@ def time_model(model: torch.nn.Module, loss_fn, vocab: int, batch: int, T: int, 
             sync(device)
             t = time.perf_counter()
             for _ in range(steps_per_window):
+                torch.compiler.cudagraph_mark_step_begin()
                 with ctx():
                     loss_fn(model, inp, tgt)
             sync(device)
             if i >= warmup:
                 fwd_rates.append(batch * T * steps_per_window / (time.perf_counter() - t))
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return Timing(statistics.median(rates), statistics.median(fwd_rates), rates, peak)
+    return Timing(statistics.median(rates), statistics.median(fwd_rates), rates, peak, first)
 
 
-def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False, loss_chunk: int = 0):
+def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False, loss_chunk: int = 0,
+                     compile_scope: str = "model", compile_mode: str = "default"):
     """An iattention GPT of this shape and its loss function (x, y) -> loss, as `hf_reference` for transformers'
-    (loss_chunk: train.loss_chunk, the loss that many positions at a time)."""
+    (loss_chunk: train.loss_chunk, the loss that many positions at a time; compile_scope and compile_mode:
+    train.compile_scope and train.compile_mode)."""
     model = GPT(cfg).to(device=device, dtype=dtype)
-    fn = torch.compile(model, fullgraph=True) if compile else model
+    fn = model
+    if compile and compile_scope == "blocks":
+        model.compile_regions(compile_mode)
+    elif compile:
+        fn = torch.compile(model, fullgraph=True, mode=compile_mode)
 
     def loss_fn(_, x, y):
         return fn(x, y, loss_chunk=loss_chunk)[1]
@@ -103,7 +117,7 @@ def iattention_model(cfg: GPTConfig, device, dtype=torch.float32, compile: bool 
     return model, loss_fn
 
 
-def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False):
+def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = False, compile_mode: str = "default"):
     """transformers' model of the same shape and family (GPT2LMHeadModel, LlamaForCausalLM, ...; SDPA attention), or
     None if not installed."""
     try:
@@ -116,7 +130,7 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
     hc, cls = hf_config_of(cfg), getattr(transformers, SPECS[cfg.family].cls)
     hc._attn_implementation = "sdpa"
     model = cls(hc).to(device=device, dtype=dtype)
-    fn = torch.compile(model) if compile else model
+    fn = torch.compile(model, mode=compile_mode) if compile else model
 
     def loss_fn(_, x, y):  # the same loss expression as iattention.GPT's
         logits = fn(input_ids=x).logits
@@ -153,6 +167,7 @@ def bench_spec(preset: str) -> dict:
 def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa") -> dict:
     flops = executed_flops_per_token(cfg)
     row = dict(model=label, attention=attention, n_head=h, params=n_params, attn_kernel=kernel,
+               first_step_s=timing.first_step_s,
                train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
                train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
                executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
@@ -164,7 +179,8 @@ def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa") -> dic
 
 
 def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: bool, reference: bool,
-             attn_kernel: str = "auto", loss_chunk: int = 0) -> list:
+             attn_kernel: str = "auto", loss_chunk: int = 0, compile_scope: str = "model",
+             compile_mode: str = "default") -> list:
     """(label, attention, heads, cfg, model, loss_fn, params, attention kernel) of every configuration to time."""
     entries = []
     for h in heads:
@@ -174,11 +190,12 @@ def _entries(spec: dict, attentions: list[str], heads: list[int], dev, compile: 
             kernel = prepare_kernel(attn_kernel, dev.type, cfg.d_head, cfg.dropout,  # what its training steps run
                                     (spec["batch"], h, cfg.block_size))
             torch.manual_seed(0)
-            model, loss_fn = iattention_model(cfg, dev, compile=compile, loss_chunk=loss_chunk)
+            model, loss_fn = iattention_model(cfg, dev, compile=compile, loss_chunk=loss_chunk,
+                                              compile_scope=compile_scope, compile_mode=compile_mode)
             entries.append(("iattention", attention, h, cfg, model, loss_fn, model.num_params(), kernel))
         if reference:
             cfg = base.replace(attention="standard")
-            model, loss_fn = hf_reference(cfg, dev, compile=compile)
+            model, loss_fn = hf_reference(cfg, dev, compile=compile, compile_mode=compile_mode)
             if model is not None:
                 entries.append((f"hf-{cfg.family}", "standard", h, cfg, model, loss_fn,
                                 sum(p.numel() for p in model.parameters()), "sdpa"))
@@ -208,7 +225,8 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
 
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
               windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print,
-              show_progress: bool | None = None, attn_kernel: str = "auto", loss_chunk: int = 0) -> dict:
+              show_progress: bool | None = None, attn_kernel: str = "auto", loss_chunk: int = 0,
+              compile_scope: str = "model", compile_mode: str = "default") -> dict:
     """Every configuration timed `rounds` times, interleaved. `log` gets the plan and the result lines;
     a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
     if show_progress is None:
@@ -221,7 +239,8 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     name = device_name(dev)
     peak = device_peak_tflops(name) if amp else None
     load_before = os.getloadavg()
-    entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel, loss_chunk)
+    entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel, loss_chunk, compile_scope,
+                       compile_mode)
     # Rounds interleave the configurations so that drift of the machine hits all of them alike;
     # each configuration's figure is the median over all its timed windows.
     # Odd rounds run the list backwards, so no configuration always runs first (or right after another).
@@ -231,27 +250,32 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         f"{per_config} steps each (batch {spec['batch']} × {spec['model']['block_size']} tokens), interleaved")
     progress = tqdm(total=len(entries) * rounds, desc="bench", unit="timing", disable=not show_progress,
                     file=sys.stderr, dynamic_ncols=True)
-    for rnd in range(rounds):
-        order = list(enumerate(entries))
-        for i, (label, attention, h, cfg, model, loss_fn, _, _) in (order if rnd % 2 == 0 else order[::-1]):
-            progress.set_postfix_str(f"round {rnd + 1}/{rounds}: {attention if label == 'iattention' else label} "
-                                     f"h={h}")
-            timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
-                                         windows, steps, amp=amp))
-            progress.update()
+    # Every model of one code (GPT.forward, or Block.forward and GPT._head with --compile-scope blocks) adds its
+    # training and its no_grad graph to that code's one cache, whose limit (8) is 4 configurations: fullgraph
+    # fails past it. Room for all of them, for this benchmark only.
+    with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(entries) + 2)):
+        for rnd in range(rounds):
+            order = list(enumerate(entries))
+            for i, (label, attention, h, cfg, model, loss_fn, _, _) in (order if rnd % 2 == 0 else order[::-1]):
+                progress.set_postfix_str(f"round {rnd + 1}/{rounds}: "
+                                         f"{attention if label == 'iattention' else label} h={h}")
+                timings[i].append(time_model(model, loss_fn, cfg.vocab_size, spec["batch"], cfg.block_size, dev,
+                                             windows, steps, amp=amp))
+                progress.update()
     progress.close()
     rows = []
     for i, (label, attention, h, cfg, _, _, n_params, kernel) in enumerate(entries):
         ts = timings[i]
         train = [r for t in ts for r in t.train_window_tokens_per_s]
         merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
-                        max((t.peak_memory_mb or 0) for t in ts) or None)
+                        max((t.peak_memory_mb or 0) for t in ts) or None, ts[0].first_step_s)
         rows.append(_row(label, attention, h, cfg, merged, n_params, peak, kernel))
         log(f"{label:<13} {attention:<11} h={h:<3} {kernel:<6} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
-            f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s")
+            f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s   first step {merged.first_step_s:.1f} s")
     _add_ratios(rows, timings)
     return dict(preset=preset, shape=spec, attn_kernel_setting=attn_kernel, loss_chunk=loss_chunk,
                 device=device, device_name=name, compile=compile, amp_bf16=amp,
+                compile_scope=compile_scope if compile else None, compile_mode=compile_mode if compile else None,
                 loadavg_before=load_before, loadavg_after=os.getloadavg(), noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),
                 peak_bf16_tflops=peak, windows=windows, steps_per_window=steps, rounds=rounds,

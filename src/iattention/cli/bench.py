@@ -15,7 +15,7 @@ from iattention.bench.runner import bench_spec, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, str_list
 from iattention.config import model_preset, preset_names
-from iattention.config.run import MAX_THREADS
+from iattention.config.run import COMPILE_MODES, COMPILE_SCOPES, MAX_THREADS
 from iattention.errors import UserError
 from iattention.kernels import ATTN_KERNELS
 from iattention.utils.atomic import write_json
@@ -63,6 +63,9 @@ def cmd_bench(args) -> None:
         raise UserError(f"unknown attention {bad[0]!r}; choose from {', '.join(variant_names())}")
     if "standard" not in args.attention:
         args.attention = ["standard", *args.attention]
+    if not args.compile and (args.compile_scope != "model" or args.compile_mode != "default"):
+        raise UserError("--compile-scope and --compile-mode say how --compile compiles; add --compile, or leave them "
+                        "out")
     if args.generate:
         return cmd_generation_bench(args)
     d = bench_spec(args.preset)["model"]["n_embd"]
@@ -71,9 +74,12 @@ def cmd_bench(args) -> None:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
                        reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel,
-                       loss_chunk=args.loss_chunk)
+                       loss_chunk=args.loss_chunk, compile_scope=args.compile_scope,
+                       compile_mode=args.compile_mode)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
+        f"{'-blocks' if args.compile and args.compile_scope == 'blocks' else ''}"
+        f"{'-' + args.compile_mode if args.compile and args.compile_mode != 'default' else ''}"
         f"{'' if args.attn_kernel == 'auto' else '-' + args.attn_kernel}"
         f"{f'-loss{args.loss_chunk}' if args.loss_chunk else ''}-"
         f"{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json")
@@ -99,6 +105,11 @@ def register(sub) -> None:
     p.add_argument("--heads", type=ints, default=[1, 4, 8])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")
+    p.add_argument("--compile-scope", default="model", choices=COMPILE_SCOPES,
+                   help="with --compile: the whole model, or each block and the head on their own (regional "
+                        "compilation: a fraction of the compile time; train.compile_scope)")
+    p.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
+                   help="with --compile: torch.compile's mode (reduce-overhead: CUDA graphs; train.compile_mode)")
     p.add_argument("--windows", type=int_at_least(1), default=5, help="timed windows (the median is reported)")
     p.add_argument("--steps", type=int_at_least(1), default=3, help="steps per timed window")
     p.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved rounds over all configurations")

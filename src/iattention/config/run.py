@@ -53,6 +53,8 @@ def _check(section: str, obj, checks) -> None:
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("cosine", "linear")  # train/schedule.py
 OPTIMIZERS = ("adamw", "muon")
+COMPILE_SCOPES = ("model", "blocks")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 MAX_THREADS = 4096  # more than any machine has; torch takes a C int
 
 
@@ -77,6 +79,11 @@ class LoopConfig:
     final_test: bool = True  # False: no test-split evaluation at the end (the summary's test_ppl is null)
     patience: int = 0  # early stopping after this many epochs without improvement (0: off)
     compile: bool = False
+    # What train.compile compiles: "model" (the whole model, one graph) or "blocks" (regional compilation: one
+    # block's graph serves them all, plus the head and loss: a fraction of the compile time; GPT.compile_regions).
+    compile_scope: str = "model"
+    # torch.compile's mode: default | reduce-overhead (CUDA graphs) | max-autotune | max-autotune-no-cudagraphs
+    compile_mode: str = "default"
     # The training loss this many positions at a time, never holding all the logits (model/loss.py: each chunk's
     # logits recomputed in the backward); 0: all at once. Evaluation always computes them whole.
     loss_chunk: int = 0
@@ -103,6 +110,10 @@ class LoopConfig:
         # C integers underneath: torch's seed is a 64-bit integer, its thread count a C int.
         checks += [("seed", self.seed < 2**63, "< 2^63 (a 64-bit seed)", "train.seed=0"),
                    ("threads", self.threads <= MAX_THREADS, f"<= {MAX_THREADS}", "train.threads=0")]
+        checks += [("compile_scope", self.compile_scope in COMPILE_SCOPES, f"one of {', '.join(COMPILE_SCOPES)}",
+                    "train.compile_scope=blocks"),
+                   ("compile_mode", self.compile_mode in COMPILE_MODES, f"one of {', '.join(COMPILE_MODES)}",
+                    "train.compile_mode=reduce-overhead")]
         _check("train", self, checks)
         if self.max_steps and self.max_tokens:
             raise UserError(f"train.max_steps={self.max_steps} and train.max_tokens={self.max_tokens} are two "

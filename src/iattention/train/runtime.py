@@ -19,7 +19,7 @@ class Runtime:
         self.ctx: DistContext = setup(t.device)
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.compile = t.compile
+        self.compile, self.compile_scope, self.compile_mode = t.compile, t.compile_scope, t.compile_mode
         kind = self.device.type
         # bf16 autocast: train.amp on CUDA, train.amp_cpu on CPU
         self.amp = t.amp and kind == "cuda" or t.amp_cpu and kind == "cpu"
@@ -46,18 +46,30 @@ class Runtime:
         return "bfloat16" if self.eval_amp else "float32"
 
     def eval_precision(self):
-        """The context of an evaluation: bf16 autocast with `train.eval_amp`, else exact float32."""
+        """The context of an evaluation: bf16 autocast with `train.eval_amp`, else exact float32 (eager, also where
+        train.compile_scope=blocks compiled the model's regions in place)."""
         return self.autocast() if self.eval_amp else float32_exact()
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module the steps run: `model` in DDP (several processes), compiled if asked; TF32 on from here."""
+        """The module the steps run: `model` in DDP (several processes), compiled if asked (train.compile_scope
+        "model": the whole of it, DDP included; "blocks": its regions, in place, before DDP wraps it); TF32 on
+        from here."""
         ctx, wrapped = self.ctx, model
+        if self.compile and self.compile_scope == "blocks":
+            model.compile_regions(self.compile_mode)
         if ctx.enabled:
             wrapped = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        wrapped = torch.compile(wrapped) if self.compile else wrapped
+        if self.compile and self.compile_scope == "model":
+            wrapped = torch.compile(wrapped, mode=self.compile_mode)
         allow_tf32(ctx.device)
         return wrapped
+
+    def step_begin(self) -> None:
+        """Before each training forward: tell CUDA graphs (train.compile_mode=reduce-overhead) that a new step
+        begins, so the graph may reuse the last step's output memory."""
+        if self.compile and self.compile_mode == "reduce-overhead" and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
 
     def eval_model(self, model: torch.nn.Module, wrapped: torch.nn.Module) -> torch.nn.Module:
         """What an evaluation runs: the bare model, except a compiled one in one process under
@@ -87,11 +99,13 @@ class Runtime:
 
 @contextmanager
 def float32_exact():
-    """float32 matmuls as float32: TF32 off on CUDA for the block (restored after), so an evaluation on a GPU
-    computes what it computes on a CPU up to summation order."""
+    """float32 matmuls as float32 and eager code: TF32 off on CUDA for the block (restored after), compiled
+    functions run eagerly (torch.compiler.set_stance), so an evaluation on a GPU computes what it computes on a CPU
+    up to summation order."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        yield
+        with torch.compiler.set_stance("force_eager"):
+            yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

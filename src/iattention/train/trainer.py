@@ -183,6 +183,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=rt.device)
         for i, ids in enumerate(micro):
             x, y = (rt.to_device(b) for b in train_batch(self.data.splits["train"], ids, self.cfg.model.block_size))
+            rt.step_begin()
             with rt.no_sync(self.train_model, last=i == len(micro) - 1), rt.autocast():
                 _, loss = self.train_model(x, y, loss_chunk=t.loss_chunk)
             (loss / t.grad_accum).backward()

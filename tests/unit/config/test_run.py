@@ -32,7 +32,8 @@ def test_a_float_that_is_not_finite_is_refused_whatever_the_rule(value):
 @pytest.mark.parametrize("key, bad, ok", [
     ("epochs", 0, 1), ("batch_size", 0, 1), ("grad_accum", 0, 1), ("eval_batch_size", 0, 1), ("seed", -1, 0),
     ("seed", 2**63, 2**63 - 1), ("eval_every_steps", -1, 0), ("ckpt_every_steps", -1, 0), ("patience", -1, 0),
-    ("threads", -1, 0), ("threads", MAX_THREADS + 1, MAX_THREADS),
+    ("threads", -1, 0), ("threads", MAX_THREADS + 1, MAX_THREADS), ("compile_scope", "layers", "blocks"),
+    ("compile_mode", "cudagraphs", "reduce-overhead"),
 ])
 def test_a_loop_setting_out_of_range_names_the_key_and_an_example(key, bad, ok):
     assert getattr(LoopConfig(**{key: ok}), key) == ok

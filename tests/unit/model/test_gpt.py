@@ -30,6 +30,60 @@ def test_compiled_matches_eager(attention, heads):
     assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-5)
 
 
+ROPE = dict(family="llama", n_kv_head=1, bias=False)  # RoPE, RMSNorm, SwiGLU, grouped-query, untied
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention, extra", [("standard", {}), ("canonical", {}), ("canonical", ROPE)])
+def test_compiled_regions_train_as_the_eager_model_and_change_nothing_else(attention, extra):
+    """train.compile_scope=blocks: one compiled graph serves every block (one more for the head and loss), the
+    loss and every gradient are the eager model's (float32 rounding), parameter names and state_dict stay, and
+    forwards with a cache (generation) run the eager blocks."""
+    import copy
+
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=3, n_head=2, n_embd=32, vocab_size=50, block_size=16, attention=attention, **extra)
+    eager, model = GPT(cfg), GPT(cfg)
+    model.load_state_dict(eager.state_dict())
+    names = list(model.state_dict())
+    model.compile_regions()
+    x = torch.randint(0, 50, (2, 17))
+    for m in (eager, model):
+        m(x[:, :-1], x[:, 1:])[1].backward()
+    assert counters["stats"]["unique_graphs"] == 2  # Block.forward once for all three blocks, and GPT._head
+    assert torch.allclose(model(x[:, :-1], x[:, 1:])[1], eager(x[:, :-1], x[:, 1:])[1], rtol=1e-5, atol=1e-6)
+    grads = dict(eager.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, grads[name].grad, rtol=1e-3, atol=1e-6), name  # b_K's: 0 up to rounding
+    assert list(model.state_dict()) == names and list(copy.deepcopy(model).state_dict()) == names
+    graphs = counters["stats"]["unique_graphs"]
+    model.eval()
+    eager.eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    assert torch.equal(model.generate(prompt, 5, temperature=0.0), eager.generate(prompt, 5, temperature=0.0))
+    assert counters["stats"]["unique_graphs"] == graphs  # the cached forwards compiled nothing
+
+
+def test_force_eager_runs_compiled_regions_eagerly():
+    """The trainer's exact float32 evaluation (runtime.float32_exact) runs the eager code of a model whose regions
+    are compiled: a new shape there compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    from iattention.train.runtime import float32_exact
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=50, block_size=16))
+    model.compile_regions()
+    with float32_exact():
+        model(torch.randint(0, 50, (3, 7)))
+    assert counters["stats"]["unique_graphs"] == 0
+    model(torch.randint(0, 50, (3, 7)))
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 SHAPE = dict(n_layer=2, n_embd=64, vocab_size=300, block_size=32)
 
 

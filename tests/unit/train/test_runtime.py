@@ -63,3 +63,19 @@ def test_float32_exact_turns_tf32_off_inside_and_restores_it():
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_compile_scope_blocks_compiles_the_model_s_regions_in_place_and_model_the_whole():
+    """train.compile_scope=blocks: the steps run the model itself, its regions compiled (before DDP would wrap
+    it); model: a compiled wrapper, the model untouched."""
+    from iattention import GPT, GPTConfig
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=8)
+    blocks, whole = GPT(cfg), GPT(cfg)
+    rt = Runtime(LoopConfig(device="cpu", compile=True, compile_scope="blocks"))
+    assert rt.wrap(blocks) is blocks and blocks._regions is not None
+    rt.step_begin()  # CUDA graphs only: nothing to do on CPU
+    rt.close()
+    rt = Runtime(LoopConfig(device="cpu", compile=True))
+    wrapped = rt.wrap(whole)
+    assert wrapped is not whole and whole._regions is None and wrapped._orig_mod is whole
+    rt.close()
