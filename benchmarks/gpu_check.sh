@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check (issue 52 §4) in three parts, one part per 10-minute device window (<= 530 s of steps
+# One prepared GPU check (issue 52 §4) in four parts, one part per 10-minute device window (<= 530 s of steps
 # on an H100), each leaving every log and JSON in one folder. Each step runs under `timeout` and the script goes
 # on past a failing step; summary.txt lists each step's exit status (124: it ran out of its time) and seconds.
 #
@@ -14,12 +14,15 @@
 #                                          (train.compile_scope; <= 150 s), iattn bench --preset paper --device
 #                                          cuda --compile --compile-scope blocks --heads 1,12 (<= 190 s), the e2e
 #                                          layer under pytest -n 8 (<= 180 s)
+#   bash benchmarks/gpu_check.sh mfu       §3's file: iattn bench --preset paper --device cuda --compile
+#                                          --compile-scope blocks, every variant at 1, 4, 8 and 12 heads (<= 330 s),
+#                                          then transformers' GPT-2 beside standard at 12 heads (<= 190 s)
 #
 # Why parts: the second window (2026-11-27, benchmarks/results/gpu-check-2026-11-27b/) ran all five steps in one
 # command and every step ran out of its time, most of it compiling (the autotuner compiled configs out of shared
 # memory at fp32 and head dim 768, each 10-90 s to compile for sm_90 on 2 CPU cores; the paper preset's compile
 # took over 90 s). Windows for the check
-# take the parts in this order: paths (its table decides auto and the kernel's fate, §1-§2), kernel, train.
+# take the parts in this order: paths (its table decides auto and the kernel's fate, §1-§2), kernel, train, mfu.
 #
 # On the device machine (the device tool runs this in a copy of the working tree; ../shared does not travel, so
 # the data and the pytest-xdist wheels go in the git-ignored gpu-check/, named in carry; about 15 MB):
@@ -45,8 +48,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PART=${1:-}
 PRESET=${PRESET:-paper}
-if [ "$PRESET" != tiny ] && [ "$PART" != paths ] && [ "$PART" != kernel ] && [ "$PART" != train ]; then
-  echo "gpu_check.sh: name a part: paths, kernel or train (one per GPU window; PRESET=tiny dry-runs them all)" >&2
+if [ "$PRESET" != tiny ] && [ "$PART" != paths ] && [ "$PART" != kernel ] && [ "$PART" != train ] \
+    && [ "$PART" != mfu ]; then
+  echo "gpu_check.sh: name a part: paths, kernel, train or mfu (one per GPU window; PRESET=tiny dry-runs them" \
+    "all)" >&2
   exit 2
 fi
 if [ -z "${PYTHON:-}" ]; then
@@ -131,6 +136,16 @@ elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines
     "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[768-dtype0]" \
     "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype1]" \
     "$T::test_kernel_compiles_with_fullgraph_and_matches_eager[64-dtype0]"
+elif [ "$PART" = mfu ]; then  # regional compilation, so 16 compiled models fit one window
+  DAY=$(date -u +%F)
+  # shellcheck disable=SC2086  # BENCH_EXTRA is a list of words
+  step bench-variants 330 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
+    --compile-scope blocks --heads 1,4,8,12 --rounds 1 --windows 3 --no-reference ${BENCH_EXTRA:-} \
+    --json "$OUT_DIR/cuda-$PRESET-$DAY.json"
+  # shellcheck disable=SC2086
+  step bench-hf 190 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
+    --compile-scope blocks --heads 12 --attention standard --rounds 2 --windows 3 ${BENCH_EXTRA:-} \
+    --json "$OUT_DIR/cuda-$PRESET-hf-$DAY.json"
 else  # train
   # what compiling costs and gives at the training shape: the whole model against its regions (each case in a
   # fresh process, inductor's caches off); decides train.compile_scope's default
