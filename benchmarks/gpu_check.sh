@@ -15,8 +15,9 @@
 #                                          cuda --compile --compile-scope blocks --heads 1,12 (<= 190 s), the e2e
 #                                          layer under pytest -n 8 (<= 180 s)
 #   bash benchmarks/gpu_check.sh mfu       §3's file: iattn bench --preset paper --device cuda --compile
-#                                          --compile-scope blocks, every variant at 1, 4, 8 and 12 heads (<= 330 s),
-#                                          then transformers' GPT-2 beside standard at 12 heads (<= 190 s)
+#                                          --compile-scope blocks, every variant at 1, 4, 8 and 12 heads (<= 280 s),
+#                                          then transformers' GPT-2 beside standard at 12 heads (<= 150 s), then
+#                                          profile_step.py: each kernel's device time in a compiled step (<= 100 s)
 #
 # Why parts: the second window (2026-11-27, benchmarks/results/gpu-check-2026-11-27b/) ran all five steps in one
 # command and every step ran out of its time, most of it compiling (the autotuner compiled configs out of shared
@@ -36,7 +37,7 @@
 # Dry run on CPU (what to run before spending GPU time; under a minute on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
 # runs every part's steps on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
-# compile_time.py and iattn bench --compile --compile-scope blocks on the tiny preset, and the e2e layer
+# profile_step.py, compile_time.py and iattn bench --compile --compile-scope blocks on the tiny preset, the e2e layer
 # collected under -n 2 plus one file run.
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
@@ -109,6 +110,8 @@ if [ "$PRESET" = tiny ]; then  # the dry run on CPU
   step gpu-tests "${T_GPU:-120}" "$PYTHON" -m pytest tests/gpu -m gpu -rs -p no:cacheprovider \
     --junitxml="$OUT_DIR/gpu-tests.xml"
   step wide-paths "${T_PATHS:-240}" "$PYTHON" benchmarks/wide_paths.py --dry --out "$OUT_DIR/wide-paths-dry.json"
+  step profile "${T_BENCH:-300}" "$PYTHON" benchmarks/profile_step.py --preset tiny --heads 2 --steps 2 \
+    --compile blocks --json "$OUT_DIR/cpu-profile-tiny-h2.json"
   step compile-time "${T_BENCH:-300}" "$PYTHON" benchmarks/compile_time.py --device cpu --preset tiny --heads 2 \
     --attention standard --scopes model,blocks --tokens 16 --windows 1 --steps 1 \
     --out "$OUT_DIR/compile-time-dry.json"
@@ -139,13 +142,15 @@ elif [ "$PART" = kernel ]; then  # each test's line (and a failure's error lines
 elif [ "$PART" = mfu ]; then  # regional compilation, so 16 compiled models fit one window
   DAY=$(date -u +%F)
   # shellcheck disable=SC2086  # BENCH_EXTRA is a list of words
-  step bench-variants 330 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
+  step bench-variants 280 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
     --compile-scope blocks --heads 1,4,8,12 --rounds 1 --windows 3 --no-reference ${BENCH_EXTRA:-} \
     --json "$OUT_DIR/cuda-$PRESET-$DAY.json"
   # shellcheck disable=SC2086
-  step bench-hf 190 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
+  step bench-hf 150 "$PYTHON" -m iattention bench --preset "$PRESET" --device cuda --compile \
     --compile-scope blocks --heads 12 --attention standard --rounds 2 --windows 3 ${BENCH_EXTRA:-} \
     --json "$OUT_DIR/cuda-$PRESET-hf-$DAY.json"
+  step profile 100 "$PYTHON" benchmarks/profile_step.py --preset "$PRESET" --heads 12 --device cuda --compile blocks \
+    --steps 3 --json "$OUT_DIR/cuda-profile-$PRESET-h12-$DAY.json"
 else  # train
   # what compiling costs and gives at the training shape: the whole model against its regions (each case in a
   # fresh process, inductor's caches off); decides train.compile_scope's default
