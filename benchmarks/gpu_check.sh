@@ -34,11 +34,11 @@
 # Results come back from $OUT (the device tool's output folder). Without $OUT they go to gpu-check/out-<time>/.
 # If pytest-xdist is missing there, the train part installs it from gpu-check/wheels (--no-index) first.
 #
-# Dry run on CPU (what to run before spending GPU time; under a minute on 2 cores):
+# Dry run on CPU (what to run before spending GPU time; about two minutes on 2 cores):
 #   PRESET=tiny bash benchmarks/gpu_check.sh
 # runs every part's steps on CPU, shortened: tests/gpu (they skip without CUDA), wide_paths.py --dry,
-# profile_step.py, compile_time.py and iattn bench --compile --compile-scope blocks on the tiny preset, the e2e layer
-# collected under -n 2 plus one file run.
+# profile_step.py, compile_time.py and iattn bench --compile --compile-scope blocks on the tiny preset, the e2e
+# layer collected under -n 2 plus one file run.
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python), PRESET (default paper; tiny: the dry
 # run), DATA (default gpu-check/data, else $IATTN_DATA_DIR, else ../shared/data), E2E_WORKERS (default 8),
