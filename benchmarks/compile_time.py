@@ -89,7 +89,12 @@ def main() -> None:
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     common = ["--device", a.device, "--preset", a.preset, "--heads", str(a.heads), "--mode", a.mode, "--batch",
               str(a.batch), "--tokens", str(a.tokens), "--windows", str(a.windows), "--steps", str(a.steps)]
+    import torch
+
     rows = []
+    result = dict(kind="compile-time", date=datetime.date.today().isoformat(), torch=torch.__version__,
+                  command=" ".join(["python", *sys.argv]), inductor_caches="off", cpu_threads=torch.get_num_threads(),
+                  loadavg_before=os.getloadavg(), rows=rows)
     for attention in a.attention.split(","):
         for scope in a.scopes.split(","):
             done = subprocess.run([sys.executable, __file__, "--one", attention, "--scope", scope, *common],
@@ -99,15 +104,13 @@ def main() -> None:
             else:
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    import torch
-
-    result = dict(kind="compile-time", date=datetime.date.today().isoformat(), torch=torch.__version__,
-                  command=" ".join(["python", *sys.argv]), inductor_caches="off", rows=rows)
+            if a.out:  # after every case, so a run cut short keeps the cases it finished
+                result["loadavg_after"] = os.getloadavg()
+                Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(a.out).with_suffix(".tmp")
+                tmp.write_text(json.dumps(result, indent=1) + "\n")
+                tmp.replace(a.out)
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(a.out).with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        tmp.replace(a.out)
         print(f"wrote {a.out}")
 
 

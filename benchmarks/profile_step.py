@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 from iattention.bench.flops import executed_flops_per_token
 from iattention.bench.runner import bench_device, bench_spec, iattention_model, sync
 from iattention.config import GPTConfig, OptimConfig
+from iattention.kernels import prepare
 from iattention.train.optim import build_optimizer
 
 VARIANTS = ("standard", "canonical")
@@ -36,6 +37,7 @@ def profile_variant(preset: str, attention: str, heads: int, steps: int, device:
     spec = bench_spec(preset)
     cfg = GPTConfig(n_head=heads, **spec["model"]).replace(attention=attention)
     dev = bench_device(device)
+    kernel = prepare(cfg.attn_kernel, dev.type, cfg.d_head, cfg.dropout, (spec["batch"], heads, cfg.block_size))
     torch.manual_seed(0)
     model, loss_fn = iattention_model(cfg, dev, compile=compile != "none", compile_scope=compile)
     opt = build_optimizer(model, OptimConfig(lr=1e-4), dev.type)
@@ -61,7 +63,7 @@ def profile_variant(preset: str, attention: str, heads: int, steps: int, device:
     self_us = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     ops = {e.key: dict(self_ms=self_us(e) / 1e3 / steps, calls=e.count // steps)
            for e in prof.key_averages() if self_us(e) > 0}
-    return dict(attention=attention, executed_flops_per_token=executed_flops_per_token(cfg),
+    return dict(attention=attention, attn_kernel=kernel, executed_flops_per_token=executed_flops_per_token(cfg),
                 tokens_per_step=spec["batch"] * cfg.block_size,
                 self_ms_per_step=sum(o["self_ms"] for o in ops.values()), ops=ops)
 

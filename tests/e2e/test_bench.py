@@ -111,15 +111,23 @@ def test_generate_records_the_device_and_kernel_it_ran(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scope", ["model", "blocks"])
-def test_compiled_bench_of_more_than_four_configurations_runs_and_says_how_it_compiled(tmp_path, scope):
+def test_compiled_bench_of_more_than_four_configurations_runs_and_says_how_it_compiled(tmp_path, scope,
+                                                                                    monkeypatch):
     """Every model of one code adds its training and its no_grad graph to that code's one dynamo cache (limit 8):
-    the fifth compiled configuration failed with a traceback before (FailOnRecompileLimitHit)."""
+    the fifth compiled configuration failed with a traceback before (FailOnRecompileLimitHit). --compile-scope
+    blocks compiles each of our models' regions (and transformers' model whole)."""
+    from iattention.model.gpt import GPT
+    regional = []
+    real = GPT.compile_regions
+    monkeypatch.setattr(GPT, "compile_regions", lambda self, mode=None: (regional.append(mode), real(self, mode)))
     out = tmp_path / "b.json"
     code = main(["bench", "--preset", "tiny", "--heads", "1,2", "--windows", "1", "--steps", "1", "--rounds", "1",
                  "--no-reference", "--compile", "--compile-scope", scope, "--json", str(out)])
     data = json.loads(out.read_text())
     assert code == 0 and len(data["rows"]) >= 5 and (data["compile_scope"], data["compile_mode"]) == (scope, "default")
     assert all(r["train_tokens_per_s"] > 0 and r["first_step_s"] > 0 for r in data["rows"])
+    assert all(r["compile_scope"] == scope for r in data["rows"])
+    assert regional == (["default"] * len(data["rows"]) if scope == "blocks" else [])
 
 
 def test_compile_scope_or_mode_without_compile_is_refused_in_one_line(tmp_path, capsys):

@@ -164,10 +164,10 @@ def bench_spec(preset: str) -> dict:
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
 
 
-def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa") -> dict:
+def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa", compile_scope=None) -> dict:
     flops = executed_flops_per_token(cfg)
     row = dict(model=label, attention=attention, n_head=h, params=n_params, attn_kernel=kernel,
-               first_step_s=timing.first_step_s,
+               compile_scope=compile_scope, first_step_s=timing.first_step_s,
                train_tokens_per_s=timing.train_tokens_per_s, forward_tokens_per_s=timing.forward_tokens_per_s,
                train_window_tokens_per_s=timing.train_window_tokens_per_s, peak_memory_mb=timing.peak_memory_mb,
                executed_flops_per_token=flops, nanogpt_flops_per_token=nanogpt_flops_per_token(cfg),
@@ -239,6 +239,7 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
     name = device_name(dev)
     peak = device_peak_tflops(name) if amp else None
     load_before = os.getloadavg()
+    torch._dynamo.reset()  # every compiled configuration from a cold start, none counted against the cache below
     entries = _entries(spec, attentions, heads, dev, compile, reference, attn_kernel, loss_chunk, compile_scope,
                        compile_mode)
     # Rounds interleave the configurations so that drift of the machine hits all of them alike;
@@ -269,7 +270,8 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         train = [r for t in ts for r in t.train_window_tokens_per_s]
         merged = Timing(statistics.median(train), statistics.median([t.forward_tokens_per_s for t in ts]), train,
                         max((t.peak_memory_mb or 0) for t in ts) or None, ts[0].first_step_s)
-        rows.append(_row(label, attention, h, cfg, merged, n_params, peak, kernel))
+        scope = None if not compile else compile_scope if label == "iattention" else "model"  # HF's: whole
+        rows.append(_row(label, attention, h, cfg, merged, n_params, peak, kernel, scope))
         log(f"{label:<13} {attention:<11} h={h:<3} {kernel:<6} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
             f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s   first step {merged.first_step_s:.1f} s")
     _add_ratios(rows, timings)

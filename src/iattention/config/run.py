@@ -115,6 +115,9 @@ class LoopConfig:
                    ("compile_mode", self.compile_mode in COMPILE_MODES, f"one of {', '.join(COMPILE_MODES)}",
                     "train.compile_mode=reduce-overhead")]
         _check("train", self, checks)
+        if not self.compile and (self.compile_scope != "model" or self.compile_mode != "default"):
+            raise UserError(f"train.compile_scope={self.compile_scope} and train.compile_mode={self.compile_mode} say "
+                            "how train.compile compiles; set train.compile=true, or leave them out")
         if self.max_steps and self.max_tokens:
             raise UserError(f"train.max_steps={self.max_steps} and train.max_tokens={self.max_tokens} are two "
                             "budgets; give one (the other =0)")

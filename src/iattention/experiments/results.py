@@ -111,7 +111,8 @@ def config_identity_json(cfg: dict) -> str:
 def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     """The config minus what a study varies (the arm's keys, heads, seed) and where/how fast it ran."""
     c = json.loads(json.dumps(config_identity(cfg)))
-    drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile")}
+    drop = {("model", "attention"), ("model", "n_head"), ("train", "seed"), ("train", "device"), ("train", "compile"),
+            ("train", "compile_scope"), ("train", "compile_mode")}
     drop |= {tuple(k.split(".", 1)) for k in arm_keys}
     m = c.get("model", {})
     # d_head and rot as n_head makes them are left out of a saved config (normal_form), so they vary with heads

@@ -165,6 +165,8 @@ def check_fits_in_memory(config: GPTConfig, batch_size: int = 0,
 
 
 class GPT(nn.Module):
+    _regions = None  # (block function, head function) once compile_regions has run
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         config.validate()
@@ -184,7 +186,6 @@ class GPT(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.apply(self._init_weights)
-        self._regions = None  # (block function, head function) once compile_regions has run
         if config.init == "matched" and config.attention != "standard":
             self._init_matched(rng_at_entry)
 
@@ -222,10 +223,14 @@ class GPT(nn.Module):
         head and loss as one more graph; the embeddings stay eager. The first step compiles one block instead of
         the whole stack (paper preset, 2 CPU cores, inductor's caches off: 19.6 s against 31.8 s; docs/training.md
         has the later steps' speed). In place, and only for forwards without a cache (training, evaluation):
-        generation with a cache runs the blocks eagerly. Parameter names, state_dict and deepcopy are unchanged.
+        generation with a cache, and any forward while a block has hooks (`run_with_cache`), run the blocks
+        eagerly. Parameter names and state_dict are unchanged; a copy or pickle of the model is not compiled.
         `torch.compiler.set_stance("force_eager")` runs the eager code (the trainer's exact float32 evaluation)."""
         self._regions = (torch.compile(Block.forward, fullgraph=True, mode=mode),
-                         torch.compile(GPT._head, fullgraph=True, mode=mode))
+                         torch.compile(type(self)._head, fullgraph=True, mode=mode))
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_regions": None}  # compiled functions do not pickle
 
     @property
     def attention_layers(self):
@@ -285,7 +290,9 @@ class GPT(nn.Module):
         x = self.transformer.drop(x)
         if loss_chunk < 0:
             raise ValueError(f"loss_chunk must be >= 0 (0: the whole loss at once), got {loss_chunk}")
-        block_fn, head_fn = self._regions if cache is None and self._regions else (Block.__call__, GPT._head)
+        eager = self._regions is None or cache is not None or any(b._forward_hooks or b._forward_pre_hooks
+                                                                  for b in self.transformer.h)
+        block_fn, head_fn = (Block.__call__, type(self)._head) if eager else self._regions
         for layer, block in enumerate(self.transformer.h):
             x = block_fn(block, x, cache, layer, rope)  # (B, T, d)
         return head_fn(self, x, targets, loss_chunk)

@@ -36,10 +36,19 @@ def test_a_float_that_is_not_finite_is_refused_whatever_the_rule(value):
     ("compile_mode", "cudagraphs", "reduce-overhead"),
 ])
 def test_a_loop_setting_out_of_range_names_the_key_and_an_example(key, bad, ok):
-    assert getattr(LoopConfig(**{key: ok}), key) == ok
+    compile = {"compile": True} if key.startswith("compile_") else {}
+    assert getattr(LoopConfig(**{key: ok}, **compile), key) == ok
     with pytest.raises(UserError) as err:
-        LoopConfig(**{key: bad})
+        LoopConfig(**{key: bad}, **compile)
     assert f"train.{key} must be" in str(err.value) and f"e.g. train.{key}=" in str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [("compile_scope", "blocks"), ("compile_mode", "max-autotune")])
+def test_a_compile_setting_without_compile_is_refused_naming_the_fix(key, value):
+    assert getattr(LoopConfig(compile=True, **{key: value}), key) == value
+    with pytest.raises(UserError) as err:
+        LoopConfig(**{key: value})
+    assert f"train.{key}={value}" in str(err.value) and "train.compile=true" in str(err.value)
 
 
 def test_a_device_other_than_auto_cpu_or_cuda_names_the_choices():

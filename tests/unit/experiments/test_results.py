@@ -99,3 +99,17 @@ def test_a_llama_study_is_one_config_across_head_counts_unless_its_head_width_is
     assert _study_config(cfg("model.n_head=4", "model.rot=32")) != _study_config(cfg("model.n_head=4"))
     assert _study_config(cfg("model.n_head=4", "model.n_kv_head=1")) != _study_config(cfg("model.n_head=4"))
     assert _study_config(cfg("model.n_head=4", "model.n_kv_head=4")) != _study_config(cfg("model.n_head=4"))
+
+
+def test_how_a_run_compiled_is_not_part_of_its_study():
+    """Runs compiled whole, by blocks, in another mode or not at all compute the same thing: one study."""
+    from iattention.config import load_config
+    from iattention.experiments.results import _study_config
+
+    def cfg(*ov):
+        return load_config("tiny", None, list(ov)).to_dict()
+
+    eager = _study_config(cfg())
+    assert eager == _study_config(cfg("train.compile=true", "train.compile_scope=blocks",
+                                      "train.compile_mode=max-autotune"))
+    assert eager != _study_config(cfg("optim.lr=1e-3"))

@@ -67,6 +67,27 @@ def test_compiled_regions_train_as_the_eager_model_and_change_nothing_else(atten
     assert counters["stats"]["unique_graphs"] == graphs  # the cached forwards compiled nothing
 
 
+@pytest.mark.slow
+def test_a_model_with_compiled_regions_keeps_its_hooks_and_pickles_uncompiled():
+    """run_with_cache's block hooks (resid_pre / resid_post) see every block of a model whose regions are compiled
+    (its blocks then run eagerly), and pickling drops the compiled functions, which do not pickle."""
+    import pickle
+
+    from iattention.model.activations import run_with_cache
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=50, block_size=16))
+    x = torch.randint(0, 50, (1, 6))
+    logits, plain = run_with_cache(model, x)
+    model.compile_regions()
+    compiled_logits, cache = run_with_cache(model, x)
+    assert sorted(cache) == sorted(plain) and torch.equal(compiled_logits, logits)
+    copy = pickle.loads(pickle.dumps(model))
+    assert copy._regions is None and model._regions is not None
+    assert torch.equal(copy(x)[0], logits)
+
+
+@pytest.mark.slow
 def test_force_eager_runs_compiled_regions_eagerly():
     """The trainer's exact float32 evaluation (runtime.float32_exact) runs the eager code of a model whose regions
     are compiled: a new shape there compiles nothing."""

@@ -79,3 +79,20 @@ def test_compile_scope_blocks_compiles_the_model_s_regions_in_place_and_model_th
     wrapped = rt.wrap(whole)
     assert wrapped is not whole and whole._regions is None and wrapped._orig_mod is whole
     rt.close()
+
+
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_train_compile_mode_reaches_torch_compile_in_either_scope(monkeypatch, scope):
+    from iattention import GPT, GPTConfig
+    modes = []
+    real = torch.compile
+
+    def spy(*args, **kwargs):  # records the mode, compiles as torch.compile does
+        modes.append(kwargs.get("mode"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    rt = Runtime(LoopConfig(device="cpu", compile=True, compile_scope=scope, compile_mode="max-autotune"))
+    rt.wrap(GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=8)))
+    rt.close()
+    assert modes == ["max-autotune"] * (2 if scope == "blocks" else 1)
