@@ -12,7 +12,9 @@
 #   python results/when/analyze.py, then commit results/when/runs/ and what analyze.py rewrote.
 # A dry run on a CPU (tiny model, a few seconds a run; unpack into a scratch copy, never into runs/):
 #   PRESET=tiny EXTRA="model.n_embd=48 train.epochs=1 train.compile=false" PYTHON=.venv/bin/python OUT=/tmp/when-out \
-#     bash results/when/gpu.sh 120 /work/shared/data
+#     ROOT=$(mktemp -d) bash results/when/gpu.sh 120 /work/shared/data
+# (a fresh ROOT: runs a dry run left in the default /dev/shm/when count as done, and the next dry run takes the
+# batch after; the device machine starts bare)
 #
 # Usage (repository root; this package runs from src/ with the image's torch):
 #   bash results/when/gpu.sh [SECONDS] [DATA_DIR]      defaults: 540, $IATTN_DATA_DIR or data-carry
