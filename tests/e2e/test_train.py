@@ -93,17 +93,23 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [[], ["model.arch=llama", "model.n_kv_head=1"]], ids=["gpt2", "llama"])
-def test_ddp_two_processes_match_one(tmp_path, family):
+@pytest.mark.parametrize("extra", [[], ["model.arch=llama", "model.n_kv_head=1"],
+                                   ["train.compile=true", "train.compile_scope=blocks"]],
+                         ids=["gpt2", "llama", "gpt2-compiled-by-blocks"])
+def test_ddp_two_processes_match_one(tmp_path, extra):
+    """Two processes (DDP, gloo) train as one eager process does; also with the blocks compiled in place before
+    DDP wraps the model (train.compile_scope=blocks)."""
     paths = write_corpus(tmp_path)
-    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1}) + family
+    ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1, "train.threads": 1})
+    compiled = [o for o in extra if o.startswith("train.compile")]
+    ov += [o for o in extra if o not in compiled]
     one = train(load_config("tiny", None, ov), tmp_path / "one", quiet=True)
     # each rank's output in its own file (--redirects 3), so that a failure shows what the failing rank said,
     # not only the launcher's traceback that ends torchrun's stderr
     logs = tmp_path / "ddp-logs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "--log-dir", str(logs), "--redirects", "3",
-           "-m", "iattention", "train", "--preset", "tiny", "--out", str(tmp_path / "two"), "--quiet", *ov]
+           "-m", "iattention", "train", "--preset", "tiny", "--out", str(tmp_path / "two"), "--quiet", *ov, *compiled]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     ranks = "".join(f"\n--- {f.relative_to(logs)}:\n{f.read_text()[-1500:]}"
                     for f in sorted(logs.rglob("*.log")) if f.stat().st_size)
