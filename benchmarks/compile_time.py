@@ -60,6 +60,17 @@ def one(a) -> dict:
                 peak_memory_mb=timing.peak_memory_mb)
 
 
+def _ours(path: Path) -> bool:
+    """Whether `path` is a result this script wrote (safe to replace)."""
+    from iattention.checkpoint.run_folder import read_json_object
+    from iattention.errors import UserError
+
+    try:
+        return read_json_object(path, "a result", "", schema={"kind": (str,)})["kind"] == "compile-time"
+    except UserError:
+        return False
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -79,17 +90,14 @@ def main() -> None:
     if a.one is not None:
         print(json.dumps(one(a)))
         return
-    if a.out and Path(a.out).exists():
-        try:
-            ours = json.loads(Path(a.out).read_text()).get("kind") == "compile-time"
-        except (OSError, ValueError, AttributeError):
-            ours = False
-        if not ours:
-            sys.exit(f"compile_time.py: {a.out} exists and is not this script's result; name another --out")
+    if a.out and Path(a.out).exists() and not _ours(Path(a.out)):
+        sys.exit(f"compile_time.py: {a.out} exists and is not this script's result; name another --out")
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     common = ["--device", a.device, "--preset", a.preset, "--heads", str(a.heads), "--mode", a.mode, "--batch",
               str(a.batch), "--tokens", str(a.tokens), "--windows", str(a.windows), "--steps", str(a.steps)]
     import torch
+
+    from iattention.utils.atomic import write_json
 
     rows = []
     result = dict(kind="compile-time", date=datetime.date.today().isoformat(), torch=torch.__version__,
@@ -107,9 +115,7 @@ def main() -> None:
             if a.out:  # after every case, so a run cut short keeps the cases it finished
                 result["loadavg_after"] = os.getloadavg()
                 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-                tmp = Path(a.out).with_suffix(".tmp")
-                tmp.write_text(json.dumps(result, indent=1) + "\n")
-                tmp.replace(a.out)
+                write_json(a.out, result)
     if a.out:
         print(f"wrote {a.out}")
 
