@@ -122,18 +122,43 @@ def test_report_arms_selects_arms_with_the_reference_and_refuses_an_unknown_one(
     assert err.count("\n") == 1 and err.startswith("iattn: error: --arms: arm(s) 'nope' have no runs here"), err
 
 
-def test_conditioning_refuses_a_model_with_rotary_dims_in_one_line(tmp_path, capsys):
-    """The study's table has no rotary pairs: a rotary checkpoint is refused before any data is read, naming the
-    command that reports them (iattn convert)."""
+def test_conditioning_studies_a_rotary_gqa_checkpoint_by_its_kv_groups(tmp_path, capsys):
+    """A Llama-family checkpoint (4 query heads on 2 KV heads, RoPE on 4 of each head's 8 dims) is studied like
+    GPT-2's (the one-family layout; it was refused before): the aligned blocks' condition numbers are those of the
+    key's pass rows and of the output map's rows next to each group's own coordinates, read here straight off
+    k_proj and o_proj, and the rotary pairs' smallest pivot ratio is given, better for pivoted blocks. A checkpoint
+    without training data (a converted model) is one line."""
     pytest.importorskip("transformers")
+    import json
+
+    import numpy as np
     import torch
 
-    from helpers import make_llama, one_line_error
+    from helpers import make_llama, one_line_error, write_corpus
     from iattention.checkpoint.state import save_checkpoint
     from iattention.cli import main
 
-    model = make_llama(dtype=torch.float32)
-    path = tmp_path / "llama.safetensors"
-    save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}})
-    rc = main(["conditioning", "--checkpoint", str(path), "--data-dir", str(tmp_path / "none")])
-    one_line_error(capsys, rc, "rotary dims", "iattn convert")
+    data = dict(dataset="text", **write_corpus(tmp_path), tokenizer="byte", train_tokens=0,
+                cache_dir=str(tmp_path / "cache"))
+    model = make_llama(dtype=torch.float32, vocab_size=256, rot=4)
+    path, bare = tmp_path / "llama.safetensors", tmp_path / "converted.safetensors"
+    save_checkpoint(path, model, {"config": {"model": model.config.to_dict(), "data": data}})
+    save_checkpoint(bare, model, {"config": {"model": model.config.to_dict()}})
+    one_line_error(capsys, main(["conditioning", "--checkpoint", str(bare)]), "records no training data",
+                   "RUN/best.safetensors")
+    assert main(["conditioning", "--checkpoint", str(path), "--json", str(tmp_path / "c.json")]) == 0
+    (got,) = json.loads((tmp_path / "c.json").read_text())
+    d, r, rot, g = 32, 8, 4, 2  # n_embd, d_head, rotary dims, query heads per KV group
+    keys, outs = [], []
+    for attn in model.attention_layers:
+        W_K, W_O = attn.k_proj.weight.detach().double(), attn.o_proj.weight.detach().double()
+        for j in range(2):
+            keys.append(torch.linalg.cond(W_K[j * r + rot: (j + 1) * r, (j * r + rot + torch.arange(r - rot)) % d]))
+            outs.append(torch.linalg.cond(W_O[(j * g * r + torch.arange(r)) % d, j * g * r: (j * g + 1) * r].T))
+    aligned, pivoted = got["blocks"]["aligned"], got["blocks"]["pivoted"]
+    assert aligned["key_max"] == pytest.approx(max(keys).item(), rel=1e-6)
+    assert aligned["output_max"] == pytest.approx(max(outs).item(), rel=1e-6)
+    assert aligned["cond_median"] == pytest.approx(np.median(torch.stack(keys + outs).numpy()), rel=1e-6)
+    assert 0 < aligned["rotary_pivot_min"] < pivoted["rotary_pivot_min"] <= 1
+    assert abs(pivoted["ppl_change"]["float32"]) < 1e-3 * got["original_ppl"]["float32"]
+    assert "rotary pivot min" in capsys.readouterr().out

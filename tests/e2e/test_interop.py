@@ -47,11 +47,20 @@ def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
     hf.save_pretrained(tmp_path / "src")
     ref = hf(hf_tokens()).logits
     cli = [sys.executable, "-m", "iattention", "convert"]
-    r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--out", str(tmp_path / "canon")],
-                       capture_output=True, text=True)
+    r = subprocess.run([*cli, "--from", str(tmp_path / "src"), "--to", "canonical", "--out", str(tmp_path / "canon"),
+                        "--per-head"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "condition numbers" in r.stdout and "max abs logit difference" in r.stdout
-    assert "fixed pivoted blocks" in r.stdout  # the default block is the well-conditioned one
+    assert "max abs logit difference" in r.stdout
+    assert "pivoted blocks used" in r.stdout  # the default block is the well-conditioned one
+    # per layer the worst head's pass (key) and output block, pivoted | aligned; --per-head: each head's, pivoted
+    lines = r.stdout.splitlines()
+    assert sum(line.startswith("  layer ") for line in lines) == 2
+    for i, line in enumerate(lines):
+        if line.startswith("  layer "):
+            worst = [float(p.split()[3]) for p in line.split(": ", 1)[1].split("; ")]  # "pass cond max 8.1 | 56"
+            heads = [[float(c) for c in lines[i + k].split()[1:]] for k in (1, 2)]
+            assert [lines[i + k].split()[0] for k in (1, 2)] == ["pass", "output"] and len(heads[0]) == 3
+            assert worst == [max(h) for h in heads] and min(worst) >= 1
     canon, _ = load_model(tmp_path / "canon")
     assert canon.config.attention == "canonical"
     assert max_rel(canon(hf_tokens())[0], ref) <= 1e-4

@@ -6,8 +6,6 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
@@ -102,21 +100,14 @@ def cmd_convert(args) -> None:
 def _print_report(args, src, rep, dtype: str) -> None:
     print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
           f"{args.to} [{dtype}] at {args.out}")
-    if rep.conditioning and "pivoted output" in rep.conditioning:  # a Llama-family model
+    cond = rep.conditioning or {}
+    if cond:  # per layer, the worst head (KV group); --per-head: each one's, for the blocks used
         print(f"fixed blocks per layer (worst KV group), {args.block} blocks used; pivoted | aligned:")
-        cond = rep.conditioning
-        for layer in range(len(cond["pivoted output"])):
-            parts = conditioning_parts({k: v[layer] for k, v in cond.items()})
-            print(f"  layer {layer:>2}: " + "; ".join(parts))
-    elif rep.conditioning:
-        print(f"condition numbers of the fixed {args.block} blocks (per layer: max over heads; median):")
-        for layer, (k, o) in enumerate(zip(rep.conditioning["key"], rep.conditioning["output"])):
-            print(f"  layer {layer:>2}: key max {max(k):10.3g} median {np.median(k):8.3g} | output max "
-                  f"{max(o):10.3g} median {np.median(o):8.3g}")
+    for layer in range(len(cond.get("pivoted output", []))):
+        print(f"  layer {layer:>2}: " + "; ".join(conditioning_parts({k: v[layer] for k, v in cond.items()})))
         if args.per_head:
-            for layer, (k, o) in enumerate(zip(rep.conditioning["key"], rep.conditioning["output"])):
-                print(f"  layer {layer:>2} key:    " + " ".join(f"{c:.3g}" for c in k))
-                print(f"  layer {layer:>2} output: " + " ".join(f"{c:.3g}" for c in o))
+            for key in (k for k in cond if k.startswith(args.block + " ")):
+                print(f"    {key.removeprefix(args.block + ' '):<7}" + " ".join(f"{c:.3g}" for c in cond[key][layer]))
     delta = rep.params_before - rep.params_after
     print(f"learned parameters: {rep.params_before:,} -> {rep.params_after:,} "
           f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
@@ -157,7 +148,7 @@ def register(sub) -> None:
                         "(e.g. 500MB, 2GB; default 2GB): more is written as shards with an index")
     p.add_argument("--force", action="store_true",
                    help="write the output even when a conversion check exceeds its tolerance")
-    p.add_argument("--per-head", action="store_true", help="print every head's condition numbers")
+    p.add_argument("--per-head", action="store_true", help="print every head's (KV group's) condition numbers")
     p.add_argument("--out", type=out_path, required=True, help="output folder (must not exist)")
     add_data_flags(p)
     p.set_defaults(func=cmd_convert)

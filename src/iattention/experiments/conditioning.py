@@ -4,9 +4,10 @@ in float32 and bfloat16?  iattn conditioning --checkpoint RUN/best.safetensors
 
 For (a) a model trained by our pipeline (--checkpoint) and (b) a GPT-2-small-shaped model initialized
 the way `transformers` initializes GPT-2 (--gpt2; done whenever no checkpoint is given), for blocks
-`aligned` and `pivoted`: the distribution of condition numbers over heads, and the test perplexity of
-the original and of the canonical model, each cast to float32 and bfloat16 (canonicalization itself is
-computed in float64).
+`aligned` and `pivoted`: the distribution of condition numbers over heads (KV groups) of the fixed key and
+output blocks, and the test perplexity of the original and of the canonical model, each cast to float32 and
+bfloat16 (canonicalization itself is computed in float64). Any family: with rotary dims the key's block is its
+pass dims' (none when RoPE rotates the whole head), and the rotary pairs' smallest pivot ratio is given beside.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from iattention.data import DataConfig, load_data
 from iattention.errors import UserError
 from iattention.interop.convert import block_conditioning
 from iattention.interop.hf import from_hf
-from iattention.interop.load import load_model
+from iattention.interop.load import data_config_for, load_model
 from iattention.symmetry.transforms import canonicalize
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import perplexity, split_nll
@@ -40,15 +41,18 @@ def study(model, tokens, label: str, block_size: int) -> dict:
     base = {dt: _ppl(model, tokens, block_size, getattr(torch, dt))
             for dt in ("float32", "bfloat16")}
     out["original_ppl"] = base
+    cond = block_conditioning(model)  # per layer and head (KV group), both blocks
     for block in ("aligned", "pivoted"):
-        cond = block_conditioning(model, block)
         canon = canonicalize(model, block=block)
         ppl = {dt: _ppl(canon, tokens, block_size, getattr(torch, dt)) for dt in ("float32", "bfloat16")}
-        allc = np.concatenate([cond["key"].ravel(), cond["output"].ravel()])
+        key, output = (np.array(cond.get(f"{block} {what}", [])).ravel() for what in ("pass", "output"))
+        allc = np.concatenate([key, output])
         out["blocks"][block] = {
             "cond_median": float(np.median(allc)), "cond_p90": float(np.percentile(allc, 90)),
-            "cond_max": float(allc.max()), "key_max": float(cond["key"].max()),
-            "output_max": float(cond["output"].max()),
+            "cond_max": float(allc.max()),
+            **({"key_max": float(key.max())} if key.size else {}),  # none where RoPE rotates the whole head
+            "output_max": float(output.max()),
+            **({"rotary_pivot_min": float(np.min(cond[f"{block} rotary"]))} if f"{block} rotary" in cond else {}),
             "canonical_ppl": ppl,
             "ppl_change": {dt: ppl[dt] - base[dt] for dt in ppl},
         }
@@ -80,12 +84,12 @@ def run(args) -> None:
 
     transformers.utils.logging.set_verbosity_error()
     results = []
-    if args.checkpoint:  # read first: a model this study cannot take is refused before the minutes of GPT-2
+    if args.checkpoint:  # read first: an unreadable one is refused before the minutes of GPT-2
         model, meta = load_model(args.checkpoint)
-        if model.config.rot:  # this study's table has no rotary pairs; convert's report has them
-            raise UserError(f"iattn conditioning ({args.checkpoint}) reads models without rotary dims, and this one "
-                            f"({model.config.family}) has {model.config.rot} per head; iattn convert --from it --to "
-                            "canonical prints its fixed blocks' conditioning, pivoted against aligned")
+        if not isinstance(meta["config"].get("data"), dict):  # a converted model: no test split to study it on
+            raise UserError(f"{args.checkpoint} records no training data (a converted model, not a run's); iattn "
+                            "conditioning reads the test split of the run's own data: give a training run's "
+                            "checkpoint (RUN/best.safetensors)")
     if args.gpt2 or not args.checkpoint:  # the reference model: minutes on a CPU
         torch.manual_seed(0)
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config())  # transformers' own GPT-2 init
@@ -94,14 +98,16 @@ def run(args) -> None:
         results.append(study(from_hf(hf), data.splits["test"][: args.gpt2_tokens + 1],
                              "GPT-2 small shape, transformers init (seed 0)", 1024))
     if args.checkpoint:
-        dcfg = DataConfig(**{**meta["config"]["data"], **({"data_dir": args.data_dir} if args.data_dir else {})})
+        dcfg = data_config_for(meta["config"]["data"], args.checkpoint, data_dir=args.data_dir)
         tokens = load_data(dcfg, splits=("test",)).splits["test"]
         results.append(study(model, tokens, f"trained by iattention: {args.checkpoint}", model.config.block_size))
     for r in results:
         print(f"\n{r['model']} — test tokens {r['tokens']:,}; original ppl fp32 {r['original_ppl']['float32']:.3f}, "
               f"bf16 {r['original_ppl']['bfloat16']:.3f}")
         for block, b in r["blocks"].items():
+            rotary = f"  rotary pivot min {b['rotary_pivot_min']:.3g}" if "rotary_pivot_min" in b else ""
             print(f"  {block:<8} cond median {b['cond_median']:.3g}  p90 {b['cond_p90']:.3g}  max {b['cond_max']:.3g}"
+                  f"{rotary}"
                   f" | canonical ppl fp32 {b['canonical_ppl']['float32']:.3f} ({b['ppl_change']['float32']:+.4f})"
                   f"  bf16 {b['canonical_ppl']['bfloat16']:.3f} ({b['ppl_change']['bfloat16']:+.4f})")
     if args.json:

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 
@@ -33,22 +32,6 @@ from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
-
-
-@torch.no_grad()
-def block_conditioning(model: GPT, block: str) -> dict[str, np.ndarray]:
-    """Condition numbers of each head's (KV group's) fixed key / output block: {'key': (L, G), 'output': (L, G)}."""
-    c = model.config
-    if c.attention != "standard":
-        model = expand(model)
-    keys, outs = [], []
-    for attn in model.attention_layers:
-        hw = attn.to_heads().to(torch.float64)
-        cond = transforms.conditioning(hw, c.rot, c.rope_layout, transforms.select_blocks(hw, c.rot, c.rope_layout,
-                                                                                          block))
-        keys.append(cond["pass"].numpy())
-        outs.append(cond["output"].numpy())
-    return {"key": np.stack(keys), "output": np.stack(outs)}
 
 
 # The checks' tolerances (relative, on float64 logits or layer outputs): `conversion` (converted vs source) by output
@@ -143,9 +126,7 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
     cond = None
     if to == "canonical":
         out = canonicalize(src64, block=block).to(DTYPES[dtype])
-        # with rotary dims: per KV group, pivoted | aligned, the rotary pairs too; else per head, the chosen blocks
-        cond = grouped_conditioning(src64) if src.config.rot else {
-            k: v.tolist() for k, v in block_conditioning(src64, block).items()}
+        cond = block_conditioning(src64)  # per layer and KV group (head), pivoted and aligned
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
     else:
@@ -166,10 +147,10 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
 
 
 @torch.no_grad()
-def grouped_conditioning(model) -> dict[str, list]:
-    """Per layer and KV group, for pivoted and aligned blocks: the smallest rotary pivot ratio |c_p| / ||c||
-    ('rotary'), the pass block's and the output block's condition numbers ('pass', 'output'); keys
-    '<block> <what>', each (L, G) as lists."""
+def block_conditioning(model) -> dict[str, list]:
+    """Per layer and KV group (a head, where each has its own keys), for pivoted and aligned blocks: the smallest
+    rotary pivot ratio |c_p| / ||c|| ('rotary', with rotary dims), the key pass block's and the output block's
+    condition numbers ('pass' where rot < d_head, 'output'); keys '<block> <what>', each (L, G) as lists."""
     c = model.config
     out: dict[str, list] = {}
     for attn in expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
@@ -191,7 +172,7 @@ def conditioning_parts(layer: dict[str, list]) -> list[str]:
 
 
 def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
-    """One layer's grouped_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64);
+    """One layer's block_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64);
     `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
     out = {}
     for block in ("pivoted", "aligned"):

@@ -4,6 +4,7 @@ folder is written whole or not at all and loads back as the same model."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,7 +42,8 @@ def test_canonical_and_back_compute_the_source_s_function_and_report_it(block):
     assert rep.params_before == src.num_params() and rep.params_after == canon.num_params()
     assert rep.params_after == param_count(canon.config) < rep.params_before
     L, H = src.config.n_layer, src.config.n_head
-    assert {k: (len(v), len(v[0])) for k, v in rep.conditioning.items()} == {"key": (L, H), "output": (L, H)}
+    assert {k: (len(v), len(v[0])) for k, v in rep.conditioning.items()} == {  # per layer and head, both blocks
+        f"{b} {what}": (L, H) for b in ("pivoted", "aligned") for what in ("pass", "output")}
     assert all(c >= 1 for v in rep.conditioning.values() for row in v for c in row)  # condition numbers
     back, rep2 = convert(canon, "standard", dtype="float64")
     assert back.config.attention == "standard" and rep2.params_after == src.num_params()
@@ -62,13 +64,13 @@ def test_the_report_s_difference_is_the_cast_s_own():
 
 def test_block_conditioning_of_a_well_and_an_ill_conditioned_key_block():
     model = make_model(n_layer=1)
-    well = block_conditioning(model, "aligned")["key"]
+    well = np.array(block_conditioning(model)["aligned pass"])
     attn = model.attention_layers[0]
     d, hd = model.config.n_embd, model.config.n_embd // model.config.n_head
     with torch.no_grad():  # head 0's W_K: its first hd rows made nearly rank one
         w = attn.c_attn.weight[d: d + hd]
         w[1:, :] = w[0:1, :] + 1e-7 * torch.randn_like(w[1:, :])
-    ill = block_conditioning(model, "aligned")["key"]
+    ill = np.array(block_conditioning(model)["aligned pass"])
     assert ill[0, 0] > 1e4 * well[0, 0]
     assert ill[0, 1:].tolist() == pytest.approx(well[0, 1:].tolist())  # the other heads' blocks are as they were
 
