@@ -60,7 +60,7 @@ def main() -> None:
                 row[f"max dlogit {dtype}"] = diff
                 row[f"rel {dtype}"] = diff / ref.abs().max().item()
             row["removed"] = rep.params_before - rep.params_after
-            cond = rep.conditioning
+            cond = {k: [layer[k] for layer in rep.layers] for k in rep.layers[0]}  # per layer and KV group
             row["output cond pivoted median/max"] = [float(np.median(cond["pivoted output"])),
                                                      float(np.max(cond["pivoted output"]))]
             row["output cond aligned max"] = float(np.max(cond["aligned output"]))

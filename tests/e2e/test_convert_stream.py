@@ -23,9 +23,18 @@ def qwen(tmp_path):
 
 
 def test_a_llama_family_folder_converts_both_ways_with_both_checks_reported(qwen, tmp_path, capsys):
-    assert main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    assert main(["convert", "--from", str(qwen), "--to", "canonical", "--out", str(tmp_path / "c"), "--per-head"]) == 0
     out = capsys.readouterr().out
     assert "[bfloat16]" in out and "worst layer" in out
+    # --per-head, as for a model converted whole: under each layer's worst KV group, each group's, pivoted blocks
+    lines = out.splitlines()
+    layers = [i for i, line in enumerate(lines) if line.startswith("  layer ")]
+    assert len(layers) == 2
+    for i in layers:  # "  layer  0: 3.5e-16 | 4.4e-08; rotary pivot ratio min 0.31 | 0.036; output cond max 4.4 | 22"
+        rotary, output = (float(p.split(" | ")[0].split()[-1]) for p in lines[i].split("; ")[1:])
+        groups = {lines[i + k].split()[0]: [float(v) for v in lines[i + k].split()[1:]] for k in (1, 2)}
+        assert {k: len(v) for k, v in groups.items()} == {"rotary": 2, "output": 2}  # Qwen2 rotates whole heads
+        assert f"{min(groups['rotary']):.3g}" == f"{rotary:.3g}" and f"{max(groups['output']):.3g}" == f"{output:.3g}"
     assert "source load (ours vs transformers" in out and "conversion (converted vs source" in out
     assert main(["convert", "--from", str(tmp_path / "c"), "--to", "hf", "--out", str(tmp_path / "h"),
                  "--shard-size", "10KB"]) == 0

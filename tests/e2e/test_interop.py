@@ -51,7 +51,7 @@ def test_saved_hf_folder_reloads_and_cli_round_trip(tmp_path):
                         "--per-head"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "max abs logit difference" in r.stdout
-    assert "pivoted blocks used" in r.stdout  # the default block is the well-conditioned one
+    assert "pivoted used" in r.stdout  # the default block is the well-conditioned one
     # per layer the worst head's pass (key) and output block, pivoted | aligned; --per-head: each head's, pivoted
     lines = r.stdout.splitlines()
     assert sum(line.startswith("  layer ") for line in lines) == 2

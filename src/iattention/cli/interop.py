@@ -13,18 +13,7 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import (
-    DTYPES,
-    SOURCE_TOLERANCE,
-    TARGETS,
-    TOLERANCE,
-    check_failures,
-    conditioning_parts,
-    convert,
-    probe_batch,
-    refuse_or_warn,
-    save_converted,
-)
+from iattention.interop.convert import DTYPES, TARGETS, convert, judge, probe_batch, save_converted
 from iattention.interop.hf import hf_logits
 from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
@@ -52,10 +41,10 @@ def cmd_convert(args) -> None:
         "model_type") if is_hf_folder(src_path) else None
     if args.to != "hf" and model_type not in (None, "gpt2"):  # every rotary family streams
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
-                   force=args.force)
+                   force=args.force, per_head=args.per_head)
         return
     if args.to == "hf" and is_streamed_source(src_path):
-        ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force)
+        ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
     src, data, meta = load_any(args.src)
     tokenizer = None
@@ -81,8 +70,8 @@ def cmd_convert(args) -> None:
     if model_type is not None:
         reference = hf_logits(src_path, probe_batch(src))
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
-    _print_report(args, src, rep, dtype)
-    refuse_or_warn(check_failures(rep.source_load, rep.max_rel_logit_diff, DTYPES[dtype]), args.out, args.force)
+    rep.source, rep.out = str(args.src), str(args.out)
+    judge(rep, args.force, per_head=args.per_head)
     card = None
     if args.to == "hf":
         run = Path(args.src) if Path(args.src).is_dir() else Path(args.src).parent
@@ -95,32 +84,6 @@ def cmd_convert(args) -> None:
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id)
     print(f"written to {args.out}")
-
-
-def _print_report(args, src, rep, dtype: str) -> None:
-    print(f"{args.src} ({src.config.attention}, {src.config.n_layer} layers x {src.config.n_head} heads) -> "
-          f"{args.to} [{dtype}] at {args.out}")
-    cond = rep.conditioning or {}
-    if cond:  # per layer, the worst head (KV group); --per-head: each one's, for the blocks used
-        print(f"fixed blocks per layer (worst KV group), {args.block} blocks used; pivoted | aligned:")
-    for layer in range(len(cond.get("pivoted output", []))):
-        print(f"  layer {layer:>2}: " + "; ".join(conditioning_parts({k: v[layer] for k, v in cond.items()})))
-        if args.per_head:
-            for key in (k for k in cond if k.startswith(args.block + " ")):
-                print(f"    {key.removeprefix(args.block + ' '):<7}" + " ".join(f"{c:.3g}" for c in cond[key][layer]))
-    delta = rep.params_before - rep.params_after
-    print(f"learned parameters: {rep.params_before:,} -> {rep.params_after:,} "
-          f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
-    print(f"max abs logit difference on the probe batch: {rep.max_abs_logit_diff:.3e} "
-          f"(relative {rep.max_rel_logit_diff:.3e})")
-    if rep.source_load is None:
-        print("source load: not checked: the source is an iattention checkpoint, for which there is no transformers "
-              "reference")
-    else:
-        print(f"source load (ours vs transformers, float64 logits on the probe batch): {rep.source_load:.3e} "
-              f"relative (tolerance {SOURCE_TOLERANCE:.0e})")
-    print(f"conversion (converted vs source, float64 logits on the probe batch): {rep.max_rel_logit_diff:.3e} "
-          f"relative (tolerance {TOLERANCE[DTYPES[dtype]]:.0e})")
 
 
 def register(sub) -> None:

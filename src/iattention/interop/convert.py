@@ -10,18 +10,18 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
-from iattention.config.model import FAMILIES
+from iattention.config.model import FAMILIES, GPTConfig
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
+from iattention.interop.hf import add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT
@@ -46,14 +46,87 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torc
 SOURCE_TOLERANCE = 1e-9
 
 
+NO_REFERENCE = "not checked: the source is an iattention checkpoint, for which there is no transformers reference"
+
+
 @dataclass
 class ConversionReport:
-    params_before: int
-    params_after: int
-    max_abs_logit_diff: float
-    max_rel_logit_diff: float
-    conditioning: dict | None
-    source_load: float | None = None  # ours vs transformers on the probe batch (an HF source only)
+    """What a conversion did and how exactly it kept the function, whole-model (`convert`) or streamed a layer at a
+    time (interop/stream.py); `lines()` is what iattn convert prints, and `failures()` what it refuses."""
+    to: str
+    dtype: torch.dtype  # the output's
+    config: GPTConfig  # the source's
+    source: str = "the model"
+    out: str = ""
+    block: str = "pivoted"
+    params_before: int = 0
+    params_after: int = 0
+    # per layer: block_conditioning's keys (to canonical) and, streamed, the layer check's 'algebra' and 'rounded'
+    layers: list[dict] = field(default_factory=list)
+    source_load: float | None = None  # ours vs transformers, whole-model float64 logits (an HF source)
+    conversion: float | None = None  # converted vs source, whole-model float64 logits, relative
+    max_abs_logit_diff: float | None = None
+    source_note: str = ""  # why there is no source-load number
+    whole_skipped: str = ""  # why whole-model logits were not compared (streamed)
+    files: list[str] = field(default_factory=list)  # written (streamed)
+    copied: list[str] = field(default_factory=list)
+    bytes_written: int = 0
+
+    @property
+    def worst(self) -> tuple[int, float]:
+        """(layer, its 'rounded' check): the streamed per-layer check's worst layer."""
+        layer = max(range(len(self.layers)), key=lambda i: self.layers[i]["rounded"])
+        return layer, self.layers[layer]["rounded"]
+
+    def failures(self) -> list[str]:
+        return check_failures(self.source_load, self.conversion if self.conversion is not None else self.worst[1],
+                              self.dtype)
+
+    def lines(self, per_head: bool = False) -> list[str]:
+        """The report; `per_head`: each head's (KV group's) conditioning under its layer, for the blocks used."""
+        c, dtype, tol = self.config, dtype_name(self.dtype), TOLERANCE[self.dtype]
+        out = [f"{self.source} ({c.family} {c.attention}, {c.n_layer} layers x {c.n_head} heads / {c.n_kv_head} KV "
+               f"heads) -> {self.to} [{dtype}] at {self.out}"
+               + (f": {len(self.files)} file(s), {self.bytes_written / 1e9:.3g} GB" if self.files else "")
+               + (f"; copied {', '.join(self.copied)}" if self.copied else "")]
+        first = self.layers[0] if self.layers else {}
+        checked = "rounded" in first  # streamed: each layer's own check
+        what = [f"attention output on a float64 probe, relative to the source layer's: algebra (float64) | rounded "
+                f"to {dtype}"] if checked else []
+        if "pivoted output" in first:
+            what.append(f"fixed blocks (worst KV group), {self.block} used, pivoted | aligned")
+        if what:
+            out.append(f"per layer: {'; '.join(what)}")
+        for i, r in enumerate(self.layers):
+            parts = [f"{r['algebra']:.2e} | {r['rounded']:.2e}"] if checked else []
+            out.append(f"  layer {i:>2}: " + "; ".join(parts + conditioning_parts(r)))
+            out += [f"    {k.removeprefix(self.block + ' '):<7}" + " ".join(f"{v:.3g}" for v in r[k])
+                    for k in r if per_head and k.startswith(self.block + " ")]
+        if checked:
+            layer, worst = self.worst
+            out.append(f"worst layer: {layer} ({worst:.3e} relative; tolerance {tol:.0e} for {dtype})")
+        delta = self.params_before - self.params_after
+        out.append(f"learned parameters: {self.params_before:,} -> {self.params_after:,} "
+                   f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
+        if self.source_load is not None:
+            out.append(f"source load (ours vs transformers, float64 logits on the probe batch): "
+                       f"{self.source_load:.3e} relative (tolerance {SOURCE_TOLERANCE:.0e})")
+        if self.source_note:
+            out.append(f"source load: {self.source_note}")
+        if self.conversion is not None:
+            out.append(f"conversion (converted vs source, float64 logits on the probe batch): {self.conversion:.3e} "
+                       f"relative (tolerance {tol:.0e})" + (f"; max abs logit difference {self.max_abs_logit_diff:.3e}"
+                                                            if self.max_abs_logit_diff is not None else ""))
+        if self.whole_skipped:
+            out.append(f"whole-model logits not compared: {self.whole_skipped}")
+        return out
+
+
+def judge(report: ConversionReport, force: bool, say=print, per_head: bool = False) -> None:
+    """Print the report; a check over its tolerance is a UserError (nothing written) unless `force`."""
+    for line in report.lines(per_head):
+        say(line)
+    refuse_or_warn(report.failures(), report.out, force, say)
 
 
 def check_failures(source_load: float | None, conversion: float, dtype: torch.dtype) -> list[str]:
@@ -93,6 +166,8 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", r
     if reference is not None:
         ours = copy.deepcopy(src).double().eval()(probe_batch(src))[0][..., :reference.shape[-1]]
         rep.source_load = ((ours - reference).abs().max() / reference.abs().max()).item()
+    else:
+        rep.source_note = NO_REFERENCE
     return out, rep
 
 
@@ -143,7 +218,9 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
                         "nothing model), so the conversion cannot be checked; convert a model with weights")
     after = out.num_params() if to != "hf" else sum(p.numel() for p in out.parameters())
-    return out, ConversionReport(src.num_params(), after, diff, diff / scale, cond)
+    layers = [{k: v[i] for k, v in cond.items()} for i in range(src.config.n_layer)] if cond else []
+    return out, ConversionReport(to, DTYPES[dtype], src.config, block=block, params_before=src.num_params(),
+                                 params_after=after, layers=layers, conversion=diff / scale, max_abs_logit_diff=diff)
 
 
 @torch.no_grad()

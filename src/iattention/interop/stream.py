@@ -28,7 +28,6 @@ import re
 import shutil
 import struct
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -43,13 +42,11 @@ from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.interop.convert import (
     DTYPES,
-    SOURCE_TOLERANCE,
-    TOLERANCE,
-    check_failures,
-    conditioning_parts,
+    NO_REFERENCE,
+    ConversionReport,
+    judge,
     layer_conditioning,
     probe_batch,
-    refuse_or_warn,
     staged_folder,
 )
 from iattention.interop.hf import (
@@ -226,69 +223,6 @@ def relative(a: torch.Tensor, ref: torch.Tensor) -> float:
     return (a - ref).abs().max().item() / scale if scale else float((a - ref).abs().max().item())
 
 
-@dataclass
-class StreamReport:
-    source: str
-    out: str
-    to: str
-    dtype: torch.dtype
-    config: GPTConfig
-    block: str
-    params_before: int = 0
-    params_after: int = 0
-    layers: list[dict] = field(default_factory=list)  # per layer: 'algebra', 'rounded', conditioning keys
-    source_load: float | None = None  # ours vs transformers, whole-model float64 logits
-    conversion: float | None = None  # converted vs source, whole-model float64 logits
-    files: list[str] = field(default_factory=list)
-    copied: list[str] = field(default_factory=list)
-    bytes_written: int = 0
-    whole_skipped: str = ""  # why whole-model logits were not compared
-    source_note: str = ""  # why there is no source-load number
-
-    @property
-    def worst(self) -> tuple[int, float]:
-        layer = max(range(len(self.layers)), key=lambda i: self.layers[i]["rounded"])
-        return layer, self.layers[layer]["rounded"]
-
-    @property
-    def tolerance(self) -> float:
-        return TOLERANCE[self.dtype]
-
-    def failures(self) -> list[str]:
-        return check_failures(self.source_load, self.conversion if self.conversion is not None else self.worst[1],
-                              self.dtype)
-
-    def lines(self) -> list[str]:
-        c = self.config
-        out = [f"{self.source} ({c.family}, {c.n_layer} layers x {c.n_head} heads / {c.n_kv_head} KV heads) -> "
-               f"{self.to} [{dtype_name(self.dtype)}] at {self.out}: {len(self.files)} file(s), "
-               f"{self.bytes_written / 1e9:.3g} GB" + (f"; copied {', '.join(self.copied)}" if self.copied else "")]
-        out.append(f"per layer: attention output on a float64 probe, relative to the source layer's: algebra "
-                   f"(float64) | rounded to {dtype_name(self.dtype)}"
-                   + (f"; fixed blocks (worst KV group), {self.block} used, pivoted | aligned" if self.to ==
-                      "canonical" else ""))
-        for i, r in enumerate(self.layers):
-            parts = [f"{r['algebra']:.2e} | {r['rounded']:.2e}", *conditioning_parts(r)]
-            out.append(f"  layer {i:>2}: " + "; ".join(parts))
-        layer, worst = self.worst
-        out.append(f"worst layer: {layer} ({worst:.3e} relative; tolerance {self.tolerance:.0e} for "
-                   f"{dtype_name(self.dtype)})")
-        delta = self.params_before - self.params_after
-        out.append(f"learned parameters: {self.params_before:,} -> {self.params_after:,} "
-                   f"({'removed' if delta >= 0 else 'added'} {abs(delta):,})")
-        if self.source_load is not None:
-            out.append(f"source load (ours vs transformers, float64 logits on the probe batch): "
-                       f"{self.source_load:.3e} relative (tolerance {SOURCE_TOLERANCE:.0e})")
-        if self.source_note:
-            out.append(f"source load: {self.source_note}")
-        if self.conversion is not None:
-            out.append(f"conversion (converted vs source, float64 logits on the probe batch): {self.conversion:.3e} "
-                       f"relative (tolerance {self.tolerance:.0e})")
-        if self.whole_skipped:
-            out.append(f"whole-model logits not compared: {self.whole_skipped}")
-        return out
-
-
 class LayerCheck:
     """A fixed float64 probe through one attention layer: source against converted (exact and rounded)."""
 
@@ -442,7 +376,7 @@ def _hf_config(folder: Path, family: str):
 @torch.no_grad()
 def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: str = "pivoted",
                dtype: str | None = None, shard_bytes: int = SHARD_BYTES, force: bool = False,
-               say=print) -> StreamReport:
+               say=print, per_head: bool = False) -> ConversionReport:
     """An HF rotary-family folder -> our canonical (or standard) checkpoint folder, streamed. Prints the report
     with `say`; a check over its tolerance is a UserError (nothing written) unless `force`."""
     _transformers_v5()
@@ -465,7 +399,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     plan = {k: (s, out_dtype if d.is_floating_point else d) for k, (s, d) in shapes_of(out_cfg, "model/").items()}
     meta = {"config": {"model": out_cfg.to_dict()}, "source": str(src),
             "conversion": {"to": to, "max_abs_logit_diff": None}}
-    report = StreamReport(str(src), str(out), to, out_dtype, cfg, block)
+    report = ConversionReport(to, out_dtype, cfg, source=str(src), out=str(out), block=block)
     report.params_before = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
     report.params_after = sum(math.prod(s) for k, (s, d) in plan.items() if d.is_floating_point)
     with staged_folder(out) as tmp:
@@ -489,19 +423,13 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
             converted = load_any(tmp)[0].to(torch.float64)
             logits = converted(x)[0]
             report.conversion = relative(logits, mine)
-            meta["conversion"]["max_abs_logit_diff"] = (logits - mine).abs().max().item()
+            report.max_abs_logit_diff = meta["conversion"]["max_abs_logit_diff"] = (logits - mine).abs().max().item()
         layer, worst = report.worst
         meta["conversion"].update(worst_layer=layer, worst_layer_rel_diff=worst)
         writer.finish({"iattention": json.dumps({**meta, "format": ckpt.FORMAT})})
         report.files, report.bytes_written = writer.names, writer.total
-        _judge(report, force, say)
+        judge(report, force, say, per_head)
     return report
-
-
-def _judge(report: StreamReport, force: bool, say) -> None:
-    for line in report.lines():
-        say(line)
-    refuse_or_warn(report.failures(), report.out, force, say)
 
 
 def is_streamed_source(path: str | Path) -> bool:
@@ -531,7 +459,7 @@ def _our_files(path: Path) -> list[str]:
 
 @torch.no_grad()
 def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard_bytes: int = SHARD_BYTES,
-               force: bool = False, say=print) -> StreamReport:
+               force: bool = False, say=print, per_head: bool = False) -> ConversionReport:
     """Our rotary-family folder (canonical or standard) -> the HF folder of its family, streamed."""
     _transformers_v5()
     src, out = Path(src), Path(out)
@@ -548,7 +476,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     hf_cfg.architectures = [SPECS[cfg.family].cls]
     hf_cfg.dtype = dtype_name(out_dtype)
     plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}
-    report = StreamReport(str(src), str(out), "hf", out_dtype, cfg, "")
+    report = ConversionReport("hf", out_dtype, cfg, source=str(src), out=str(out))
     report.params_before = sum(math.prod(s) for s, d in shapes_of(cfg).values() if d.is_floating_point)
     report.params_after = sum(math.prod(s) for s, _ in plan.values())
     with staged_folder(out) as tmp:
@@ -566,9 +494,9 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
             ours = load_any(src)[0].to(torch.float64)
             x = probe_batch(ours)
             mine = ours(x)[0]
-            report.conversion = relative(hf_logits(tmp, x), mine)
+            theirs = hf_logits(tmp, x)
+            report.conversion, report.max_abs_logit_diff = relative(theirs, mine), (theirs - mine).abs().max().item()
         report.files, report.bytes_written = writer.names, writer.total
-        report.source_note = ("not checked: the source is an iattention checkpoint, for which there is no "
-                              "transformers reference")
-        _judge(report, force, say)
+        report.source_note = NO_REFERENCE
+        judge(report, force, say, per_head)
     return report

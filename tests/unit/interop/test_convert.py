@@ -42,9 +42,9 @@ def test_canonical_and_back_compute_the_source_s_function_and_report_it(block):
     assert rep.params_before == src.num_params() and rep.params_after == canon.num_params()
     assert rep.params_after == param_count(canon.config) < rep.params_before
     L, H = src.config.n_layer, src.config.n_head
-    assert {k: (len(v), len(v[0])) for k, v in rep.conditioning.items()} == {  # per layer and head, both blocks
-        f"{b} {what}": (L, H) for b in ("pivoted", "aligned") for what in ("pass", "output")}
-    assert all(c >= 1 for v in rep.conditioning.values() for row in v for c in row)  # condition numbers
+    assert len(rep.layers) == L and all({k: len(v) for k, v in layer.items()} == {  # per head, both blocks
+        f"{b} {what}": H for b in ("pivoted", "aligned") for what in ("pass", "output")} for layer in rep.layers)
+    assert all(c >= 1 for layer in rep.layers for v in layer.values() for c in v)  # condition numbers
     back, rep2 = convert(canon, "standard", dtype="float64")
     assert back.config.attention == "standard" and rep2.params_after == src.num_params()
     assert (_logits(back, x) - _logits(src, x)).abs().max().item() < 1e-9 * _logits(src, x).abs().max().item()
@@ -59,7 +59,7 @@ def test_the_report_s_difference_is_the_cast_s_own():
     # the rounded weights, evaluated in float64: what the rounding to float32 costs, not a float32 forward pass
     got = (_logits(copy.deepcopy(out).double(), x) - _logits(src, x)).abs().max().item()
     assert rep.max_abs_logit_diff == pytest.approx(got, rel=1e-6) and got > 0  # float32 rounding, reported
-    assert rep.max_rel_logit_diff == pytest.approx(got / _logits(src, x).abs().max().item(), rel=1e-6)
+    assert rep.conversion == pytest.approx(got / _logits(src, x).abs().max().item(), rel=1e-6)
 
 
 def test_block_conditioning_of_a_well_and_an_ill_conditioned_key_block():
@@ -147,12 +147,12 @@ def test_an_hf_source_is_checked_against_its_own_transformers_class(tmp_path):
     hf.save_pretrained(str(tmp_path / "a"))
     src = from_hf(tmp_path / "a")
     _, rep = convert(src, "canonical", dtype="float64", reference=hf_logits(tmp_path / "a", probe_batch(src)))
-    assert rep.source_load <= 1e-12 and check_failures(rep.source_load, rep.max_rel_logit_diff, torch.float64) == []
+    assert rep.source_load <= 1e-12 and check_failures(rep.source_load, rep.conversion, torch.float64) == []
     with torch.no_grad():
         hf.transformer.ln_f.bias[3] += 0.5
     hf.save_pretrained(str(tmp_path / "b"))
     _, rep = convert(src, "canonical", dtype="float64", reference=hf_logits(tmp_path / "b", probe_batch(src)))
-    bad = check_failures(rep.source_load, rep.max_rel_logit_diff, torch.float64)
+    bad = check_failures(rep.source_load, rep.conversion, torch.float64)
     assert len(bad) == 1 and bad[0].startswith("source load") and "> 1e-09" in bad[0]
     with pytest.raises(UserError) as err:
         refuse_or_warn(bad, tmp_path / "out", force=False)

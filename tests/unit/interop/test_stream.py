@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from helpers import tells
 from iattention.errors import UserError
-from iattention.interop import stream
+from iattention.interop import convert, stream
 from iattention.interop.hf import from_hf_model
 from iattention.interop.load import load_any
 from iattention.symmetry import transforms
@@ -174,7 +174,7 @@ def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, mon
 
 def test_a_check_over_its_tolerance_writes_nothing_unless_forced(tmp_path, monkeypatch):
     hf_folder(tmp_path / "src", "Llama", dtype=torch.bfloat16, num_key_value_heads=2)
-    monkeypatch.setitem(stream.TOLERANCE, torch.bfloat16, 1e-6)
+    monkeypatch.setitem(convert.TOLERANCE, torch.bfloat16, 1e-6)
     with pytest.raises(UserError) as err:
         stream.hf_to_ours(tmp_path / "src", tmp_path / "out", say=quiet)
     tells(err, "conversion", "> 1e-06", "nothing was written", "--force")
