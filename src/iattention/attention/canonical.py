@@ -70,8 +70,8 @@ def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int) -> dict
 
 @torch.no_grad()
 def init_learned_entries(layer: nn.Module) -> None:
-    """GPT-2 style for a canonical layer's learned entries: N(0, 0.02), the output map's N(0, residual_std)
-    (the layer's `residual_std`), biases zero."""
+    """The model's init for a canonical layer's learned entries: N(0, 0.02), the output map's N(0, residual_std)
+    (the layer's: scaled by 1 / sqrt(2 n_layer) under init=gpt2, as standard's output projection), biases zero."""
     for name, p in layer.named_parameters():
         if name.startswith("b_"):
             p.zero_()
@@ -146,7 +146,8 @@ class CanonicalAttention(CausalSelfAttention):
         self.b_K = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
         self.b_V = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if config.o_bias else None
-        self.residual_std = 0.02 / math.sqrt(2 * config.n_layer)
+        # the init's std for a projection into the residual stream: GPT-2's scaled one, 0.02 under init=normal
+        self.residual_std = 0.02 / math.sqrt(2 * config.n_layer) if config.standard_init == "gpt2" else 0.02
         self.reset_parameters()
         self._refresh_identity_flags()
         # A checkpoint may carry another block choice: re-derive the flags after every load.

@@ -175,6 +175,21 @@ def test_gpt2_init_scales_canonicals_output_projection_like_a_residual_one():
         assert abs(getattr(attn, name).std().item() / 0.02 - 1) < 0.05, name
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "gpt2"])
+def test_init_normal_leaves_canonicals_output_map_unscaled_like_standards(family):
+    """init=normal (the Llama family's and GPT-NeoX's default; GPT-2's when asked) scales no residual projection:
+    canonical's learned W_O entries are N(0, 0.02) like standard's output projection, not 0.02 / sqrt(2 L)."""
+    kw = dict(family=family, n_layer=8, n_head=2, n_embd=256, vocab_size=64, block_size=8, init="normal")
+    stds = {}
+    for attention in ("standard", "canonical"):
+        torch.manual_seed(0)
+        attn = GPT(GPTConfig(**kw, attention=attention)).transformer.h[0].attn
+        out = attn.W_O_free if attention == "canonical" else next(
+            m for m in attn.modules() if getattr(m, "residual_scale", False)).weight
+        stds[attention] = out.std().item()
+    assert abs(stds["standard"] / 0.02 - 1) < 0.05 and abs(stds["canonical"] / 0.02 - 1) < 0.05, stds
+
+
 @pytest.mark.parametrize("halves", ["both", "qk", "vo"])
 @pytest.mark.parametrize("heads", [1, 2])
 def test_projection_flops_is_what_the_layer_runs(halves, heads):
