@@ -37,3 +37,36 @@ def test_balancedness_by_hand():
             assert got["vo"][layer, h].item() == pytest.approx(vo.item(), rel=1e-10)
     nb = balancedness(make_model(bias=False))
     assert nb["qk"].shape == (2, 3) and nb["qk"].dtype == torch.float64
+
+
+@pytest.mark.parametrize("rot", [4, 8], ids=["partial-rope", "full-rope"])
+def test_what_gradient_descent_conserves_per_kv_group_with_rope(rot):
+    """A Llama-family model (4 query heads on 2 KV heads, RoPE on `rot` of 8 dims): one (L, G) number per KV
+    group, and after 20 small SGD steps without weight decay both barely move (O(lr^2) per step), while the full
+    matrix sum_h Q_h^T Q_h - K^T K, which RoPE keeps the gauge from moving, changes over 100x more: what is
+    conserved is its pass block and each rotary pair's mean diagonal. (It was a RuntimeError on any GQA model.)"""
+    from helpers import make_llama
+    from iattention.symmetry.balance import _augment
+
+    def unprojected(model):
+        out = []
+        for attn in model.attention_layers:
+            hw = attn.to_heads().to(torch.float64)
+            Q, K = _augment(hw.W_Q, hw.b_Q), _augment(hw.W_K, hw.b_K)
+            QQ = (Q.mT @ Q).reshape(hw.n_kv_head, hw.group, 8, 8).sum(1)
+            out.append(torch.linalg.matrix_norm(QQ - K.mT @ K))
+        return torch.stack(out)
+
+    model = make_llama(rot=rot).train()
+    x = torch.randint(0, model.config.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
+    before, raw_before = balancedness(model), unprojected(model)
+    assert before["qk"].shape == before["vo"].shape == (2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(20):
+        opt.zero_grad()
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        opt.step()
+    after, raw = balancedness(model), (unprojected(model) - raw_before).abs().max().item()
+    for key in ("qk", "vo"):
+        moved = (after[key] - before[key]).abs().max().item()
+        assert moved < 1e-2 * raw and moved < 1e-5, (key, moved, raw)
