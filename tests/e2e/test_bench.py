@@ -135,3 +135,29 @@ def test_compile_scope_or_mode_without_compile_is_refused_in_one_line(tmp_path, 
                str(tmp_path / "b.json")])
     one_line_error(capsys, rc, "--compile-scope", "--compile")
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.slow
+def test_bench_of_a_preset_with_its_own_kv_heads_defaults_to_head_counts_they_divide(tmp_path, capsys):
+    """llama-cpu (2 key/value heads): the default --heads 1,4,8 keeps 4 and 8, as compare and sweep do (1 was
+    refused, so the preset could not be benched without --heads); a count they do not divide is one line."""
+    out = tmp_path / "b.json"
+    assert main(["bench", "--preset", "llama-cpu", "--attention", "standard", "--windows", "1", "--steps", "1",
+                 "--rounds", "1", "--no-reference", "--json", str(out)]) == 0
+    assert [r["n_head"] for r in json.loads(out.read_text())["rows"]] == [4, 8]
+    rc = main(["bench", "--preset", "llama-cpu", "--heads", "3", "--json", str(tmp_path / "c.json")])
+    one_line_error(capsys, rc, "--heads 3", "multiples of 2")
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["bench", "--preset", "tiny", "--json", "{d}"],
+                                  ["bench", "--preset", "tiny", "--json", "{d}/b.json", "--markdown", "{d}"],
+                                  ["conditioning", "--json", "{d}"],
+                                  ["scales", "--preset", "tiny", "--out", "{d}"]])
+def test_a_result_file_that_is_a_folder_is_refused_before_the_work(tmp_path, capsys, argv):
+    """--json / --markdown / scales' --out naming a folder: one line before the benchmark or study, not after
+    it (bench with --markdown wrote the JSON, then failed)."""
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal (cli.args.Parser): one line, exit 2
+        main([a.format(d=tmp_path) for a in argv])
+    one_line_error(capsys, refused.value.code, f"{tmp_path} is a folder", "give a file path")
+    assert list(tmp_path.iterdir()) == []

@@ -68,6 +68,14 @@ def out_path(text: str) -> str:
     return text
 
 
+def out_file(text: str) -> str:
+    """argparse type: an output file (out_path's checks) that is not a folder, refused before the work whose result
+    it would hold (the error came after a whole benchmark or study)."""
+    if Path(out_path(text)).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file path")
+    return text
+
+
 def check_out_folder(path, flag: str = "--out") -> None:
     """Before any work: refuse an output folder that is a file or lies under one (else the error would come
     only when the first result is written, after the work)."""

@@ -13,7 +13,7 @@ from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.bench.generation import generation_bench
 from iattention.bench.runner import bench_spec, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
-from iattention.cli.args import check_heads, int_at_least, ints, str_list
+from iattention.cli.args import check_heads, int_at_least, ints, out_file, str_list
 from iattention.config import model_preset, preset_names
 from iattention.config.run import COMPILE_MODES, COMPILE_SCOPES, MAX_THREADS
 from iattention.errors import UserError
@@ -21,6 +21,7 @@ from iattention.kernels import ATTN_KERNELS
 from iattention.utils.atomic import write_json
 from iattention.utils.hardware import device_name
 
+HEADS = (1, 4, 8)  # --heads' default
 DEFAULT_DIR = "runs/bench"  # where a result goes without --json: never the repository's tracked files
 
 
@@ -66,10 +67,13 @@ def cmd_bench(args) -> None:
     if not args.compile and (args.compile_scope != "model" or args.compile_mode != "default"):
         raise UserError("--compile-scope and --compile-mode say how --compile compiles; add --compile, or leave them "
                         "out")
+    model = bench_spec(args.preset)["model"]
+    n_kv_head = model.get("n_kv_head", 0)  # a preset with its own key/value heads: head counts they divide
+    if args.heads is None:
+        args.heads = [h for h in HEADS if not n_kv_head or h % n_kv_head == 0] or [model_preset(args.preset).n_head]
+    check_heads(args.heads, model["n_embd"], args.preset, n_kv_head)
     if args.generate:
         return cmd_generation_bench(args)
-    d = bench_spec(args.preset)["model"]["n_embd"]
-    check_heads(args.heads, d, args.preset)
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
@@ -102,7 +106,9 @@ def register(sub) -> None:
     p.add_argument("--preset", default="cpu-study", help=f"model shape of a preset: {', '.join(preset_names())}")
     p.add_argument("--attention", type=str_list, default=None,
                    help="comma-separated variants (default: every registered one)")
-    p.add_argument("--heads", type=ints, default=[1, 4, 8])
+    p.add_argument("--heads", type=ints, default=None,
+                   help=f"comma-separated head counts (default {','.join(map(str, HEADS))}; for a preset with its own "
+                        "key/value heads, those of them its n_kv_head divides)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile every model (fullgraph for ours)")
     p.add_argument("--compile-scope", default="model", choices=COMPILE_SCOPES,
@@ -124,7 +130,9 @@ def register(sub) -> None:
     p.add_argument("--generate", type=int_at_least(1), default=0, metavar="N",
                    help="instead: generation speed for N new tokens, with and without the KV cache, vs HF generate "
                         "(on --device, our models with --attn-kernel; --compile is refused)")
-    p.add_argument("--json", help=f"result file (default {DEFAULT_DIR}/<device>-<preset>-<date>.json: beside the runs, "
-                                  "not in the tracked benchmarks/results/)")
-    p.add_argument("--markdown", help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
+    p.add_argument("--json", type=out_file,
+                   help=f"result file (default {DEFAULT_DIR}/<device>-<preset>-<date>.json: beside the runs, "
+                        "not in the tracked benchmarks/results/)")
+    p.add_argument("--markdown", type=out_file,
+                   help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
     p.set_defaults(func=cmd_bench)

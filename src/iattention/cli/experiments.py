@@ -15,6 +15,7 @@ from iattention.cli.args import (
     int_at_least,
     int_list,
     ints,
+    out_file,
     out_path,
     str_list,
     with_flags,
@@ -175,7 +176,7 @@ def _add_scales(sub) -> None:
                     help="seed of the initialisation and batches (default 0)")
     sc.add_argument("--steps", type=int_at_least(1), default=20,
                     help="AdamW steps whose update sizes are averaged (default 20)")
-    sc.add_argument("--out", type=out_path, help="write a markdown table here (and the numbers as .json beside it)")
+    sc.add_argument("--out", type=out_file, help="write a markdown table here (and the numbers as .json beside it)")
     add_data_flags(sc)
     sc.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     sc.set_defaults(func=cmd_scales)
@@ -223,7 +224,7 @@ def _add_conditioning(sub) -> None:
                         "always done when no --checkpoint is given)")
     k.add_argument("--gpt2-tokens", type=int_at_least(1), default=8192,
                    help="WikiText-2 test tokens for the GPT-2-small model")
-    k.add_argument("--json", type=out_path, help="write the results here")
+    k.add_argument("--json", type=out_file, help="write the results here")
     k.set_defaults(func=cmd_conditioning)
 
 
