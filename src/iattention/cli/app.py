@@ -111,8 +111,8 @@ def cmd_params(args) -> None:
            f"{s.n_embd}, the keys do not determine the layer input)")
     print(f"decoding cache per token (bf16, all layers): full {full * CACHE_BYTES:,} B; K-only "
           f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
-    print("fully reduced: also without the redundant biases (b_K dropped, b_V folded into b_O; "
-          "model.minimal_bias for canonical)")
+    print("fully reduced: also without the redundant biases (b_K on the pass dims dropped, b_V folded into b_O; "
+          "model.minimal_bias realizes it for canonical without rotary dims)")
 
 
 def build_parser() -> argparse.ArgumentParser:

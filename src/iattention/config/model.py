@@ -254,9 +254,14 @@ class GPTConfig:
             raise UserError(f"model.canonical_halves={self.canonical_halves} only applies to attention=canonical (got "
                             f"attention={self.attention}); drop it or set model.attention=canonical")
         if self.minimal_bias and (self.attention != "canonical" or not (self.qkv_bias and self.o_bias) or self.rot):
+            if self.attention != "canonical":
+                fix = "drop it or set model.attention=canonical"
+            elif not (self.qkv_bias and self.o_bias):
+                fix = "drop it: this model lacks the query/key/value or the output biases it reduces"
+            else:
+                fix = f"drop it: this model rotates {self.rot} dims of each head, on which b_K is not redundant"
             raise UserError("model.minimal_bias=true applies to attention=canonical with query/key/value and output "
-                            "biases and no rotary dims (on a rotary dim b_K is not redundant); drop it or set "
-                            "model.attention=canonical")
+                            f"biases and no rotary dims; {fix}")
         if self.init == "matched" and not cls.full_class:
             raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")

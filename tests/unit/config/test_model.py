@@ -29,3 +29,18 @@ def test_resolve_vocab_is_the_one_place_vocab_zero_becomes_a_size():
     with pytest.raises(UserError, match="has 256 tokens but model.vocab_size is 100"):
         resolve_vocab(GPTConfig(vocab_size=100), "byte", vocab=256)
     assert model_preset("cpu-study").vocab_size == 4096
+
+
+@pytest.mark.parametrize("kw, fix", [
+    (dict(attention="standard"), "set model.attention=canonical"),
+    (dict(attention="canonical", bias=False), "lacks the query/key/value or the output biases"),
+    (dict(attention="canonical", family="gpt_neox", rot=4), "rotates 4 dims of each head, on which b_K is not "
+                                                            "redundant")])
+def test_minimal_bias_refusal_names_what_this_model_lacks(kw, fix):
+    """model.minimal_bias on a model it cannot apply to: the fix fits the case (a canonical GPT-NeoX model was told
+    to set model.attention=canonical, which it had)."""
+    with pytest.raises(UserError) as err:
+        GPTConfig(**{**dict(n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=8), **kw}, minimal_bias=True)
+    assert fix in str(err.value) and "\n" not in str(err.value)
+    if kw["attention"] == "canonical":
+        assert "set model.attention=canonical" not in str(err.value)
