@@ -44,3 +44,38 @@ def test_params_takes_the_family_from_the_preset_name_and_names_the_fix_otherwis
     assert {r["family"] for r in json.loads(capsys.readouterr().out)} == {"gpt2"}
     one_line_error(capsys, main(["params", "--preset", "llama-9"]), "unknown preset 'llama-9'", "gpt2-small",
                    "llama-3-8b")
+
+
+def test_params_of_a_run_preset_with_its_own_kv_heads_takes_heads_as_compare_does(capsys):
+    """llama-cpu (a run preset, 2 key/value heads): --heads 4,8 counts the models `compare --heads 4,8` trains
+    (it was refused as "for GPT-2 presets"), each row with its own cache bytes (G r changes with the head
+    count); a count its KV heads do not divide, or --heads on a published shape, is one line."""
+    from iattention.config import load_config
+    from iattention.model.gpt import GPT
+
+    assert main(["params", "--preset", "llama-cpu", "--heads", "4,8", "--json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["attention"] == "standard"]
+    for r in rows:
+        cfg = load_config("llama-cpu", None, [f"model.n_head={r['n_head']}", "model.vocab_size=4096"]).model
+        model = GPT(cfg)
+        assert r["params"] == model.num_params() and r["d_head"] == 256 // r["n_head"] and r["n_kv_head"] == 2
+        assert r["kv_cache_bytes_per_token"] == 2 * cfg.n_layer * 2 * 2 * cfg.d_head  # K and V, layers, G, r, bf16
+    assert [r["n_head"] for r in rows] == [4, 8]
+    one_line_error(capsys, main(["params", "--preset", "llama-cpu", "--heads", "3"]), "multiples of 2")
+    one_line_error(capsys, main(["params", "--preset", "llama-3-8b", "--heads", "4"]), "drop --heads")
+
+
+def test_params_from_a_converted_folder_reads_our_config_json(tmp_path, capsys):
+    """`params --from` a folder `iattn convert` wrote (config.json: model_type iattention and our model config) is
+    counted, not refused as "describes a 'iattention' model"."""
+    import torch
+
+    from helpers import make_llama
+    from iattention.interop.convert import convert, save_converted
+
+    src = make_llama(dtype=torch.float32)
+    canon, rep = convert(src, "canonical", dtype="float32")
+    save_converted(canon, tmp_path / "c", "canonical", rep, source="test")
+    assert main(["params", "--from", str(tmp_path / "c"), "--json"]) == 0
+    rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["standard"]["params"] == src.num_params() and rows["canonical"]["params"] == canon.num_params()

@@ -14,7 +14,7 @@ from iattention.attention.registry import ATTENTION_REGISTRY
 from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints
-from iattention.config import default_heads, model_preset, preset_names
+from iattention.config import GPTConfig, default_heads, model_preset, preset_names
 from iattention.config.shapes import published_count, shape_names, shape_preset
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
@@ -56,14 +56,21 @@ def _params_shape(args):
 
 
 def _shape_from(folder: str):
-    """The shape an HF model folder's config.json describes (any family), no weights read."""
+    """The shape an HF model folder's config.json describes (any family), or a converted folder's of ours (its
+    config.json is our model config), no weights read."""
     from pathlib import Path
 
+    from iattention.checkpoint.run_folder import read_json_object
     from iattention.interop.hf import shape_from_folder
+    from iattention.interop.load import OURS_MODEL_TYPE
 
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise UserError(f"--from {folder}: no config.json there; give a Hugging Face model folder")
+    ours = read_json_object(path / "config.json", "a model config", "re-save the model (save_pretrained or iattn "
+                            "convert)")
+    if ours.get("model_type") == OURS_MODEL_TYPE:
+        return GPTConfig.from_dict({k: v for k, v in ours.items() if k not in ("model_type", "note")})
     return shape_from_folder(path)
 
 
@@ -72,14 +79,16 @@ def cmd_params(args) -> None:
     split into query/key and value/output), the fully reduced count, the decoding cache per token; GPT-2 shapes at
     several head counts, other families at their own."""
     shape, name, pub = _params_shape(args)
-    if shape.family != "gpt2" and args.heads:
-        raise UserError(f"--heads is for GPT-2 presets; {name} has its own head counts (runs at other counts: iattn "
-                        "compare --preset llama-cpu --heads N)")
-    check_heads(args.heads or [], shape.n_embd, name.removeprefix("preset "))  # its message says "preset NAME"
-    full, k_only = (kv_cache_values_per_token(shape, kind) for kind in ("full", "k-only"))
+    trainable = name.startswith("preset ")  # a run preset: other head counts as compare --heads trains them
+    if shape.family != "gpt2" and args.heads and not trainable:
+        raise UserError(f"--heads is for GPT-2 shapes and the run presets ({', '.join(preset_names())}); {name} "
+                        "has its own head counts: drop --heads")
+    n_kv_head = shape.to_dict().get("n_kv_head", 0) if trainable else 0  # a preset's own key/value heads
+    check_heads(args.heads or [], shape.n_embd, name.removeprefix("preset "), n_kv_head)  # says "preset NAME"
     rows = []
     for heads in args.heads or (default_heads(shape) if shape.family == "gpt2" else [shape.n_head]):
-        base = shape.replace(n_head=heads) if shape.family == "gpt2" else shape
+        base = shape.replace(n_head=heads) if shape.family == "gpt2" or args.heads else shape
+        cache = {kind: kv_cache_values_per_token(base, kind) for kind in ("full", "k-only")}  # G r: by head count
         for attention, cls in ATTENTION_REGISTRY.items():
             if cls.unsupported(base) is not None:
                 continue
@@ -91,8 +100,9 @@ def cmd_params(args) -> None:
             rows.append(dict(attention=attention, family=cfg.family, n_head=heads, n_kv_head=cfg.n_kv_head,
                              d_head=cfg.d_head, rot=cfg.rot, params=param_count(cfg), removed=removed,
                              **{f"removed_{k}": v for k, v in split.items()}, fully_reduced=fully_reduced_count(cfg),
-                             published=pub, kv_cache_bytes_per_token=full * CACHE_BYTES,
-                             k_only_cache_bytes_per_token=None if k_only is None else k_only * CACHE_BYTES))
+                             published=pub, kv_cache_bytes_per_token=cache["full"] * CACHE_BYTES,
+                             k_only_cache_bytes_per_token=None if cache["k-only"] is None else
+                             cache["k-only"] * CACHE_BYTES))
     if args.json:
         print(json.dumps(rows, indent=2))
         return
@@ -107,10 +117,16 @@ def cmd_params(args) -> None:
         qk, vo = (f"{r[k]:,}" if r[k] is not None else "-" for k in ("removed_query_key", "removed_value_output"))
         print(f"{r['attention']:<11} {r['n_head']:>5} {r['n_kv_head']:>3} {r['d_head']:>6} {r['params']:>15,} "
               f"{r['removed']:>13,} {qk:>12} {vo:>12} {r['fully_reduced']:>15,}")
-    why = ("" if k_only is not None else f" (none: n_kv_head x d_head = {s.n_kv_head * s.d_head} < n_embd = "
-           f"{s.n_embd}, the keys do not determine the layer input)")
-    print(f"decoding cache per token (bf16, all layers): full {full * CACHE_BYTES:,} B; K-only "
-          f"{'-' if k_only is None else f'{k_only * CACHE_BYTES:,} B'}{why}")
+    caches = {r["n_head"]: (r["kv_cache_bytes_per_token"], r["k_only_cache_bytes_per_token"], r["n_kv_head"] *
+                            r["d_head"]) for r in rows}  # by head count where the key/value heads are fixed
+    for heads, (full, k_only, width) in caches.items():
+        at = f" at {heads} heads" if len({c[:2] for c in caches.values()}) > 1 else ""
+        why = "" if k_only is not None else (f" (none: n_kv_head x d_head = {width} < n_embd = {s.n_embd}, the keys "
+                                             "do not determine the layer input)")
+        print(f"decoding cache per token{at} (bf16, all layers): full {full:,} B; K-only "
+              f"{'-' if k_only is None else f'{k_only:,} B'}{why}")
+        if not at:
+            break
     print("fully reduced: also without the redundant biases (b_K on the pass dims dropped, b_V folded into b_O; "
           "model.minimal_bias realizes it for canonical without rotary dims)")
 
