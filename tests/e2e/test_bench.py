@@ -161,3 +161,22 @@ def test_a_result_file_that_is_a_folder_is_refused_before_the_work(tmp_path, cap
         main([a.format(d=tmp_path) for a in argv])
     one_line_error(capsys, refused.value.code, f"{tmp_path} is a folder", "give a file path")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_bench_takes_config_overrides_so_any_family_can_be_benched(tmp_path):
+    """KEY=VALUE overrides of the preset's model, as iattn train takes them: tiny as GPT-NeoX (partial RoPE)
+    benches our GPT-NeoX against transformers' GPTNeoXForCausalLM with the same parameter count (bench had no
+    way to name another family than its presets')."""
+    from iattention.config import load_config
+    from iattention.model.gpt import GPT
+
+    out = tmp_path / "b.json"
+    assert main(["bench", "--preset", "tiny", "--heads", "2", "--attention", "standard", "--windows", "1",
+                 "--steps", "1", "--rounds", "1", "--json", str(out), "model.family=gpt_neox", "model.rot=4"]) == 0
+    data = json.loads(out.read_text())
+    assert data["overrides"] == ["model.family=gpt_neox", "model.rot=4"] and data["shape"]["model"]["rot"] == 4
+    rows = {r["model"]: r for r in data["rows"]}
+    cfg = load_config("tiny", None, ["model.family=gpt_neox", "model.rot=4", "model.n_head=2",
+                                     "model.vocab_size=256"]).model
+    assert rows["iattention"]["params"] == rows["hf-gpt_neox"]["params"] == GPT(cfg).num_params()

@@ -14,8 +14,7 @@ import time
 
 import torch
 
-from iattention.bench.runner import bench_device, sync
-from iattention.config import model_preset
+from iattention.bench.runner import bench_device, bench_model, sync
 from iattention.errors import UserError
 from iattention.interop.hf import to_hf
 from iattention.kernels import prepare as prepare_kernel
@@ -43,11 +42,11 @@ def _cache_bytes(model, kind: str | None, prompt: torch.Tensor) -> int | None:
 @torch.no_grad()
 def generation_bench(preset: str, attentions: list[str], heads: list[int], new_tokens: int, prompt_len: int = 16,
                      rounds: int = 3, reference: bool = True, log=print, device: str = "cpu",
-                     attn_kernel: str = "auto") -> list[dict]:
+                     attn_kernel: str = "auto", overrides: list[str] = ()) -> list[dict]:
     """Rows of new tokens/s on `device`; our models run `attn_kernel` (model.attn_kernel) in their
     full-sequence passes (the prompt, and every step without a cache; cached steps run SDPA), and each row
     records the kernel that choice gave (HF: sdpa)."""
-    shape = model_preset(preset)
+    shape = bench_model(preset, overrides)
     if prompt_len + new_tokens > shape.block_size:
         raise UserError(f"prompt {prompt_len} + {new_tokens} new tokens exceed block_size {shape.block_size}; "
                         f"ask for at most {shape.block_size - prompt_len} with --generate")

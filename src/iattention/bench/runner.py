@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
-from iattention.config import GPTConfig, OptimConfig, load_config, model_preset
+from iattention.config import GPTConfig, OptimConfig, load_config, resolve_vocab
 from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
 from iattention.interop.hf import SPECS, hf_config_of
@@ -155,13 +155,19 @@ def bench_ratio(a_rounds: list[float], b_rounds: list[float]) -> dict:
     return dict(ratio=ratio, rounds=rounds, noisy=noisy)
 
 
-def bench_spec(preset: str) -> dict:
-    """Model shape (the preset's model, vocabulary from its tokenizer) and the timed micro-batch."""
-    model = model_preset(preset)
+def bench_model(preset: str, overrides: list[str] = ()) -> GPTConfig:
+    """The preset's model with `overrides` (KEY=VALUE, as iattn train takes them), vocabulary from its tokenizer."""
+    cfg = load_config(preset, None, list(overrides))
+    return resolve_vocab(cfg.model, cfg.data.tokenizer)
+
+
+def bench_spec(preset: str, overrides: list[str] = ()) -> dict:
+    """Model shape (bench_model's) and the timed micro-batch."""
+    model = bench_model(preset, overrides)
     shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
                                             "mlp_hidden")}
     shape.update({k: v for k, v in model.to_dict().items() if k in NEW_KEYS})  # another family's keys
-    return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset).train.batch_size))
+    return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset, None, list(overrides)).train.batch_size))
 
 
 def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa", compile_scope=None) -> dict:
@@ -226,13 +232,14 @@ def _add_ratios(rows: list[dict], timings: dict[int, list]) -> None:
 def run_bench(preset: str, attentions: list[str], heads: list[int], device: str, compile: bool,
               windows: int, steps: int, reference: bool = True, rounds: int = 3, log=print,
               show_progress: bool | None = None, attn_kernel: str = "auto", loss_chunk: int = 0,
-              compile_scope: str = "model", compile_mode: str = "default") -> dict:
-    """Every configuration timed `rounds` times, interleaved. `log` gets the plan and the result lines;
-    a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`: force it on/off)."""
+              compile_scope: str = "model", compile_mode: str = "default", overrides: list[str] = ()) -> dict:
+    """Every configuration timed `rounds` times, interleaved (the preset's model with `overrides`). `log` gets the
+    plan and the result lines; a progress bar with an ETA goes to stderr when it is a terminal (`show_progress`:
+    force it on/off)."""
     if show_progress is None:
         show_progress = sys.stderr.isatty()
 
-    spec = bench_spec(preset)
+    spec = bench_spec(preset, overrides)
     dev = bench_device(device)
     amp = dev.type == "cuda"
     allow_tf32(dev)
@@ -275,8 +282,8 @@ def run_bench(preset: str, attentions: list[str], heads: list[int], device: str,
         log(f"{label:<13} {attention:<11} h={h:<3} {kernel:<6} train {merged.train_tokens_per_s:>10,.0f} tok/s   "
             f"forward {merged.forward_tokens_per_s:>10,.0f} tok/s   first step {merged.first_step_s:.1f} s")
     _add_ratios(rows, timings)
-    return dict(preset=preset, shape=spec, attn_kernel_setting=attn_kernel, loss_chunk=loss_chunk,
-                device=device, device_name=name, compile=compile, amp_bf16=amp,
+    return dict(preset=preset, overrides=list(overrides), shape=spec, attn_kernel_setting=attn_kernel,
+                loss_chunk=loss_chunk, device=device, device_name=name, compile=compile, amp_bf16=amp,
                 compile_scope=compile_scope if compile else None, compile_mode=compile_mode if compile else None,
                 loadavg_before=load_before, loadavg_after=os.getloadavg(), noise_threshold=NOISE_SPREAD,
                 torch=torch.__version__, python=sys.version.split()[0], threads=torch.get_num_threads(),

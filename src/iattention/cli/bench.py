@@ -11,10 +11,10 @@ import torch
 
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.bench.generation import generation_bench
-from iattention.bench.runner import bench_spec, run_bench
+from iattention.bench.runner import bench_model, run_bench
 from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, out_file, str_list
-from iattention.config import model_preset, preset_names
+from iattention.config import preset_names
 from iattention.config.run import COMPILE_MODES, COMPILE_SCOPES, MAX_THREADS
 from iattention.errors import UserError
 from iattention.kernels import ATTN_KERNELS
@@ -32,8 +32,9 @@ def cmd_generation_bench(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = generation_bench(args.preset, args.attention, args.heads, args.generate, rounds=args.rounds,
-                            reference=not args.no_reference, device=args.device, attn_kernel=args.attn_kernel)
-    result = dict(kind="generation", preset=args.preset, device=args.device,
+                            reference=not args.no_reference, device=args.device, attn_kernel=args.attn_kernel,
+                            overrides=args.overrides)
+    result = dict(kind="generation", preset=args.preset, overrides=args.overrides, device=args.device,
                   device_name=device_name(torch.device(args.device)), attn_kernel_setting=args.attn_kernel,
                   torch=torch.__version__, threads=torch.get_num_threads(), rounds=args.rounds,
                   date=datetime.date.today().isoformat(), command=" ".join(["iattn", *sys.argv[1:]]), rows=rows)
@@ -56,8 +57,8 @@ def cmd_generation_bench(args) -> None:
 
 def cmd_bench(args) -> None:
 
-    if not args.attention:  # every variant this preset's shape has a form for (identity_q needs G = H, ...)
-        shape = model_preset(args.preset)
+    shape = bench_model(args.preset, args.overrides)  # the preset's model with KEY=VALUE overrides
+    if not args.attention:  # every variant this shape has a form for (identity_q needs G = H, ...)
         args.attention = [v for v in variant_names() if ATTENTION_REGISTRY[v].unsupported(shape) is None]
     bad = [a for a in args.attention if a not in variant_names()]
     if bad:
@@ -67,11 +68,10 @@ def cmd_bench(args) -> None:
     if not args.compile and (args.compile_scope != "model" or args.compile_mode != "default"):
         raise UserError("--compile-scope and --compile-mode say how --compile compiles; add --compile, or leave them "
                         "out")
-    model = bench_spec(args.preset)["model"]
-    n_kv_head = model.get("n_kv_head", 0)  # a preset with its own key/value heads: head counts they divide
+    n_kv_head = shape.to_dict().get("n_kv_head", 0)  # a preset with its own key/value heads: head counts they divide
     if args.heads is None:
-        args.heads = [h for h in HEADS if not n_kv_head or h % n_kv_head == 0] or [model_preset(args.preset).n_head]
-    check_heads(args.heads, model["n_embd"], args.preset, n_kv_head)
+        args.heads = [h for h in HEADS if not n_kv_head or h % n_kv_head == 0] or [shape.n_head]
+    check_heads(args.heads, shape.n_embd, args.preset, n_kv_head)
     if args.generate:
         return cmd_generation_bench(args)
     if args.threads:
@@ -79,7 +79,7 @@ def cmd_bench(args) -> None:
     result = run_bench(args.preset, args.attention, args.heads, args.device, args.compile, args.windows, args.steps,
                        reference=not args.no_reference, rounds=args.rounds, attn_kernel=args.attn_kernel,
                        loss_chunk=args.loss_chunk, compile_scope=args.compile_scope,
-                       compile_mode=args.compile_mode)
+                       compile_mode=args.compile_mode, overrides=args.overrides)
     out = Path(args.json) if args.json else Path(DEFAULT_DIR) / (
         f"{args.device}-{args.preset}{'-compiled' if args.compile else ''}"
         f"{'-blocks' if args.compile and args.compile_scope == 'blocks' else ''}"
@@ -135,4 +135,7 @@ def register(sub) -> None:
                         "not in the tracked benchmarks/results/)")
     p.add_argument("--markdown", type=out_file,
                    help="update this markdown file's section for the run (e.g. BENCHMARKS.md)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides of the preset's model, as iattn train takes them (e.g. model.family=gpt_neox "
+                        "model.rot=4 to bench another family at the preset's size)")
     p.set_defaults(func=cmd_bench)
