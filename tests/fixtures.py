@@ -88,25 +88,34 @@ def _byte_level_tokenizer():
     return t
 
 
-def hf_folder(folder, kind="Llama", tokenizer=True, vocab_size=None, seed=0):
-    """A random-init transformers `kind` (Llama, Qwen2, Mistral) model saved in `folder` with its own tokenizer,
-    as a user's model folder is: Llama and Mistral with a SentencePiece-style byte-fallback tokenizer that adds
-    BOS, Qwen2 with a byte-level BPE one that adds none. `vocab_size`: the model's (default: the tokenizer's).
-    Returns the folder. Needs transformers: call it after `pytest.importorskip`."""
+# hf_folder's shapes: the Llama family's (2 KV heads), GPT-2's and GPT-NeoX's (a quarter of each head rotated)
+_HF_SHAPES = {"GPT2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=256),
+              "GPTNeoX": dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                              max_position_embeddings=256, rotary_pct=0.25)}
+_LLAMA_SHAPE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=256)
+
+
+def hf_folder(folder, kind="Llama", tokenizer=True, vocab_size=None, seed=0, **token_ids):
+    """A random-init transformers `kind` (Llama, Qwen2, Mistral, GPT2, GPTNeoX) model saved in `folder` with its own
+    tokenizer, as a user's model folder is: Llama and Mistral with a SentencePiece-style byte-fallback tokenizer that
+    adds BOS, the others with a byte-level BPE one that adds none. `vocab_size`: the model's (default: the
+    tokenizer's); `token_ids`: bos_token_id, eos_token_id, pad_token_id for its config (default: the tokenizer's bos
+    and eos). Returns the folder. Needs transformers: call it after `pytest.importorskip`."""
     import transformers as tf
 
     if kind == "Qwen2":
         tok = tf.Qwen2TokenizerFast(tokenizer_object=_byte_level_tokenizer(), eos_token="<|endoftext|>",
                                     pad_token="<|endoftext|>", bos_token=None, unk_token=None)
+    elif kind in _HF_SHAPES:
+        tok = tf.PreTrainedTokenizerFast(tokenizer_object=_byte_level_tokenizer(), eos_token="<|endoftext|>")
     else:
         tok = tf.LlamaTokenizerFast(tokenizer_object=_sentencepiece_style_tokenizer(), bos_token="<s>",
                                     eos_token="</s>", unk_token="<unk>", add_bos_token=True)
     torch.manual_seed(seed)
-    cfg = getattr(tf, f"{kind}Config")(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=48,
-                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                       max_position_embeddings=256, bos_token_id=tok.bos_token_id,
-                                       eos_token_id=tok.eos_token_id)
-    model = getattr(tf, f"{kind}ForCausalLM")(cfg).eval()
+    ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, **token_ids}
+    cfg = getattr(tf, f"{kind}Config")(vocab_size=vocab_size or len(tok), **_HF_SHAPES.get(kind, _LLAMA_SHAPE), **ids)
+    model = getattr(tf, "GPT2LMHeadModel" if kind == "GPT2" else f"{kind}ForCausalLM")(cfg).eval()
     with torch.no_grad():  # logits far from uniform, so that a shifted or missing token shows
         for p in model.parameters():
             p.copy_(torch.randn(p.shape) / p.shape[-1] ** 0.5 if p.dim() > 1 else 1 + 0.3 * torch.randn(p.shape))

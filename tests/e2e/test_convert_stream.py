@@ -66,3 +66,39 @@ def test_an_hf_llama_folder_to_hf_is_checked_against_its_own_class(qwen, tmp_pat
     out = capsys.readouterr().out
     assert "source load (ours vs transformers, float64 logits on the probe batch): 0.000e+00" in out
     assert "conversion (converted vs source, float64 logits on the probe batch): 0.000e+00" in out
+
+
+IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+@pytest.mark.parametrize("kind, ids", [("GPT2", (3, 4, 5)), ("GPTNeoX", (3, 4, 5)), ("Qwen2", (3, 4, None)),
+                                       ("Llama", (3, [4, 6], 5)), ("GPTNeoX", (None, None, None)),
+                                       ("Llama", (None, None, None))])
+def test_an_export_says_the_token_ids_its_source_said(tmp_path, capsys, kind, ids):
+    """HF -> canonical -> HF (streamed, except GPT-2) and canonical -> standard -> HF (whole-model): config.json and
+    generation_config.json of both exports hold the source's bos/eos/pad (kept in the checkpoint's metadata), or
+    None where the source set none, never the family class's defaults (GPTNeoXConfig's eos 2, LlamaConfig's 1 and
+    2). Before: GPT-NeoX came back with eos 2, Qwen2/Llama/GPT-2 with None in config.json."""
+    from fixtures import hf_folder
+
+    src = hf_folder(tmp_path / "hf", kind, **dict(zip(IDS, ids)))
+    for a, to, b in (("hf", "canonical", "c"), ("c", "hf", "h1"), ("c", "standard", "s"), ("s", "hf", "h2")):
+        assert main(["convert", "--from", str(tmp_path / a), "--to", to, "--out", str(tmp_path / b)]) == 0
+    capsys.readouterr()
+    for out in (src, tmp_path / "h1", tmp_path / "h2"):
+        config, gen = tf.AutoConfig.from_pretrained(str(out)), tf.GenerationConfig.from_pretrained(str(out))
+        assert [getattr(config, k) for k in IDS] == [getattr(gen, k) for k in IDS] == list(ids), out.name
+
+
+def test_a_streamed_export_of_a_source_without_generation_config_writes_one_with_its_ids(tmp_path, capsys):
+    """A folder without generation_config.json (older checkpoints): the streamed export has nothing to copy and
+    writes one from its config, as save_pretrained does, so the two files agree (GPT-NeoX: not eos 2)."""
+    from fixtures import hf_folder
+
+    src = hf_folder(tmp_path / "hf", "GPTNeoX", bos_token_id=3, eos_token_id=4)
+    (src / "generation_config.json").unlink()
+    assert main(["convert", "--from", str(src), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    assert main(["convert", "--from", str(tmp_path / "c"), "--to", "hf", "--out", str(tmp_path / "h")]) == 0
+    assert "copied tokenizer.json, tokenizer_config.json\n" in capsys.readouterr().out
+    gen = tf.GenerationConfig.from_pretrained(str(tmp_path / "h"))
+    assert (gen.bos_token_id, gen.eos_token_id, gen.pad_token_id) == (3, 4, None)

@@ -202,3 +202,30 @@ def test_a_gpt2_run_on_a_folder_tokenizer_exports_a_folder_read_with_that_tokeni
         scores.append(json.loads(capsys.readouterr().out))
     assert scores[1]["tokenizer"] == f"hf:{tmp_path / 'exp'}" and scores[1]["tokens"] == scores[0]["tokens"]
     assert abs(scores[1]["loss"] - scores[0]["loss"]) < 1e-5 * scores[0]["loss"]
+
+
+def test_a_gpt2_folder_converted_whole_keeps_its_tokenizer_and_outlives_its_source(tmp_path, capsys):
+    """A GPT-2 folder with its own tokenizer.json converts whole (not streamed) and now copies the tokenizer files
+    as a streamed conversion does: the canonical folder, and the standard one made of it, are scored with the
+    tokenizer each keeps after the folder before it is gone (it recorded hf:/ABSOLUTE/SOURCE and failed with
+    'holds no tokenizer.json'). A GPT-2 folder without one keeps GPT-2's BPE, as before."""
+    import shutil
+
+    folder = hf_folder(tmp_path / "hf", "GPT2")
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    scores = []
+    for src, to, out in ((folder, "canonical", tmp_path / "c"), (tmp_path / "c", "standard", tmp_path / "s")):
+        assert main(["convert", "--from", str(src), "--to", to, "--out", str(out)]) == 0
+        assert "copied tokenizer.json, tokenizer_config.json, generation_config.json" in capsys.readouterr().out
+        assert not (out / "iattention-data.json").exists()
+    for model in (folder, tmp_path / "c", tmp_path / "s"):
+        assert main(["eval", str(model), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+        shutil.rmtree(model)  # the next one reads its own copy
+    assert [s["tokenizer"] for s in scores] == [f"hf:{m}" for m in (folder, tmp_path / "c", tmp_path / "s")]
+    assert scores[2]["tokens"] == scores[1]["tokens"] == scores[0]["tokens"]
+    assert max(abs(s["loss"] - scores[0]["loss"]) for s in scores) < 1e-5 * scores[0]["loss"]
+    bare = hf_folder(tmp_path / "bare", "GPT2", tokenizer=False)
+    assert main(["convert", "--from", str(bare), "--to", "canonical", "--out", str(tmp_path / "bc")]) == 0
+    assert json.loads((tmp_path / "bc" / "iattention-data.json").read_text())["tokenizer"] == "gpt2"
+    assert not (tmp_path / "bc" / "tokenizer.json").exists()

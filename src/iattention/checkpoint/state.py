@@ -27,6 +27,9 @@ from iattention.utils.files import as_os_error, check_regular
 
 FORMAT = "iattention-checkpoint-1"
 TIED, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # a tied head is the embedding: stored once
+# A model converted from Hugging Face keeps its source's special-token ids in its metadata ("token_ids": those of
+# these keys its transformers config sets; an eos may be a list), which an export writes back (interop/hf.py).
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def model_tensors(model) -> dict[str, torch.Tensor]:
@@ -114,6 +117,14 @@ def _kind(value) -> str:
     return f"{type(value).__name__} {value!r}"[:60]
 
 
+def is_token_id(value) -> bool:
+    """A special-token id as a transformers config holds one: an int (some configs say pad -1), or a non-empty list
+    of them (an eos of several tokens)."""
+    if isinstance(value, list):
+        return bool(value) and all(map(is_token_id, value))
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_meta(path: Path, meta: dict) -> None:
     """The metadata's schema and types, checked on read, so that a crafted but parseable file is one line
     naming the key instead of a traceback wherever the value is used."""
@@ -144,6 +155,13 @@ def _check_meta(path: Path, meta: dict) -> None:
             raise _bad_meta(path, "config.model", str(e)) from None
     if not isinstance(meta.get("tokenizer", ""), str):  # what its tokenizer maps text to (tokenizer_identity)
         raise _bad_meta(path, "tokenizer", f"{_kind(meta['tokenizer'])}, expected a string")
+    ids = meta.get("token_ids", {})
+    if not isinstance(ids, dict):
+        raise _bad_meta(path, "token_ids", f"{_kind(ids)}, expected an object")
+    for key, value in ids.items():
+        if key not in TOKEN_IDS or not is_token_id(value):
+            raise _bad_meta(path, f"token_ids.{key}", f"{_kind(value)}, expected a token id or a list of them"
+                            if key in TOKEN_IDS else f"not one of {', '.join(TOKEN_IDS)}")
     state = meta.get("state", {})
     if not isinstance(state, dict):
         raise _bad_meta(path, "state", f"{_kind(state)}, expected an object")

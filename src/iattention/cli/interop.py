@@ -13,9 +13,16 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import DTYPES, TARGETS, convert, judge, probe_batch, save_converted
+from iattention.interop.convert import DTYPES, TARGETS, companions, convert, judge, probe_batch, save_converted
 from iattention.interop.hf import hf_logits
-from iattention.interop.load import check_tokenizer, data_config_for, is_hf_folder, kept_tokenizer, load_any
+from iattention.interop.load import (
+    check_tokenizer,
+    data_config_for,
+    is_hf_folder,
+    kept_tokenizer,
+    load_any,
+    own_tokenizer_spec,
+)
 from iattention.interop.stream import hf_to_ours, is_streamed_source, ours_to_hf
 from iattention.symmetry.blocks import BLOCKS
 
@@ -63,14 +70,19 @@ def cmd_convert(args) -> None:
         print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
         tokenizer = None
+    folder = src_path if src_path.is_dir() else src_path.parent
+    own = None  # a folder read with the tokenizer.json it keeps: a checkpoint gets a copy of it, as a streamed one
+    if args.to != "hf" and data is not None and data == own_tokenizer_spec(folder):
+        own, data = folder, None  # and no spec naming the source folder, which may move (it reads its own)
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
     reference = None  # an HF folder's own transformers class in float64
     if model_type is not None:
         reference = hf_logits(src_path, probe_batch(src))
-    model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference)
-    rep.source, rep.out = str(args.src), str(args.out)
+    token_ids = meta.get("token_ids")  # the source's bos/eos/pad (an HF folder's, or as converted from one)
+    model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
+    rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
     judge(rep, args.force, per_head=args.per_head)
     card = None
     if args.to == "hf":
@@ -82,7 +94,7 @@ def cmd_convert(args) -> None:
                     trained="state" in meta)  # a training run's checkpoint (its loop state), not a conversion
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
-                   tokenizer_id=tokenizer_id)
+                   tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own)
     print(f"written to {args.out}")
 
 

@@ -46,6 +46,27 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torc
 SOURCE_TOLERANCE = 1e-9
 
 
+# What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
+# streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
+# export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
+COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
+          DATA_SPEC_FILE)
+
+
+def companions(folder: Path) -> list[str]:
+    """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
+    return [name for name in COPIED if (folder / name).is_file()]
+
+
+def copy_companions(src: Path, dst: Path) -> list[str]:
+    """The tokenizer, chat template and generation files beside the weights, copied through."""
+    copied = companions(src)
+    for name in copied:
+        shutil.copyfile(src / name, dst / name)
+    return copied
+
+
 NO_REFERENCE = "not checked: the source is an iattention checkpoint, for which there is no transformers reference"
 
 
@@ -154,15 +175,16 @@ def probe_batch(model: GPT, seed: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", reference: torch.Tensor | None = None):
+def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", reference: torch.Tensor | None = None,
+            token_ids: dict | None = None):
     """(converted model or HF model, ConversionReport). All algebra in float64, then cast to dtype. `reference`:
     the source's logits on probe_batch(src) from its own transformers class in float64 (an HF source), for the
-    report's source_load."""
+    report's source_load; `token_ids`: the source's special-token ids, for an HF model's config (hf_config_of)."""
     if to not in TARGETS:
         raise UserError(f"unknown target {to!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    out, rep = _convert(src, to, block, dtype)
+    out, rep = _convert(src, to, block, dtype, token_ids)
     if reference is not None:
         ours = copy.deepcopy(src).double().eval()(probe_batch(src))[0][..., :reference.shape[-1]]
         rep.source_load = ((ours - reference).abs().max() / reference.abs().max()).item()
@@ -194,7 +216,7 @@ def check_exportable(c) -> None:
                         "iattention checkpoint (--to canonical or standard)")
 
 
-def _convert(src: GPT, to: str, block: str, dtype: str):
+def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None = None):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
     ref = src64(x)[0]
@@ -206,7 +228,7 @@ def _convert(src: GPT, to: str, block: str, dtype: str):
         out = expand(src64).to(DTYPES[dtype])
     else:
         check_exportable(src.config)
-        out = to_hf(src64)
+        out = to_hf(src64, token_ids)
         rotary = getattr(out.base_model, "rotary_emb", None)
         inv_freq = None if rotary is None else rotary.inv_freq.float()  # Module.to casts it; keep it float32
         out = out.to(DTYPES[dtype])
@@ -261,13 +283,17 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
                    data: dict | None = None, tokenizer=None, card: dict | None = None,
-                   tokenizer_id: str | None = None) -> None:
+                   tokenizer_id: str | None = None, token_ids: dict | None = None,
+                   companions_of: Path | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
     token (interop/hf_tokenizer.py); `card` (for an HF folder): what the model card (README.md) says
     beyond the model itself (source config, summary, command; interop/card.py); `tokenizer_id`: the
-    source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json."""
+    source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json; `token_ids`:
+    the source's special-token ids, kept in the checkpoint's metadata (an HF model has them in its config already);
+    `companions_of` (a checkpoint of a folder read with its own tokenizer.json): the folder whose tokenizer and
+    generation files are copied beside it, as the streamed conversion copies them, so that it reads its own."""
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
@@ -296,8 +322,11 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         else:
             meta = {"config": {"model": model.config.to_dict(), **({"data": data} if data else {})},
                     "source": source, "conversion": {"to": to, "max_abs_logit_diff": report.max_abs_logit_diff},
-                    **({"tokenizer": tokenizer_id} if tokenizer_id else {})}
+                    **({"tokenizer": tokenizer_id} if tokenizer_id else {}),
+                    **({"token_ids": token_ids} if token_ids else {})}
             ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
+            if companions_of is not None:
+                copy_companions(companions_of, tmp)
             (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data

@@ -39,7 +39,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import read_json_object
-from iattention.checkpoint.state import check_declared_size, check_finite
+from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, check_finite, is_token_id
 from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT, inv_freq_of
@@ -321,9 +321,7 @@ def hf_gpt2_config(cfg: GPTConfig):
     return _transformers().GPT2Config(
         vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
         n_head=cfg.n_head, activation_function="gelu_new", n_inner=cfg.mlp_hidden or None, resid_pdrop=cfg.dropout,
-        embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
-        bos_token_id=50256 if cfg.vocab_size == 50257 else None,
-        eos_token_id=50256 if cfg.vocab_size == 50257 else None)
+        embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout, layer_norm_epsilon=1e-5, tie_word_embeddings=True)
 
 
 # ------------------------------------------------------------------------------------------------ Llama family
@@ -741,20 +739,44 @@ def hf_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
     return hf.eval()(x).logits
 
 
-def hf_config_of(cfg: GPTConfig):
+def hf_config_of(cfg: GPTConfig, token_ids: dict | None = None):
     """The transformers config an export of a model of `cfg` writes (a one-line refusal where its class cannot
-    hold the structure)."""
-    return SPECS[cfg.family].hf_config(cfg)
+    hold the structure), with the special-token ids `token_ids` (`token_ids_of` its source's) and None for those it
+    lacks, never the family class's defaults (GPTNeoXConfig's eos 2, LlamaConfig's bos 1 and eos 2, ...): an id
+    nothing says is unknown. An export of a run gets its end-of-text token's from add_eos_row."""
+    hc = SPECS[cfg.family].hf_config(cfg)
+    for key in TOKEN_IDS:
+        setattr(hc, key, (token_ids or {}).get(key))
+    return hc
+
+
+def token_ids_of(hf_config, folder: Path) -> dict:
+    """The special-token ids the transformers config of `folder` sets (bos, eos, pad; an eos may be a list): what a
+    conversion from Hugging Face records in its checkpoint's metadata ("token_ids") and an export writes back
+    (hf_config_of); one that is no id is one line."""
+    ids = {key: value for key in TOKEN_IDS if (value := getattr(hf_config, key, None)) is not None}
+    for key, value in ids.items():
+        if not is_token_id(value):
+            raise UserError(f"{Path(folder) / 'config.json'}: {key} is {type(value).__name__} {value!r}"[:160] +
+                            f", expected a token id (an integer) or a list of them; {_FIX}")
+    return ids
+
+
+def folder_token_ids(folder: Path) -> dict:
+    """token_ids_of an HF folder's config.json, as its family's transformers config reads it (the folder was read by
+    from_hf first)."""
+    return token_ids_of(_class(family_of(Path(folder))).config_class.from_pretrained(str(folder)), folder)
 
 
 @torch.no_grad()
-def to_hf(model: GPT):
-    """Any iattention model (canonical is expanded) -> the transformers model of its family, same logits."""
+def to_hf(model: GPT, token_ids: dict | None = None):
+    """Any iattention model (canonical is expanded) -> the transformers model of its family, same logits;
+    `token_ids`: its special-token ids (hf_config_of)."""
     if model.config.attention != "standard":
         model = expand(model)
     c = model.config
     spec = SPECS[c.family]
-    hf = _class(c.family)(hf_config_of(c)).to(model.transformer.wte.weight.dtype)
+    hf = _class(c.family)(hf_config_of(c, token_ids)).to(model.transformer.wte.weight.dtype)
     rotary = getattr(hf.base_model, "rotary_emb", None)
     if rotary is not None:
         theirs, ours = rotary.inv_freq.float().cpu(), model.transformer.rotary_emb.inv_freq.float().cpu()

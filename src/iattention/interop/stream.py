@@ -25,7 +25,6 @@ import json
 import math
 import os
 import re
-import shutil
 import struct
 import sys
 from pathlib import Path
@@ -44,6 +43,7 @@ from iattention.interop.convert import (
     DTYPES,
     NO_REFERENCE,
     ConversionReport,
+    copy_companions,
     judge,
     layer_conditioning,
     probe_batch,
@@ -66,6 +66,7 @@ from iattention.interop.hf import (
     hf_config_of,
     hf_logits,
     rotary_of,
+    token_ids_of,
     write_transformers4_keys,
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
@@ -78,11 +79,6 @@ SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (d
 WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
 COPY_BYTES = 64 * 2**20  # untouched tensors are copied in slices of this size
 PROBE_TOKENS = 32  # the per-layer probe: (1, PROBE_TOKENS, n_embd) float64 normal
-# What a model folder holds beside its weights, copied through so the output is complete: with the data spec of
-# an export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
-COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
-          DATA_SPEC_FILE)
 _ST_NAME = {**{v: k for k, v in _ST.items()}, torch.int64: "I64"}
 _LAYER = re.compile(r"^(?:model/)?(?:model|gpt_neox)\.layers\.(\d+)\.")
 
@@ -203,16 +199,6 @@ class ShardWriter:
             weight_map = {self.plan[i][0]: self.names[s] for s, idx in enumerate(self.shards) for i in idx}
             obj = {"metadata": {"total_size": self.total, **(index_metadata or {})}, "weight_map": weight_map}
             (self.folder / INDEX).write_text(json.dumps(obj, indent=2) + "\n")
-
-
-def copy_companions(src: Path, dst: Path) -> list[str]:
-    """The tokenizer, chat template and generation files beside the weights, copied through."""
-    copied = []
-    for name in COPIED:
-        if (src / name).is_file():
-            shutil.copyfile(src / name, dst / name)
-            copied.append(name)
-    return copied
 
 
 # ---------------------------------------------------------------------------------------------------- checking
@@ -399,6 +385,9 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     plan = {k: (s, out_dtype if d.is_floating_point else d) for k, (s, d) in shapes_of(out_cfg, "model/").items()}
     meta = {"config": {"model": out_cfg.to_dict()}, "source": str(src),
             "conversion": {"to": to, "max_abs_logit_diff": None}}
+    ids = token_ids_of(hf_cfg, src)  # bos/eos/pad as the source's config says them, for an export to write back
+    if ids:
+        meta["token_ids"] = ids
     report = ConversionReport(to, out_dtype, cfg, source=str(src), out=str(out), block=block)
     report.params_before = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
     report.params_after = sum(math.prod(s) for k, (s, d) in plan.items() if d.is_floating_point)
@@ -472,7 +461,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
                          "the config in its checkpoint's metadata")
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention="standard")
-    hf_cfg = hf_config_of(out_cfg)
+    hf_cfg = hf_config_of(out_cfg, meta.get("token_ids"))
     hf_cfg.architectures = [SPECS[cfg.family].cls]
     hf_cfg.dtype = dtype_name(out_dtype)
     plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}
@@ -489,6 +478,8 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
         hf_cfg.save_pretrained(str(tmp))
         write_transformers4_keys(tmp)
         report.copied = copy_companions(src, tmp)
+        if "generation_config.json" not in report.copied:  # as save_pretrained writes it: the config's token ids
+            _transformers_v5().GenerationConfig.from_model_config(hf_cfg).save_pretrained(str(tmp))
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
             ours = load_any(src)[0].to(torch.float64)

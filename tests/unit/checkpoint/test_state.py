@@ -544,3 +544,20 @@ def test_an_optimizer_resumed_from_a_checkpoint_takes_the_step_it_would_have_tak
     step(resumed, opt2, 2)
     for (k, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_token_ids_in_metadata_read_back_and_a_bad_one_is_named(tmp_path):
+    """A conversion from Hugging Face keeps its source's bos/eos/pad ids ("token_ids"; an eos may be a list)."""
+    model = make_model(dtype=torch.float32)
+    path = tmp_path / "m.safetensors"
+    good = {"bos_token_id": 0, "eos_token_id": [1, 2], "pad_token_id": -1}  # pad -1: as some configs say it
+    ckpt.save_checkpoint(path, model, {"config": {}, "token_ids": good})
+    assert ckpt.read_meta(path)["token_ids"] == good
+    for bad, key in (([0], "token_ids: list"), ({"eos_token_id": "2"}, "token_ids.eos_token_id: str"),
+                     ({"eos_token_id": []}, "token_ids.eos_token_id: list"),
+                     ({"bos_token_id": 1.0}, "token_ids.bos_token_id: float"),
+                     ({"eos_token_id": True}, "token_ids.eos_token_id: bool"),
+                     ({"sep_token_id": 1}, "token_ids.sep_token_id: not one of")):
+        ckpt.save_checkpoint(path, model, {"config": {}, "token_ids": bad})
+        with pytest.raises(UserError, match=rf"m\.safetensors has bad metadata \({key}"):
+            ckpt.read_meta(path)

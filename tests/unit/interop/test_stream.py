@@ -237,6 +237,15 @@ def test_a_dtype_the_converter_does_not_handle_is_one_line(tmp_path):
     _refused(tmp_path, tmp_path / "src", "model.layers.1.mlp.up_proj.weight", "F8_E4M3", "dequantize")
 
 
+def test_a_token_id_that_is_no_id_is_one_line(tmp_path):
+    """An empty eos list passes transformers' config validation; kept in the metadata, it would be refused only
+    when the converted folder is read ('bad metadata'), so the conversion refuses it, naming the key."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    cfg = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**cfg, "eos_token_id": []}))
+    _refused(tmp_path, tmp_path / "src", "config.json: eos_token_id is list []", "expected a token id")
+
+
 def test_a_disk_that_fills_mid_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     hf_folder(tmp_path / "src", shard="20KB", num_key_value_heads=2)
     monkeypatch.setenv("IATTN_FAULT", "disk_full:5")
