@@ -146,7 +146,7 @@ CASES = {
         lambda e: ["convert", "--from", str(e["root"] / "done"), "--to", "canonical", "--out",
                    str(e["root"] / "a_file" / "c")], "which is a file, not a folder"),
     "scales --out a folder": (lambda e: ["scales", "--preset", "tiny", *e["ov"], "--out", str(e["root"] / "a_folder")],
-                              "is a folder; give a file name"),
+                              "is a folder; give a file path"),
     "an empty --out": (lambda e: ["train", "--preset", "tiny", "--out", "", *e["ov"]], "expected a path, got an empty"),
     "config file that is a folder": (lambda e: ["train", "--config", str(e["root"] / "a_folder"), "--out",
                                                 str(e["root"] / "x")], "is a folder, not a file"),

@@ -155,8 +155,8 @@ def test_bench_of_a_preset_with_its_own_kv_heads_defaults_to_head_counts_they_di
                                   ["conditioning", "--json", "{d}"],
                                   ["scales", "--preset", "tiny", "--out", "{d}"]])
 def test_a_result_file_that_is_a_folder_is_refused_before_the_work(tmp_path, capsys, argv):
-    """--json / --markdown / scales' --out naming a folder: one line before the benchmark or study, not after
-    it (bench with --markdown wrote the JSON, then failed)."""
+    """--json / --markdown / scales' --out naming a folder: one line before the benchmark or study (bench's and
+    conditioning's came after it, and bench with --markdown wrote the JSON first), by the one argparse type."""
     with pytest.raises(SystemExit) as refused:  # argparse's refusal (cli.args.Parser): one line, exit 2
         main([a.format(d=tmp_path) for a in argv])
     one_line_error(capsys, refused.value.code, f"{tmp_path} is a folder", "give a file path")

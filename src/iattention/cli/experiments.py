@@ -242,9 +242,7 @@ def cmd_conditioning(args) -> None:
 
 
 def cmd_scales(args) -> None:
-    if args.out:  # a markdown file: refused now if it is a folder or lies under a file, not after the steps
-        if Path(args.out).is_dir():
-            raise UserError(f"--out {args.out} is a folder; give a file name for the markdown table")
+    if args.out:  # a markdown file (a folder is refused by out_file): refused now if it lies under a file
         check_out_folder(Path(args.out).absolute().parent)
     arms = resolve_arms(args.arms, args.arms_file)
     check_overrides(list(args.overrides), arms)
