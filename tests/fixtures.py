@@ -112,6 +112,8 @@ def hf_folder(folder, kind="Llama", tokenizer=True, vocab_size=None, seed=0, **t
     else:
         tok = tf.LlamaTokenizerFast(tokenizer_object=_sentencepiece_style_tokenizer(), bos_token="<s>",
                                     eos_token="</s>", unk_token="<unk>", add_bos_token=True)
+    unknown = set(token_ids) - {"bos_token_id", "eos_token_id", "pad_token_id"}
+    assert not unknown, f"hf_folder takes special-token ids as keywords, not {sorted(unknown)}"
     torch.manual_seed(seed)
     ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, **token_ids}
     cfg = getattr(tf, f"{kind}Config")(vocab_size=vocab_size or len(tok), **_HF_SHAPES.get(kind, _LLAMA_SHAPE), **ids)

@@ -171,11 +171,16 @@ def test_bench_takes_config_overrides_so_any_family_can_be_benched(tmp_path):
     from iattention.config import load_config
     from iattention.model.gpt import GPT
 
-    out = tmp_path / "b.json"
+    out, md = tmp_path / "b.json", tmp_path / "B.md"
+    md.write_text("<!-- bench:cpu:tiny:eager -->\n## tiny, the plain preset's section\n")
+    ov = ["model.family=gpt_neox", "model.rot=4", "model.init=normal"]
     assert main(["bench", "--preset", "tiny", "--heads", "2", "--attention", "standard", "--windows", "1",
-                 "--steps", "1", "--rounds", "1", "--json", str(out), "model.family=gpt_neox", "model.rot=4"]) == 0
+                 "--steps", "1", "--rounds", "1", "--json", str(out), "--markdown", str(md), *ov]) == 0
     data = json.loads(out.read_text())
-    assert data["overrides"] == ["model.family=gpt_neox", "model.rot=4"] and data["shape"]["model"]["rot"] == 4
+    assert data["overrides"] == ov and data["shape"]["model"]["rot"] == 4
+    assert data["shape"]["model"]["init"] == "normal"  # every key reaches the benched models, not the shape's only
+    text = md.read_text()  # its own section, named by the overrides; the plain preset's is left as it was
+    assert "the plain preset's section" in text and f"<!-- bench:cpu:tiny {' '.join(ov)}:eager -->" in text
     rows = {r["model"]: r for r in data["rows"]}
     cfg = load_config("tiny", None, ["model.family=gpt_neox", "model.rot=4", "model.n_head=2",
                                      "model.vocab_size=256"]).model

@@ -17,7 +17,6 @@ from tqdm import tqdm
 
 from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
 from iattention.config import GPTConfig, OptimConfig, load_config, resolve_vocab
-from iattention.config.model import NEW_KEYS
 from iattention.errors import UserError
 from iattention.interop.hf import SPECS, hf_config_of
 from iattention.kernels import prepare as prepare_kernel
@@ -162,11 +161,10 @@ def bench_model(preset: str, overrides: list[str] = ()) -> GPTConfig:
 
 
 def bench_spec(preset: str, overrides: list[str] = ()) -> dict:
-    """Model shape (bench_model's) and the timed micro-batch."""
-    model = bench_model(preset, overrides)
-    shape = {k: getattr(model, k) for k in ("n_layer", "n_embd", "block_size", "vocab_size", "dropout", "bias",
-                                            "mlp_hidden")}
-    shape.update({k: v for k, v in model.to_dict().items() if k in NEW_KEYS})  # another family's keys
+    """Model config (bench_model's, every key it sets but the ones each configuration sets: n_head, attention and
+    the kernel) and the timed micro-batch."""
+    shape = {k: v for k, v in bench_model(preset, overrides).to_dict().items()
+             if k not in ("n_head", "attention", "attn_kernel")}
     return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset, None, list(overrides)).train.batch_size))
 
 

@@ -43,9 +43,16 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_label(preset: str, overrides: list[str]) -> str:
+    """The benched model's name in a markdown section and its marker: the preset, and its overrides if any (a
+    section of `tiny model.family=gpt_neox` is not the plain tiny's)."""
+    return " ".join([preset, *overrides]).replace("--", "-")  # inside an HTML comment marker
+
+
 def update_benchmarks_md(path: Path, result: dict, json_path: Path) -> None:
-    marker = f"<!-- bench:{result['device']}:{result['preset']}:{'compiled' if result['compile'] else 'eager'} -->"
-    section = (f"{marker}\n## {result['preset']} on {result['device_name']} ({result['device']}, "
+    name = bench_label(result["preset"], result.get("overrides", []))
+    marker = f"<!-- bench:{result['device']}:{name}:{'compiled' if result['compile'] else 'eager'} -->"
+    section = (f"{marker}\n## {name} on {result['device_name']} ({result['device']}, "
                f"{'torch.compile' if result['compile'] else 'eager'}, {result['date']})\n\n"
                f"Command: `{result['command']}` — raw numbers: `{json_path.as_posix()}` "
                f"(tok/s: median of {result['rounds']} interleaved rounds × {result['windows']} windows × "

@@ -12,7 +12,7 @@ import torch
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.bench.generation import generation_bench
 from iattention.bench.runner import bench_model, run_bench
-from iattention.bench.tables import generation_table, replace_section, table, update_benchmarks_md
+from iattention.bench.tables import bench_label, generation_table, replace_section, table, update_benchmarks_md
 from iattention.cli.args import check_heads, int_at_least, ints, out_file, str_list
 from iattention.config import preset_names
 from iattention.config.run import COMPILE_MODES, COMPILE_SCOPES, MAX_THREADS
@@ -46,8 +46,9 @@ def cmd_generation_bench(args) -> None:
     print(generation_table(rows))
     print(f"\nwrote {out}")
     if args.markdown:
-        marker = f"<!-- bench:generate:{args.preset} -->"
-        section = (f"{marker}\n## Generation on {result['device_name']} ({args.preset}, {result['date']})\n\n"
+        name = bench_label(args.preset, args.overrides)
+        marker = f"<!-- bench:generate:{name} -->"
+        section = (f"{marker}\n## Generation on {result['device_name']} ({name}, {result['date']})\n\n"
                    f"Command: `{result['command']}` — raw numbers: `{out}`. Greedy decoding, batch 1, a "
                    f"{rows[0]['prompt_tokens']}-token random prompt, {args.generate} new tokens, random-init "
                    f"weights; median over {args.rounds} interleaved rounds.\n\n{generation_table(rows)}\n")

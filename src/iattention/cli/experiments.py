@@ -214,9 +214,10 @@ def _add_conditioning(sub) -> None:
                        description="Conditioning study (docs/conversion.md): for a model trained here "
                                    "(--checkpoint) and/or (--gpt2, the default without --checkpoint) a "
                                    "GPT-2-small-shaped model with transformers' init, the condition "
-                                   "numbers of every head's key and output blocks (aligned and pivoted) and the "
-                                   "test perplexity before and after canonicalizing, in float32 and bfloat16. "
-                                   "Needs transformers and WikiText-2.")
+                                   "numbers of every head's (KV group's) key and output blocks, aligned and "
+                                   "pivoted (with rotary dims: the key's pass block and the rotary pairs' smallest "
+                                   "pivot ratio), and the test perplexity before and after canonicalizing, in "
+                                   "float32 and bfloat16. Needs transformers and WikiText-2.")
     k.add_argument("--checkpoint", help="an iattention checkpoint trained by our pipeline")
     k.add_argument("--data-dir", default=None, help="folder holding wikitext-2-v1 (default: the hub)")
     k.add_argument("--gpt2", action="store_true",

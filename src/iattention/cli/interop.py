@@ -14,7 +14,7 @@ from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
 from iattention.interop.convert import DTYPES, TARGETS, companions, convert, judge, probe_batch, save_converted
-from iattention.interop.hf import hf_logits
+from iattention.interop.hf import folder_token_ids, hf_logits
 from iattention.interop.load import (
     check_tokenizer,
     data_config_for,
@@ -80,7 +80,8 @@ def cmd_convert(args) -> None:
     reference = None  # an HF folder's own transformers class in float64
     if model_type is not None:
         reference = hf_logits(src_path, probe_batch(src))
-    token_ids = meta.get("token_ids")  # the source's bos/eos/pad (an HF folder's, or as converted from one)
+    # the source's bos/eos/pad: an HF folder's config's (checked here, where they are recorded), or as converted
+    token_ids = folder_token_ids(src_path) if model_type is not None else meta.get("token_ids")
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
     rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
     judge(rep, args.force, per_head=args.per_head)

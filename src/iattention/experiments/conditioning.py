@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -83,6 +84,8 @@ def run(args) -> None:
         raise UserError("iattn conditioning needs transformers: pip install transformers") from None
 
     transformers.utils.logging.set_verbosity_error()
+    if args.json and Path(args.json).is_dir():  # before the study (`iattn conditioning` refuses it in argparse)
+        raise UserError(f"--json {args.json} is a folder; give a file path")
     results = []
     if args.checkpoint:  # read first: an unreadable one is refused before the minutes of GPT-2
         model, meta = load_model(args.checkpoint)

@@ -15,7 +15,7 @@ from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import GPT2_VOCAB, HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
-from iattention.interop.hf import INDEX, _weight_files, folder_token_ids, from_hf
+from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.model.gpt import GPT
 from iattention.model.names import upgrade_name
 
@@ -123,9 +123,8 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     our spec file beside it is GPT-2 with its own BPE tokenizer (or, of another vocabulary size, the tokenizer.json
     saved in it), another family's folder (or one converted
     from it, which keeps its tokenizer files) the tokenizer saved in it (hf:FOLDER, its tokenizer.json); None
-    if a checkpoint or folder does not say. The metadata of an HF folder: its source, the tokenizer_identity its
-    export recorded (GPT-2), its config's special-token ids ("token_ids", as a checkpoint converted from it keeps
-    them)."""
+    if a checkpoint or folder does not say. The metadata of an HF folder: its source and the tokenizer_identity its
+    export recorded (GPT-2); a checkpoint's own (a conversion's keeps its source's special-token ids, "token_ids")."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
@@ -133,7 +132,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
         if model_type != "gpt2":  # another family's folder (or a one-line refusal), read with its own tokenizer
             spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
-            return from_hf(path), spec, {"source": str(path), "token_ids": folder_token_ids(path)}
+            return from_hf(path), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)
         recorded = spec.pop(TOKENIZER_ID, None) if spec else None
         if recorded is not None and not isinstance(recorded, str):
@@ -142,8 +141,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
         model = from_hf(path).eval()
         if spec is None and model.config.vocab_size != GPT2_VOCAB:  # not GPT-2's BPE: the tokenizer saved with it
             spec = own_tokenizer_spec(path)  # (an export of a run on hf:FOLDER, or a GPT-2 trained on another BPE)
-        return model, spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded,
-                                                   "token_ids": folder_token_ids(path)}
+        return model, spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}
     model, meta = load_model(path)
     folder = path if path.is_dir() else path.parent
     if path.is_dir():

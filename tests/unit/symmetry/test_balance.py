@@ -1,4 +1,4 @@
-"""Balancedness (`symmetry/balance.py`): how far each head's factors are from balanced, with biases as
+"""Balancedness (`symmetry/balance.py`): how far each head's (KV group's) factors are from balanced, with biases as
 augmented rows."""
 
 import pytest
@@ -39,8 +39,9 @@ def test_balancedness_by_hand():
     assert nb["qk"].shape == (2, 3) and nb["qk"].dtype == torch.float64
 
 
-@pytest.mark.parametrize("rot", [4, 8], ids=["partial-rope", "full-rope"])
-def test_what_gradient_descent_conserves_per_kv_group_with_rope(rot):
+@pytest.mark.parametrize("rot, layout", [(4, "half"), (8, "half"), (8, "interleaved")],
+                         ids=["partial-rope", "full-rope", "interleaved"])
+def test_what_gradient_descent_conserves_per_kv_group_with_rope(rot, layout):
     """A Llama-family model (4 query heads on 2 KV heads, RoPE on `rot` of 8 dims): one (L, G) number per KV
     group, and after 20 small SGD steps without weight decay both barely move (O(lr^2) per step), while the full
     matrix sum_h Q_h^T Q_h - K^T K, which RoPE keeps the gauge from moving, changes over 100x more: what is
@@ -57,7 +58,7 @@ def test_what_gradient_descent_conserves_per_kv_group_with_rope(rot):
             out.append(torch.linalg.matrix_norm(QQ - K.mT @ K))
         return torch.stack(out)
 
-    model = make_llama(rot=rot).train()
+    model = make_llama(rot=rot, rope_layout=layout).train()
     x = torch.randint(0, model.config.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
     before, raw_before = balancedness(model), unprojected(model)
     assert before["qk"].shape == before["vo"].shape == (2, 2)
