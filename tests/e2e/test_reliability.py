@@ -2,6 +2,7 @@
 
 import json
 import math
+import mmap
 import os
 import pickle
 import random
@@ -247,7 +248,9 @@ TORN = b'{"step": 99'  # a write cut short, as a crash mid-write (or another wri
 class _Follower:
     """A `tail -f` of a log: opens the file once, reads what is new as it comes, and records any read that ended
     inside a record which the live writer was writing and then completed itself (text after the last newline,
-    finished later with no kill in between). Not a half read: a killed writer's torn tail (the kernel stops a write
+    finished later with no kill in between, and stopping inside a page: a write shows page by page, so a read may
+    stop at a page boundary inside a record whatever the writer does, and a tail reads on). Not a half read: a
+    killed writer's torn tail (the kernel stops a write
     between pages for SIGKILL, so a record crossing a page boundary can be cut), which the next resume cuts away,
     whether read between the kill and the next start or after it (it lies below the size the file had then)."""
 
@@ -268,7 +271,10 @@ class _Follower:
         if not chunk:
             return
         if not chunk.endswith(b"\n"):  # inside a record: read it again next time
-            if at + len(chunk) > self.state["start"].get(self.path, 0):  # being written by the live writer
+            end = at + len(chunk)
+            # being written by the live writer; a read that stops at a page boundary is the kernel's (one write
+            # shows page by page), which a tail reads on from, as this one does; our writer's own split would not
+            if end > self.state["start"].get(self.path, 0) and end % mmap.PAGESIZE:
                 self.pending = (self.state["kills"], chunk[-80:])
             self.f.seek(-len(chunk), os.SEEK_CUR)
             return
