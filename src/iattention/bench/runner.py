@@ -163,9 +163,10 @@ def bench_model(preset: str, overrides: list[str] = ()) -> GPTConfig:
 def bench_spec(preset: str, overrides: list[str] = ()) -> dict:
     """Model config (bench_model's, every key it sets but the ones each configuration sets: n_head, attention and
     the kernel) and the timed micro-batch."""
-    shape = {k: v for k, v in bench_model(preset, overrides).to_dict().items()
+    cfg = load_config(preset, None, list(overrides))
+    shape = {k: v for k, v in resolve_vocab(cfg.model, cfg.data.tokenizer).to_dict().items()
              if k not in ("n_head", "attention", "attn_kernel")}
-    return dict(model=shape, batch=min(MAX_BENCH_BATCH, load_config(preset, None, list(overrides)).train.batch_size))
+    return dict(model=shape, batch=min(MAX_BENCH_BATCH, cfg.train.batch_size))
 
 
 def _row(label, attention, h, cfg, timing, n_params, peak, kernel="sdpa", compile_scope=None) -> dict:

@@ -13,7 +13,7 @@ from iattention import __version__
 from iattention.attention.registry import ATTENTION_REGISTRY
 from iattention.cli import bench, data, experiments, generate, inspect, interop, lab, train
 from iattention.cli import eval as eval_command
-from iattention.cli.args import Parser, check_heads, ints
+from iattention.cli.args import Parser, check_heads, ints, own_kv_heads
 from iattention.config import GPTConfig, default_heads, model_preset, preset_names
 from iattention.config.shapes import published_count, shape_names, shape_preset
 from iattention.errors import Stopped, UserError
@@ -83,7 +83,7 @@ def cmd_params(args) -> None:
     if shape.family != "gpt2" and args.heads and not trainable:
         raise UserError(f"--heads is for GPT-2 shapes and the run presets ({', '.join(preset_names())}); {name} "
                         "has its own head counts: drop --heads")
-    n_kv_head = shape.to_dict().get("n_kv_head", 0) if trainable else 0  # a preset's own key/value heads
+    n_kv_head = own_kv_heads(shape) if trainable else 0
     check_heads(args.heads or [], shape.n_embd, name.removeprefix("preset "), n_kv_head)  # says "preset NAME"
     rows = []
     for heads in args.heads or (default_heads(shape) if shape.family == "gpt2" else [shape.n_head]):
@@ -119,14 +119,13 @@ def cmd_params(args) -> None:
               f"{r['removed']:>13,} {qk:>12} {vo:>12} {r['fully_reduced']:>15,}")
     caches = {r["n_head"]: (r["kv_cache_bytes_per_token"], r["k_only_cache_bytes_per_token"], r["n_kv_head"] *
                             r["d_head"]) for r in rows}  # by head count where the key/value heads are fixed
-    for heads, (full, k_only, width) in caches.items():
-        at = f" at {heads} heads" if len({c[:2] for c in caches.values()}) > 1 else ""
+    several = len({c[:2] for c in caches.values()}) > 1
+    for heads, (full, k_only, width) in list(caches.items())[: None if several else 1]:
+        at = f" at {heads} heads" if several else ""
         why = "" if k_only is not None else (f" (none: n_kv_head x d_head = {width} < n_embd = {s.n_embd}, the keys "
                                              "do not determine the layer input)")
         print(f"decoding cache per token{at} (bf16, all layers): full {full:,} B; K-only "
               f"{'-' if k_only is None else f'{k_only:,} B'}{why}")
-        if not at:
-            break
     print("fully reduced: also without the redundant biases (b_K on the pass dims dropped, b_V folded into b_O; "
           "model.minimal_bias realizes it for canonical without rotary dims)")
 

@@ -146,6 +146,19 @@ def data_overrides(args) -> list[str]:
             if (v := getattr(args, k, None))]
 
 
+def own_kv_heads(model) -> int:
+    """A preset model's own key/value heads (set, not derived from n_head), else 0."""
+    return model.to_dict().get("n_kv_head", 0)
+
+
+def heads_or_default(heads: list[int] | None, defaults, model) -> list[int]:
+    """--heads as given, else those of `defaults` the model's own key/value heads divide (else its n_head)."""
+    if heads is not None:
+        return heads
+    n_kv_head = own_kv_heads(model)
+    return [h for h in defaults if not n_kv_head or h % n_kv_head == 0] or [model.n_head]
+
+
 def check_heads(heads: list[int], n_embd: int, preset: str, n_kv_head: int = 0) -> None:
     """--heads of a command against a preset's width (and a Llama preset's key/value heads: n_kv_head), before
     anything runs (GPTConfig says the same per run)."""

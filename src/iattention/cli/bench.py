@@ -13,7 +13,7 @@ from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.bench.generation import generation_bench
 from iattention.bench.runner import bench_model, run_bench
 from iattention.bench.tables import bench_label, generation_table, replace_section, table, update_benchmarks_md
-from iattention.cli.args import check_heads, int_at_least, ints, out_file, str_list
+from iattention.cli.args import check_heads, heads_or_default, int_at_least, ints, out_file, own_kv_heads, str_list
 from iattention.config import preset_names
 from iattention.config.run import COMPILE_MODES, COMPILE_SCOPES, MAX_THREADS
 from iattention.errors import UserError
@@ -69,10 +69,8 @@ def cmd_bench(args) -> None:
     if not args.compile and (args.compile_scope != "model" or args.compile_mode != "default"):
         raise UserError("--compile-scope and --compile-mode say how --compile compiles; add --compile, or leave them "
                         "out")
-    n_kv_head = shape.to_dict().get("n_kv_head", 0)  # a preset with its own key/value heads: head counts they divide
-    if args.heads is None:
-        args.heads = [h for h in HEADS if not n_kv_head or h % n_kv_head == 0] or [shape.n_head]
-    check_heads(args.heads, shape.n_embd, args.preset, n_kv_head)
+    args.heads = heads_or_default(args.heads, HEADS, shape)
+    check_heads(args.heads, shape.n_embd, args.preset, own_kv_heads(shape))
     if args.generate:
         return cmd_generation_bench(args)
     if args.threads:

@@ -12,11 +12,13 @@ from iattention.cli.args import (
     check_heads,
     check_out_folder,
     data_overrides,
+    heads_or_default,
     int_at_least,
     int_list,
     ints,
     out_file,
     out_path,
+    own_kv_heads,
     str_list,
     with_flags,
 )
@@ -50,11 +52,8 @@ def _specs(args):
 def _check_heads(args):
 
     model = load_config(args.preset, None, list(args.overrides)).model
-    # a preset with its own key/value heads (set, not derived from n_head): head counts they divide
-    n_kv_head = model.to_dict().get("n_kv_head", 0)
-    if args.heads is None:
-        args.heads = [h for h in args.heads_default if not n_kv_head or h % n_kv_head == 0] or [model.n_head]
-    check_heads(args.heads, model.n_embd, args.preset, n_kv_head)
+    args.heads = heads_or_default(args.heads, args.heads_default, model)
+    check_heads(args.heads, model.n_embd, args.preset, own_kv_heads(model))
 
 
 def cmd_compare(args) -> None:

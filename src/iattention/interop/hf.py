@@ -762,10 +762,21 @@ def token_ids_of(hf_config, folder: Path) -> dict:
     return ids
 
 
+def hf_config_from_folder(folder: Path, family: str):
+    """An HF folder's config.json as its family's transformers config class reads it, or one line."""
+    config_class = _class(family).config_class
+    try:
+        return config_class.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
+        raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
+                        f"({str(e).splitlines()[0][:100]}); fix the key or re-save the model with save_pretrained") \
+            from None
+
+
 def folder_token_ids(folder: Path) -> dict:
-    """token_ids_of an HF folder's config.json, as its family's transformers config reads it (the folder was read by
-    from_hf first)."""
-    return token_ids_of(_class(family_of(Path(folder))).config_class.from_pretrained(str(folder)), folder)
+    """token_ids_of an HF folder's config.json, as its family's transformers config reads it."""
+    folder = Path(folder)
+    return token_ids_of(hf_config_from_folder(folder, family_of(folder)), folder)
 
 
 @torch.no_grad()

@@ -57,12 +57,12 @@ from iattention.interop.hf import (
     SPECS,
     Source,
     _class,
-    _strict_error,
     _transformers_v5,
     _weight_files,
     dtype_name,
     family_of,
     from_hf_model,
+    hf_config_from_folder,
     hf_config_of,
     hf_logits,
     rotary_of,
@@ -349,16 +349,6 @@ def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:
                    "streaming converter allows itself; the per-layer check above stands for it")
 
 
-def _hf_config(folder: Path, family: str):
-    config_class = _class(family).config_class
-    try:
-        return config_class.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
-        raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
-                        f"({str(e).splitlines()[0][:100]}); fix the key or re-save the model with save_pretrained") \
-            from None
-
-
 @torch.no_grad()
 def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: str = "pivoted",
                dtype: str | None = None, shard_bytes: int = SHARD_BYTES, force: bool = False,
@@ -376,7 +366,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     src_dtype = source.float_dtype()
     if spec.check_sizes:
         spec.check_sizes(src, cfg_json, source.shapes)
-    hf_cfg = _hf_config(src, family)
+    hf_cfg = hf_config_from_folder(src, family)
     tied = bool(hf_cfg.tie_word_embeddings) and to_file("lm_head.weight", family) not in source.shapes
     cfg = spec.config_of(hf_cfg, rotary_of(hf_cfg, family), tied)
     source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{src / 'config.json'}")
