@@ -153,6 +153,6 @@ def test_renamed_modules_and_functions():
     for module in ("iattention.model.activations", "iattention.lab.trained_attention", "iattention.lab.copy_task",
                    "iattention.cli.eval", "iattention.cli.generate"):
         importlib.import_module(module)
-    assert not hasattr(CanonicalAttention, "_halves") and hasattr(CanonicalAttention, "_memoized")
+    assert not hasattr(CanonicalAttention, "_halves") and hasattr(CanonicalAttention, "memoized")
     assert not hasattr(runner, "ours") and hasattr(runner, "iattention_model")
     assert not hasattr(evaluate, "ppl") and evaluate.exp_loss(2.0) == evaluate.perplexity(4.0, 2)

@@ -32,6 +32,16 @@ def column_blocks(r: int, n_head: int) -> list[tuple]:
     return [(slice(None), slice(h * r, (h + 1) * r)) for h in range(n_head)]
 
 
+def unsplit_heads(config, why: str) -> str | None:
+    """Why a variant whose fixed maps are the input (or the output) split into heads cannot serve `config` (`why`:
+    what it splits), or None: it needs G = H key/value heads and n_head x d_head = n_embd."""
+    if config.n_kv_head == config.n_head and config.n_head * config.d_head == config.n_embd:
+        return None
+    return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd ({why}); this model has "
+            f"{config.n_kv_head} KV heads for {config.n_head} query heads of width {config.d_head}, n_embd "
+            f"{config.n_embd}: use standard or canonical")
+
+
 @contextmanager
 def frozen_weights(model: nn.Module):
     """Declare that `model`'s weights do not change inside the block (generation), so attention layers may
@@ -166,14 +176,19 @@ class CausalSelfAttention(nn.Module):
         """Set the layer's weights from math form (inverse of to_heads)."""
         raise NotImplementedError
 
-    def frozen_inverse(self, name: str, build) -> torch.Tensor:
-        """build() once per frozen_weights block (generation), else every call."""
-        if not self.weights_frozen:
+    def memoized(self, name: str, build) -> torch.Tensor:
+        """build(), memoised only inside `frozen_weights` (generation), where a derived weight (canonical's
+        assembled W_K, W_O; the K-only cache's value map) would otherwise be rebuilt at every decoding step;
+        everywhere else (training, evaluation) it runs every time. Inside, the memo is still keyed by the
+        tensors' storage and version counters."""
+        tensors = [*self.parameters(), *self.buffers()]
+        if not self.weights_frozen or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return build()
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
         memo = self.__dict__.setdefault("_memo", {})
-        if name not in memo:
-            memo[name] = build()
-        return memo[name]
+        if memo.get(name, (None,))[0] != key:
+            memo[name] = (key, build())
+        return memo[name][1]
 
     @staticmethod
     def k_only_offset(W_KV: torch.Tensor, b_K: torch.Tensor | None, b_V: torch.Tensor | None):
@@ -241,7 +256,7 @@ class CausalSelfAttention(nn.Module):
         scores = q @ k_rot.repeat_interleave(H // G, dim=1).transpose(-1, -2) / r**0.5  # (B, H, T, past + T)
         p = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past + T)
         keys = k_all.transpose(1, 2).reshape(B, 1, past + T, G * r)  # (B, 1, past + T, G r): every head's key
-        W_KV, offset = self.frozen_inverse("k_only", self.k_only_value_map)
+        W_KV, offset = self.memoized("k_only", self.k_only_value_map)
         y = torch.einsum("bhtc,hcr->bhtr", p @ keys, W_KV)  # (B, H, T, G r) -> (B, H, T, r)
         if offset is not None:
             y = y + offset[:, None, :]

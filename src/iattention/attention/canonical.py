@@ -193,19 +193,6 @@ class CanonicalAttention(CausalSelfAttention):
             self.o_perm.copy_(block_permutation(blocks["out"], self.group * d))
         self._refresh_identity_flags()
 
-    def _memoized(self, name: str, build) -> torch.Tensor:
-        """build(), memoised only inside `frozen_weights` (generation), where the assembly of the full
-        matrices would otherwise run on every decoding step; everywhere else (training, evaluation) it
-        runs every time. Inside, the memo is still keyed by the tensors' storage and version counters."""
-        tensors = [t for t in (*self.parameters(), *self.buffers())]
-        if not self.weights_frozen or torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return build()
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
-        memo = self.__dict__.setdefault("_memo", {})
-        if memo.get(name, (None,))[0] != key:
-            memo[name] = (key, build())
-        return memo[name][1]
-
     def key_weight(self) -> torch.Tensor:
         """(G, d, r): the assembled key maps."""
         if not self.canonical_qk:
@@ -242,13 +229,13 @@ class CanonicalAttention(CausalSelfAttention):
         H, G, r = self.n_head, self.n_kv_head, self.d_head
         if self.canonical_qk and self.one_head:
             # r = d: the key map is a permutation of the input, so no key GEMM.
-            W = self._memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)))
+            W = self.memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)))
             q, v = F.linear(x, W, self._bias("b_Q", "b_V")).split(r, dim=2)
             k = x if self._k_identity else x.index_select(-1, self.k_perm[0])
             if self.b_K is not None:  # None without bias or with minimal_bias
                 k = k + self.b_K.reshape(-1)
             return q, k, v
-        W = self._memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)))
+        W = self.memoized("qkv", lambda: merge_heads_in(torch.cat([self.W_Q, self.key_weight(), self.W_V], dim=0)))
         return F.linear(x, W, self._bias("b_Q", "b_K", "b_V")).split([H * r, G * r, G * r], dim=2)
 
     def project_out(self, y):
@@ -256,7 +243,7 @@ class CanonicalAttention(CausalSelfAttention):
             # r = d: the output map is a permutation, so no output GEMM.
             out = y if self._o_identity else torch.zeros_like(y).index_copy(-1, self.o_perm[0], y)
             return out if self.b_O is None else out + self.b_O
-        return F.linear(y, self._memoized("o", lambda: merge_heads_out(self.out_weight())), self.b_O)
+        return F.linear(y, self.memoized("o", lambda: merge_heads_out(self.out_weight())), self.b_O)
 
     def k_only_value_map(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """At one head the key map is a permutation (k = x P + b_K, P = k_perm's columns), so the cached keys are

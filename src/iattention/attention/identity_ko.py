@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention, row_blocks
+from iattention.attention.base import CausalSelfAttention, row_blocks, unsplit_heads
 from iattention.attention.heads import HeadWeights, eye_heads_in, eye_heads_out, fused_to_heads, heads_to_fused
 from iattention.errors import UserError
 
@@ -32,12 +32,7 @@ class IdentityKOAttention(CausalSelfAttention):
 
     @classmethod
     def unsupported(cls, config) -> str | None:
-        if config.n_kv_head != config.n_head or config.n_head * config.d_head != config.n_embd:
-            return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd (the keys are the "
-                    f"input split into heads, the heads' outputs the layer's output); this model has "
-                    f"{config.n_kv_head} KV heads for {config.n_head} query heads of width {config.d_head}, n_embd "
-                    f"{config.n_embd}: use standard or canonical")
-        return None
+        return unsplit_heads(config, "the keys are the input split into heads, the heads' outputs the layer's output")
 
     @classmethod
     def removed_params(cls, config) -> int:

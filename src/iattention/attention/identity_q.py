@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks
+from iattention.attention.base import CausalSelfAttention, column_blocks, row_blocks, unsplit_heads
 from iattention.attention.heads import (
     HeadWeights,
     eye_heads_in,
@@ -33,11 +33,7 @@ class IdentityQAttention(CausalSelfAttention):
 
     @classmethod
     def unsupported(cls, config) -> str | None:
-        if config.n_kv_head != config.n_head or config.n_head * config.d_head != config.n_embd:
-            return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd (queries are the input "
-                    f"split into heads); this model has {config.n_kv_head} KV heads for {config.n_head} query heads "
-                    f"of width {config.d_head}, n_embd {config.n_embd}: use standard or canonical")
-        return None
+        return unsplit_heads(config, "queries are the input split into heads")
 
     @classmethod
     def removed_params(cls, config) -> int:
