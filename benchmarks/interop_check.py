@@ -24,7 +24,8 @@ Run it in three environments (none of these tools is a dependency of the project
   #    and transformers 4.40: V2/bin/pip install -c <(echo torch==2.13.0) torch==2.13.0 transformers==4.40.2 ...
   IATTN_DATA_DIR=/work/shared/data PYTHONPATH=src V/bin/python benchmarks/interop_check.py /tmp/interop --json r.json
 
-Prints one markdown table row per export and tool. The results of 2026-11-26: benchmarks/results/interop-2026-11-26.md.
+Prints one markdown table row per export and tool. The results of 2026-11-26: benchmarks/results/interop-2026-11-26.md;
+rerun after the canonical init fix: interop-2026-11-27.md.
 """
 
 from __future__ import annotations
