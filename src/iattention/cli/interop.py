@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from iattention.checkpoint.run_folder import RunFolder, read_json_object
+from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
@@ -18,7 +18,7 @@ from iattention.interop.hf import folder_token_ids, hf_logits
 from iattention.interop.load import (
     check_tokenizer,
     data_config_for,
-    is_hf_folder,
+    hf_model_type,
     kept_tokenizer,
     load_any,
     own_tokenizer_spec,
@@ -44,8 +44,7 @@ def cmd_convert(args) -> None:
     check_out_folder(args.out)
     src_path = Path(args.src)
     shard = parse_size(args.shard_size)
-    model_type = read_json_object(src_path / "config.json", "a model config", "re-save the model").get(
-        "model_type") if is_hf_folder(src_path) else None
+    model_type = hf_model_type(src_path)
     if args.to != "hf" and model_type not in (None, "gpt2"):  # every rotary family streams
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force, per_head=args.per_head)

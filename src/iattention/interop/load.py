@@ -73,13 +73,15 @@ def config_beside(model_config: dict) -> dict:
     return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
 
 
-def is_hf_folder(path: Path) -> bool:
+def hf_model_type(path: Path) -> str | None:
+    """The model_type of a Hugging Face model folder (its config.json's, as text: a value of another type is
+    refused where its family is read, hf.family_of), or None where `path` is none: not a folder, no config.json, or
+    ours (beside a converted model.safetensors it says iattention, or, written before, has no model_type)."""
     config = path / "config.json"
     if not (path.is_dir() and config.exists()):
-        return False
+        return None
     obj = read_json_object(config, "a model config", "re-save the model (save_pretrained or iattn convert)")
-    # ours (beside a converted model.safetensors) says iattention, or (written before) has no model_type
-    return "model_type" in obj and obj["model_type"] != OURS_MODEL_TYPE
+    return None if obj.get("model_type", OURS_MODEL_TYPE) == OURS_MODEL_TYPE else str(obj["model_type"])
 
 
 # How a user names the tokenizer: the CLI's flag, or load_run's keyword argument (API_TOKENIZER) from Python.
@@ -107,8 +109,7 @@ def folder_tokenizer(path: str | Path) -> str | None:
     path = Path(path)
     if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
         return None
-    if is_hf_folder(path):
-        model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
+    if (model_type := hf_model_type(path)) is not None:
         return None if model_type == "gpt2" else own_tokenizer_spec(path)["tokenizer"]
     found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
     if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
@@ -128,8 +129,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
-    if is_hf_folder(path):
-        model_type = read_json_object(path / "config.json", "a model config", "re-save the model").get("model_type")
+    if (model_type := hf_model_type(path)) is not None:
         if model_type != "gpt2":  # another family's folder (or a one-line refusal), read with its own tokenizer
             spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
             return from_hf(path), spec, {"source": str(path)}

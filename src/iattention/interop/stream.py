@@ -69,7 +69,7 @@ from iattention.interop.hf import (
     token_ids_of,
     write_transformers4_keys,
 )
-from iattention.interop.load import DATA_SPEC_FILE, config_beside, is_hf_folder, load_any
+from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
 from iattention.model.gpt import GPT, inv_freq_of
 from iattention.model.names import from_file, to_family, to_file
 from iattention.symmetry import transforms
@@ -416,7 +416,7 @@ def is_streamed_source(path: str | Path) -> bool:
     (what the streaming converter writes): `--to hf` streams it. One under our names (a whole-model conversion)
     loads whole."""
     path = Path(path)
-    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or is_hf_folder(path):
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or hf_model_type(path) is not None:
         return False
     files = _our_files(path)
     if not files:
