@@ -86,16 +86,16 @@ class CanonicalAttention(CausalSelfAttention):
     @classmethod
     def removed_params(cls, config) -> int:
         """Per layer and KV group: rot (a complex scalar per rotary pair) + (r - rot)^2 (the pass dims) on the
-        query/key half, r^2 on the value/output half; with minimal_bias also b_K and b_V (2 G r)."""
+        query/key half, r^2 on the value/output half; with minimal_bias also b_K's pass dims and b_V (r - rot + r)."""
         r, rot, G = config.d_head, config.rot, config.n_kv_head
         qk = G * (rot + (r - rot) ** 2) if config.canonical_halves in ("both", "qk") else 0
         vo = G * r * r if config.canonical_halves in ("both", "vo") else 0
-        biases = 2 * G * r if config.minimal_bias else 0
+        biases = G * (2 * r - rot) if config.minimal_bias else 0
         return config.n_layer * (qk + vo + biases)
 
     @classmethod
     def redundant_biases(cls, config) -> tuple[str, ...]:
-        """The standard rule, unless minimal_bias already dropped b_K and b_V (b_V folded into b_O)."""
+        """The standard rule, unless minimal_bias already dropped them (b_K's pass dims; b_V folded into b_O)."""
         return () if config.minimal_bias else cls.learned_redundant_biases(config)
 
     @classmethod
@@ -144,6 +144,8 @@ class CanonicalAttention(CausalSelfAttention):
         kv_bias = config.qkv_bias and not config.minimal_bias
         self.b_Q = nn.Parameter(torch.zeros(H, r)) if config.qkv_bias else None
         self.b_K = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
+        # minimal_bias keeps b_K on the rotary dims (the first rot of a head), where it is not redundant
+        self.b_K_rot = nn.Parameter(torch.zeros(G, rot)) if config.qkv_bias and config.minimal_bias and rot else None
         self.b_V = nn.Parameter(torch.zeros(G, r)) if kv_bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if config.o_bias else None
         # the init's std for a projection into the residual stream: GPT-2's scaled one, 0.02 under init=normal
@@ -217,13 +219,20 @@ class CanonicalAttention(CausalSelfAttention):
         full = place(self.W_O_free, self.o_perm, torch.eye(r))  # (G, g d, r)
         return full.reshape(H, d, r).transpose(1, 2)
 
-    def _bias(self, *parts):
-        """Fused bias of the given per-head biases; a bias dropped by minimal_bias counts as zeros."""
+    def _head_biases(self) -> dict[str, torch.Tensor]:
+        """b_Q (H, r), b_K and b_V (G, r), what minimal_bias dropped as zeros (b_K's pass dims, b_V); {} without
+        query/key/value biases."""
         if self.b_Q is None:
-            return None
-        sizes = {"b_Q": self.n_head, "b_K": self.n_kv_head, "b_V": self.n_kv_head}
-        return torch.cat([self.b_Q.new_zeros(sizes[n] * self.d_head) if getattr(self, n) is None
-                          else getattr(self, n).reshape(-1) for n in parts])
+            return {}
+        zeros = self.b_Q.new_zeros(self.n_kv_head, self.d_head)
+        b_K = self.b_K if self.b_K is not None else zeros if self.b_K_rot is None else \
+            F.pad(self.b_K_rot, (0, self.d_head - self.rot))
+        return {"b_Q": self.b_Q, "b_K": b_K, "b_V": zeros if self.b_V is None else self.b_V}
+
+    def _bias(self, *parts):
+        """Fused bias of the given per-head biases (_head_biases), or None."""
+        biases = self._head_biases()
+        return torch.cat([biases[n].reshape(-1) for n in parts]) if biases else None
 
     def qkv(self, x):
         H, G, r = self.n_head, self.n_kv_head, self.d_head
@@ -256,12 +265,8 @@ class CanonicalAttention(CausalSelfAttention):
         return W_KV, self.k_only_offset(W_KV, hw.b_K, hw.b_V)
 
     def to_heads(self) -> HeadWeights:
-        def zeros(n):
-            return None if self.b_Q is None else self.b_Q.new_zeros(n, self.d_head)
-        G = self.n_kv_head
-        return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(), b_Q=self.b_Q,
-                           b_K=zeros(G) if self.minimal_bias else self.b_K,
-                           b_V=zeros(G) if self.minimal_bias else self.b_V, b_O=self.b_O)
+        return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(),
+                           **self._head_biases(), b_O=self.b_O)
 
     @torch.no_grad()
     def canonical_view(self) -> dict[str, torch.Tensor]:
@@ -330,3 +335,5 @@ class CanonicalAttention(CausalSelfAttention):
         for name in ("b_Q", "b_K", "b_V", "b_O"):
             if getattr(self, name) is not None:
                 getattr(self, name).copy_(getattr(hw, name))
+        if self.b_K_rot is not None:  # its pass dims are dropped: redundant, so the function stays
+            self.b_K_rot.copy_(hw.b_K[:, :rot])

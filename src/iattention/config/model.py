@@ -142,9 +142,10 @@ class GPTConfig:
         same without the residual scaling (the Llama family's). "matched": draw the standard initialisation from
         the same RNG stream, then canonicalize it exactly (pivoted blocks), so a canonical model starts from the
         very function that a standard model built with the same seed starts from.
-    minimal_bias: (canonical) no key bias and no value bias. Both are redundant without rotary dims: b_K adds
-        q_i . b_K to every score of query i, which softmax ignores; b_V adds sum_j a_ij b_V W_O = b_V W_O
-        (attention rows sum to one), which folds into b_O. `canonicalize(..., minimal=True)` folds them away.
+    minimal_bias: (canonical) no value bias and no key bias on the pass dims (it keeps b_K's rotary dims). On a pass
+        dim b_K adds q_i . b_K to every score of query i, which softmax ignores (on a rotary dim the term depends on
+        the key's position); b_V adds sum_j a_ij b_V W_O = b_V W_O (attention rows sum to one), which folds into
+        b_O. `canonicalize(..., minimal=True)` folds them away.
     attn_kernel: which attention kernel runs (auto | sdpa | math | triton; `kernels/__init__.py`): auto takes
         what kernels/auto_table.json measured fastest on this device, or without rows for it the Triton kernel
         for wide heads (> 256) on CUDA and SDPA everywhere else; math is two matrix products and a softmax that
@@ -253,15 +254,11 @@ class GPTConfig:
         if self.canonical_halves != "both" and self.attention != "canonical":
             raise UserError(f"model.canonical_halves={self.canonical_halves} only applies to attention=canonical (got "
                             f"attention={self.attention}); drop it or set model.attention=canonical")
-        if self.minimal_bias and (self.attention != "canonical" or not (self.qkv_bias and self.o_bias) or self.rot):
-            if self.attention != "canonical":
-                fix = "drop it or set model.attention=canonical"
-            elif not (self.qkv_bias and self.o_bias):
-                fix = "drop it: this model lacks the query/key/value or the output biases it reduces"
-            else:
-                fix = f"drop it: this model rotates {self.rot} dims of each head, on which b_K is not redundant"
-            raise UserError("model.minimal_bias=true applies to attention=canonical with query/key/value and output "
-                            f"biases and no rotary dims; {fix}")
+        if self.minimal_bias and (self.attention != "canonical" or not (self.qkv_bias and self.o_bias)):
+            fix = "drop it or set model.attention=canonical" if self.attention != "canonical" else \
+                "drop it: this model lacks the query/key/value or the output biases it reduces"
+            raise UserError(f"model.minimal_bias=true applies to attention=canonical with query/key/value and output "
+                            f"biases; {fix}")
         if self.init == "matched" and not cls.full_class:
             raise UserError(f"model.init=matched is impossible for attention={self.attention}: it is a smaller "
                             "function class than standard, so no equivalent start exists; use model.init=gpt2")

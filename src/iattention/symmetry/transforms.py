@@ -207,13 +207,15 @@ def canonical_gauge(hw: HeadWeights, rot: int, layout: str, blocks: dict, layer:
 
 
 @torch.no_grad()
-def fold_biases(hw: HeadWeights) -> HeadWeights:
-    """The same heads without b_K (softmax ignores the constant q . b_K it adds to a query's scores; no rotary
-    dims) and without b_V (attention rows sum to one, so it adds b_V W_O: moved into b_O)."""
+def fold_biases(hw: HeadWeights, rot: int = 0) -> HeadWeights:
+    """The same heads without b_K on the pass dims (softmax ignores the constant q . b_K it adds there to a query's
+    scores; on the first `rot`, rotary, dims it depends on the key's position and stays) and without b_V
+    (attention rows sum to one, so it adds b_V W_O: moved into b_O)."""
     if hw.b_Q is None:
         return hw
     b_O = hw.b_O + torch.einsum("hr,hrd->d", hw.per_query_head("b_V"), hw.W_O)
-    return HeadWeights(W_Q=hw.W_Q, W_K=hw.W_K, W_V=hw.W_V, W_O=hw.W_O, b_Q=hw.b_Q, b_K=torch.zeros_like(hw.b_K),
+    b_K = torch.cat([hw.b_K[:, :rot], torch.zeros_like(hw.b_K[:, rot:])], dim=1)
+    return HeadWeights(W_Q=hw.W_Q, W_K=hw.W_K, W_V=hw.W_V, W_O=hw.W_O, b_Q=hw.b_Q, b_K=b_K,
                        b_V=torch.zeros_like(hw.b_V), b_O=b_O)
 
 
@@ -227,14 +229,15 @@ def canonicalize_layer(src, dst, c, block: str = "aligned", layer: int = 0) -> d
     A, A_inv_T, S, S_inv = canonical_gauge(hw, c.rot, c.rope_layout, blocks, layer, block, c.canonical_halves)
     dst.set_blocks(blocks)
     hw = gauge(hw, A, S, A_inv_T, S_inv)
-    dst.load_heads(fold_biases(hw) if c.minimal_bias else hw)
+    dst.load_heads(fold_biases(hw, c.rot) if c.minimal_bias else hw)
     return blocks
 
 
 @torch.no_grad()
 def canonicalize(model, block: str = "aligned", halves: str = "both", minimal: bool = False):
     """Return an equivalent `canonical` model whose fixed entries are exactly (1, 0) / the identity.
-    minimal=True also folds b_V into b_O and drops b_K (model.minimal_bias): the fully reduced form."""
+    minimal=True also folds b_V into b_O and drops b_K on the pass dims (model.minimal_bias): the fully reduced
+    form."""
     c = model.config
     minimal = minimal and c.qkv_bias and c.o_bias
     cfg = c.replace(attention="canonical", canonical_halves=halves, init=c.standard_init,

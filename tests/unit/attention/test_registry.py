@@ -49,7 +49,8 @@ SHAPES = {
 OPTIONS = [("gpt2", "three-heads", dict(canonical_halves="qk")), ("gpt2", "three-heads", dict(canonical_halves="vo")),
            ("gpt2", "three-heads", dict(minimal_bias=True)),
            ("llama", "partial-rotary", dict(canonical_halves="qk")), ("llama", "partial-rotary",
-                                                                       dict(canonical_halves="vo"))]
+                                                                       dict(canonical_halves="vo")),
+           ("llama", "partial-rotary", dict(minimal_bias=True)), ("llama", "mqa-attention-bias", dict(minimal_bias=True))]
 
 
 def family_shapes(family: str) -> list[dict]:
@@ -227,8 +228,9 @@ def check_canonicalize_is_exact(cfg) -> None:
     if not attention_class(cfg).full_class:
         return
     model = _model(cfg)
-    # minimal biases: b_K and b_V folded away, where both are learned and no dim rotates (on one, b_K matters)
-    for minimal in (False, True) if cfg.qkv_bias and cfg.o_bias and not cfg.rot else (False,):
+    # minimal biases: b_V folded away and b_K dropped on the pass dims (on a rotary one it matters), where both are
+    # learned
+    for minimal in (False, True) if cfg.qkv_bias and cfg.o_bias else (False,):
         canon = canonicalize(model, block="pivoted", minimal=minimal)
         _same_function(cfg, model, canon, f"canonicalize(minimal={minimal})", 1e-10)
 
@@ -399,15 +401,16 @@ def check_projection_flops(cfg) -> None:
 
 
 def check_canonical_counts(cfg: GPTConfig) -> None:
-    """Canonical's removed_params is symmetry.counts.removed_split's count for its halves (plus b_K and b_V with
-    minimal biases), whole model."""
+    """Canonical's removed_params is symmetry.counts.removed_split's count for its halves (plus, with minimal biases,
+    b_V and b_K on the pass dims), whole model."""
     if cfg.attention != "canonical":
         return
     said = attention_class(cfg).removed_params(cfg)
     split = removed_split(cfg)
     halves = {"both": ("query_key", "value_output"), "qk": ("query_key",), "vo": ("value_output",)}[
         cfg.canonical_halves]
-    want = sum(split[h] for h in halves) + cfg.n_layer * cfg.minimal_bias * 2 * cfg.n_kv_head * cfg.d_head
+    # minimal biases: b_V (r) and b_K's r - rot pass dims per layer and KV group
+    want = sum(split[h] for h in halves) + cfg.minimal_bias * cfg.n_layer * cfg.n_kv_head * (2 * cfg.d_head - cfg.rot)
     assert said == want, f"canonical: removed_params {said}, removed_split {split}"
 
 

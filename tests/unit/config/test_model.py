@@ -34,13 +34,15 @@ def test_resolve_vocab_is_the_one_place_vocab_zero_becomes_a_size():
 @pytest.mark.parametrize("kw, fix", [
     (dict(attention="standard"), "set model.attention=canonical"),
     (dict(attention="canonical", bias=False), "lacks the query/key/value or the output biases"),
-    (dict(attention="canonical", family="gpt_neox", rot=4), "rotates 4 dims of each head, on which b_K is not "
-                                                            "redundant")])
+    (dict(attention="canonical", family="llama"), "lacks the query/key/value or the output biases")])
 def test_minimal_bias_refusal_names_what_this_model_lacks(kw, fix):
     """model.minimal_bias on a model it cannot apply to: the fix fits the case (a canonical GPT-NeoX model was told
-    to set model.attention=canonical, which it had)."""
+    to set model.attention=canonical, which it had). A rotary one with both biases takes it (b_K's rotary dims
+    stay)."""
+    shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=8)
     with pytest.raises(UserError) as err:
-        GPTConfig(**{**dict(n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=8), **kw}, minimal_bias=True)
+        GPTConfig(**{**shape, **kw}, minimal_bias=True)
     assert fix in str(err.value) and "\n" not in str(err.value)
     if kw["attention"] == "canonical":
         assert "set model.attention=canonical" not in str(err.value)
+    assert GPTConfig(**shape, attention="canonical", family="gpt_neox", rot=4, minimal_bias=True).minimal_bias

@@ -68,6 +68,18 @@ def _learned(model):
     return sum(p.numel() for p in model.parameters())  # tied embeddings: wte counted once
 
 
+@pytest.mark.parametrize("kw", [dict(family="gpt_neox", rot=2), dict(family="llama", qkv_bias=True, o_bias=True),
+                                dict(family="llama", n_kv_head=1, d_head=6, rot=4, qkv_bias=True, o_bias=True)],
+                         ids=["neox-partial-rotary", "llama-biases", "llama-mqa-partial"])
+def test_the_fully_reduced_count_of_a_rotary_model_is_a_model(kw):
+    """What `iattn params` calls fully reduced is built by model.minimal_bias in every family: canonical without
+    b_V and without b_K's pass dims (its rotary ones stay)."""
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=12, vocab_size=37, block_size=11, attention="canonical", **kw)
+    minimal = cfg.replace(minimal_bias=True)
+    assert _learned(GPT(minimal)) == param_count(minimal) == fully_reduced_count(cfg) < param_count(cfg)
+    assert param_count(cfg) - fully_reduced_count(cfg) == 2 * cfg.n_kv_head * (2 * cfg.d_head - cfg.rot)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("mlp_hidden", [0, 40])
 def test_standard_count_is_the_built_models(bias, mlp_hidden):
