@@ -50,7 +50,8 @@ OPTIONS = [("gpt2", "three-heads", dict(canonical_halves="qk")), ("gpt2", "three
            ("gpt2", "three-heads", dict(minimal_bias=True)),
            ("llama", "partial-rotary", dict(canonical_halves="qk")), ("llama", "partial-rotary",
                                                                        dict(canonical_halves="vo")),
-           ("llama", "partial-rotary", dict(minimal_bias=True)), ("llama", "mqa-attention-bias", dict(minimal_bias=True))]
+           ("llama", "partial-rotary", dict(minimal_bias=True)),
+           ("llama", "mqa-attention-bias", dict(minimal_bias=True))]
 
 
 def family_shapes(family: str) -> list[dict]:
