@@ -24,7 +24,7 @@ from iattention.interop.card import model_card
 from iattention.interop.hf import add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
-from iattention.model.gpt import GPT
+from iattention.model.gpt import GPT, exact_norms
 from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
@@ -195,8 +195,10 @@ def convert(src: GPT, to: str, block: str = "pivoted", dtype: str = "float32", r
 
 def logits_in_float64(model, x: torch.Tensor) -> torch.Tensor:
     """The logits of a converted model (ours or transformers'), its weights as stored (rounded to its dtype) but
-    the arithmetic in float64: the conversion check measures the conversion, not a bf16 forward pass."""
-    out = copy.deepcopy(model).double().eval()(x)
+    the arithmetic in float64 (ours: its RMSNorm too, `exact_norms`; transformers' computes it in float32): the
+    conversion check measures the conversion, not a bf16 forward pass."""
+    with exact_norms(copy.deepcopy(model).double().eval()) as m:
+        out = m(x)
     return out.logits if hasattr(out, "logits") else out[0]
 
 
@@ -219,7 +221,9 @@ def check_exportable(c) -> None:
 def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None = None):
     src64 = copy.deepcopy(src).double().eval()  # the caller's model stays as it was
     x = probe_batch(src64)
-    ref = src64(x)[0]
+    # the reference in the arithmetic of the converted model's check: ours in float64 throughout, transformers' (an
+    # export) with its RMSNorm in float32
+    ref = src64(x)[0] if to == "hf" else logits_in_float64(src64, x)
     cond = None
     if to == "canonical":
         out = canonicalize(src64, block=block).to(DTYPES[dtype])

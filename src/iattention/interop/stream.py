@@ -70,7 +70,7 @@ from iattention.interop.hf import (
     write_transformers4_keys,
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
-from iattention.model.gpt import GPT, inv_freq_of
+from iattention.model.gpt import GPT, exact_norms, inv_freq_of
 from iattention.model.names import from_file, to_family, to_file
 from iattention.symmetry import transforms
 from iattention.utils.faults import fault_point
@@ -396,11 +396,12 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
             x = probe_batch(ours)
             ref = hf(x).logits
             del hf
-            mine = ours(x)[0]
-            report.source_load = relative(mine, ref)
+            report.source_load = relative(ours(x)[0], ref)  # RMSNorm in float32, as transformers computes it
+            with exact_norms(ours):  # ours against ours: float64 throughout
+                mine = ours(x)[0]
             writer.finish({"iattention": json.dumps({**meta, "format": ckpt.FORMAT})})  # readable for the check
-            converted = load_any(tmp)[0].to(torch.float64)
-            logits = converted(x)[0]
+            with exact_norms(load_any(tmp)[0].to(torch.float64)) as converted:
+                logits = converted(x)[0]
             report.conversion = relative(logits, mine)
             report.max_abs_logit_diff = meta["conversion"]["max_abs_logit_diff"] = (logits - mine).abs().max().item()
         layer, worst = report.worst

@@ -5,13 +5,15 @@ attention, an untied head).
 Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...) for every
 family; model/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
 RMSNorm computes its statistics in float32 and RoPE its angles in float32, exactly as transformers does, so a
-float64 model reproduces transformers' float64 logits to rounding.
+float64 model reproduces transformers' float64 logits to rounding (`exact_norms`: float64 statistics, where two models
+of ours are compared).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -63,16 +65,35 @@ class SwiGLU(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    exact = False  # set by exact_norms only
+
     def __init__(self, d: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
 
     def forward(self, x):
-        # (B, T, d): x / rms(x) in float32 (transformers' arithmetic, for any input dtype), times the gain
-        h = x.to(torch.float32)
+        # (B, T, d): x / rms(x) in float32 (transformers' arithmetic, for any input dtype; under exact_norms in
+        # float64 for float64 input), times the gain
+        h = x.to(torch.float64 if self.exact and x.dtype == torch.float64 else torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
+
+
+@contextmanager
+def exact_norms(model: nn.Module):
+    """RMSNorm statistics in float64 for float64 input inside the block, so that two float64 models of ours compare
+    to float64 rounding (a conversion's check). Outside it they are computed in float32 as transformers does for
+    any dtype, which rounds an attention output's last bits to float32: a difference of 1e-12 then reads 0, and one
+    that crosses a float32 rounding boundary reads about 1e-8 (over float64's 1e-9 tolerance)."""
+    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
+    for m in norms:
+        m.exact = True
+    try:
+        yield model
+    finally:
+        for m in norms:
+            m.exact = False
 
 
 def norm(config: GPTConfig) -> nn.Module:

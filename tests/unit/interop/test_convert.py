@@ -15,6 +15,7 @@ from iattention.interop.convert import (
     block_conditioning,
     check_failures,
     convert,
+    logits_in_float64,
     probe_batch,
     refuse_or_warn,
     save_converted,
@@ -60,6 +61,25 @@ def test_the_report_s_difference_is_the_cast_s_own():
     got = (_logits(copy.deepcopy(out).double(), x) - _logits(src, x)).abs().max().item()
     assert rep.max_abs_logit_diff == pytest.approx(got, rel=1e-6) and got > 0  # float32 rounding, reported
     assert rep.conversion == pytest.approx(got / _logits(src, x).abs().max().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("to", ["canonical", "standard"])
+def test_the_float64_check_of_an_rmsnorm_model_sees_below_float32_resolution(to):
+    """Our RMSNorm computes in float32 for any input, as transformers' does; two float64 models of ours are compared
+    with it in float64 (exact_norms), so a float64 conversion reads its own rounding, and an error of 1e-11 reads
+    1e-11 (in float32 it read 0 or, across a rounding boundary, about 1e-8: over float64's 1e-9 tolerance)."""
+    from helpers import make_llama
+
+    model = make_llama()
+    out, rep = convert(model, to, dtype="float64")
+    assert rep.conversion <= 1e-13
+    with torch.no_grad():
+        next(out.attention_layers[0].parameters()).mul_(1 + 1e-11)  # W_Q (canonical), q_proj (standard)
+    x = probe_batch(model)
+    ref = logits_in_float64(model, x)
+    rel = ((logits_in_float64(out, x) - ref).abs().max() / ref.abs().max()).item()
+    assert 1e-13 < rel < 1e-10, rel
+    assert not any(getattr(m, "exact", False) for m in (*model.modules(), *out.modules()))  # the block leaves them
 
 
 def test_block_conditioning_of_a_well_and_an_ill_conditioned_key_block():
