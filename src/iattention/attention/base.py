@@ -19,6 +19,7 @@ from iattention.attention.heads import HeadWeights
 from iattention.attention.rope import apply_rope
 from iattention.kernels import attend
 from iattention.kernels.math_path import causal_mask
+from iattention.utils.flags import switched_on
 
 
 def row_blocks(heads: tuple[int, ...], r: int) -> list[tuple]:
@@ -49,13 +50,11 @@ def frozen_weights(model: nn.Module):
     it nothing is cached: an in-place update cannot be detected in general (fused AdamW does not bump
     tensors' version counters), and a stale cache silently evaluates old weights."""
     layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
-    for m in layers:
-        m.weights_frozen = True
     try:
-        yield model
+        with switched_on(layers, "weights_frozen"):
+            yield model
     finally:
         for m in layers:
-            m.weights_frozen = False
             m.__dict__.pop("_memo", None)
 
 

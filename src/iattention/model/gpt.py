@@ -28,6 +28,7 @@ from iattention.model.generate import generate
 from iattention.model.loss import at_least_fp32, chunked_cross_entropy
 from iattention.symmetry.counts import standard_param_count
 from iattention.symmetry.transforms import canonicalize_into, load_into
+from iattention.utils.flags import switched_on
 
 CACHES = ("full", "k-only")
 
@@ -86,14 +87,8 @@ def exact_norms(model: nn.Module):
     to float64 rounding (a conversion's check). Outside it they are computed in float32 as transformers does for
     any dtype, which rounds an attention output's last bits to float32: a difference of 1e-12 then reads 0, and one
     that crosses a float32 rounding boundary reads about 1e-8 (over float64's 1e-9 tolerance)."""
-    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
-    for m in norms:
-        m.exact = True
-    try:
+    with switched_on((m for m in model.modules() if isinstance(m, RMSNorm)), "exact"):
         yield model
-    finally:
-        for m in norms:
-            m.exact = False
 
 
 def norm(config: GPTConfig) -> nn.Module:
