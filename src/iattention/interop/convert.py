@@ -223,7 +223,8 @@ def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None =
     x = probe_batch(src64)
     # the reference in the arithmetic of the converted model's check: ours in float64 throughout, transformers' (an
     # export) with its RMSNorm in float32
-    ref = src64(x)[0] if to == "hf" else logits_in_float64(src64, x)
+    with exact_norms(src64, on=to != "hf"):
+        ref = src64(x)[0]
     cond = None
     if to == "canonical":
         out = canonicalize(src64, block=block).to(DTYPES[dtype])

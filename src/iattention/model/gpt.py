@@ -82,12 +82,12 @@ class RMSNorm(nn.Module):
 
 
 @contextmanager
-def exact_norms(model: nn.Module):
-    """RMSNorm statistics in float64 for float64 input inside the block, so that two float64 models of ours compare
-    to float64 rounding (a conversion's check). Outside it they are computed in float32 as transformers does for
-    any dtype, which rounds an attention output's last bits to float32: a difference of 1e-12 then reads 0, and one
-    that crosses a float32 rounding boundary reads about 1e-8 (over float64's 1e-9 tolerance)."""
-    with switched_on((m for m in model.modules() if isinstance(m, RMSNorm)), "exact"):
+def exact_norms(model: nn.Module, on: bool = True):
+    """RMSNorm statistics in float64 for float64 input inside the block (unless not `on`), so that two float64
+    models of ours compare to float64 rounding (a conversion's check). Outside it they are computed in float32 as
+    transformers does for any dtype, which rounds an attention output's last bits to float32: a difference of 1e-12
+    then reads 0, and one that crosses a float32 rounding boundary reads about 1e-8 (over float64's 1e-9 tolerance)."""
+    with switched_on((m for m in model.modules() if on and isinstance(m, RMSNorm)), "exact"):
         yield model
 
 
