@@ -27,7 +27,6 @@ from iattention.config.identity import config_mismatch, extends
 from iattention.config.load import config_from_dict
 from iattention.config.model import upgrade_config, upgrade_override_key
 from iattention.config.run import RunConfig
-from iattention.data.tokenizers import HF_KEPT, HF_KEPT_FILES
 from iattention.errors import UserError
 from iattention.utils.atomic import remove_stale_in, temp_writer, write_json, write_text
 from iattention.utils.files import os_error_message, read_text, read_yaml
@@ -347,7 +346,7 @@ class RunFolder:
 
         if not self.path.is_dir() or (self / CONFIG).exists():
             return []
-        ours = {LOCK_NAME, TOKENIZER, ARM, HF_KEPT}
+        ours = {LOCK_NAME, TOKENIZER, ARM}
         return sorted(p.name for p in self.path.iterdir() if p.name not in ours and temp_writer(p.name) is None)
 
     def check_ours(self) -> None:
@@ -366,15 +365,6 @@ class RunFolder:
 
         for name in (LOCK_NAME, TOKENIZER):
             (self / name).unlink(missing_ok=True)
-        if (self / HF_KEPT).is_dir():  # its files are the ones save_tokenizer_file writes; anything else stays
-            for name in os.listdir(self / HF_KEPT):
-                if name in HF_KEPT_FILES:
-                    (self / HF_KEPT / name).unlink()
-            remove_stale_in(self / HF_KEPT)
-            try:
-                (self / HF_KEPT).rmdir()
-            except OSError:
-                pass
         self.clean_temp()
         try:
             self.path.rmdir()

@@ -17,7 +17,7 @@ from iattention.data.cache import cache_root
 from iattention.data.config import DataConfig
 from iattention.data.sources import data_dir
 from iattention.errors import UserError
-from iattention.utils.atomic import write_bytes, write_text
+from iattention.utils.atomic import write_text
 from iattention.utils.files import expand_user
 
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -97,9 +97,6 @@ def _byte_level_bytes() -> dict[str, int]:
 _BYTES_PROBE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n x😀 <b> 1,234.5\r\n"
 # The files a Hugging Face tokenizer is saved as: what `hf:` tokenizers are fingerprinted (and identified) by.
 _HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-# Where a run on hf:FOLDER keeps those files (and config.json, which AutoTokenizer reads for the class where
-# tokenizer_config.json does not name one), so that its folder is read without FOLDER: `save_tokenizer_file`.
-HF_KEPT, HF_KEPT_FILES = "hf-tokenizer", (*_HF_FILES, "config.json")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -179,9 +176,8 @@ def _hf(spec: str) -> Tokenizer:
     finally:
         transformers.logging.set_verbosity(verbosity)
     h = hashlib.sha256(type(tok).__name__.encode())
-    impl.files = {name: (path / name).read_bytes() for name in HF_KEPT_FILES if (path / name).is_file()}
     for name in _HF_FILES:
-        h.update(name.encode() + b"\0" + impl.files.get(name, b"") + b"\0")
+        h.update(name.encode() + b"\0" + ((path / name).read_bytes() if (path / name).is_file() else b"") + b"\0")
     size = max([*tok.get_vocab().values(), *impl.added]) + 1  # ids run 0 .. size - 1
     # the fingerprint keys the token cache, so it names the transformers version too (it builds the pipeline)
     return Tokenizer(spec, size, f"hf:{h.hexdigest()[:16]}:{transformers.__version__}", impl)
@@ -386,15 +382,10 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
 
 
-def save_tokenizer_file(tok: Tokenizer, folder: str | Path) -> bool:
-    """Keep a run's tokenizer in its folder (True) unless it is there already, so the folder is self-contained: a
-    bpe:N tokenizer as tokenizer.json, an hf:FOLDER one as the bytes of the files it was read (and identified) from,
-    in HF_KEPT/; False for the tokenizers that need no file (byte) or have their own (gpt2: the r50k ranks)."""
-    folder = Path(folder)
-    if tok.name.startswith("bpe:") and not (folder / "tokenizer.json").exists():
-        write_text(folder / "tokenizer.json", tok._impl.to_str())
-    elif isinstance(tok._impl, HFFolderTokenizer) and not (folder / HF_KEPT / "tokenizer.json").exists():
-        (folder / HF_KEPT).mkdir(exist_ok=True)
-        for name, data in sorted(tok._impl.files.items(), key=lambda kv: kv[0] == "tokenizer.json"):
-            write_bytes(folder / HF_KEPT / name, data)  # tokenizer.json last: with it there, the copy is whole
-    return tok.name.startswith("bpe:") or isinstance(tok._impl, HFFolderTokenizer)
+def save_tokenizer_file(tok: Tokenizer, path: str | Path) -> bool:
+    """Write a bpe:N tokenizer as tokenizer.json (True), so a run folder is self-contained; False for the
+    tokenizers that need no file (byte) or have their own (gpt2: the r50k ranks)."""
+    if not tok.name.startswith("bpe:"):
+        return False
+    write_text(Path(path), tok._impl.to_str())
+    return True

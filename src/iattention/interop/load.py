@@ -13,15 +13,7 @@ from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import (
-    GPT2_VOCAB,
-    HF_KEPT,
-    HF_SPEC,
-    Tokenizer,
-    load_tokenizer,
-    tokenizer_from_file,
-    tokenizer_identity,
-)
+from iattention.data.tokenizers import GPT2_VOCAB, HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.model.gpt import GPT
@@ -195,18 +187,15 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
 
 def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = None):
     """The tokenizer a model folder keeps beside it, or None: a `bpe:N` run's tokenizer.json, or an exported
-    HF folder's (the same BPE in transformers' form), with which a model needs no train split to tokenize; an
-    `hf:FOLDER` run's copy of FOLDER's tokenizer files (HF_KEPT), with which it needs no FOLDER."""
+    HF folder's (the same BPE in transformers' form). With it, a model needs no train split to tokenize."""
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     spec = (data or {}).get("tokenizer", "")
-    if override and override != spec or not isinstance(spec, str):
+    if override and override != spec:
         return None
-    if spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
+    if isinstance(spec, str) and spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
         return tokenizer_from_file(folder / "tokenizer.json", spec)
-    if spec.startswith(HF_SPEC) and (folder / HF_KEPT / "tokenizer.json").is_file():
-        return load_tokenizer(DataConfig(tokenizer=f"{HF_SPEC}{(folder / HF_KEPT).absolute()}"))
     return None
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from iattention.checkpoint import state as ckpt
-from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, RunFolder
+from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends
 from iattention.data.tokenizers import Tokenizer, save_tokenizer_file, tokenizer_identity
 from iattention.errors import UserError
@@ -86,8 +86,8 @@ class Checkpointer:
             if isinstance(reached, int) and reached >= total_steps:
                 raise UserError(f"{budget} is {total_steps} steps, and the run in {self.out} has made {reached}: "
                                 "--resume extends a run, it cannot shorten one; give a larger budget")
-        if self.ctx.is_main:  # the run carries its bpe:N or hf:FOLDER tokenizer
-            save_tokenizer_file(tokenizer, self.folder.path)
+        if self.ctx.is_main and not (self.folder / TOKENIZER).exists():  # the run carries its bpe tokenizer
+            save_tokenizer_file(tokenizer, self.folder / TOKENIZER)
         if self.resume and self.folder.has_summary() and not self.extending:
             budgeted = bool(budget) and not budget.startswith("train.epochs=")
             finished = self.folder.finished(config["train"]["epochs"], total_steps if budgeted else None)

@@ -9,7 +9,6 @@ from helpers import tells
 from iattention.checkpoint import RunFolder
 from iattention.config import load_config
 from iattention.config.identity import config_mismatch
-from iattention.data.tokenizers import HF_KEPT_FILES
 from iattention.errors import UserError
 from iattention.utils.lock import LOCK_NAME
 
@@ -268,24 +267,19 @@ def test_discard_unstarted_removes_only_what_a_refused_run_left(tmp_path):
     (started / LOCK_NAME).write_text("1")
     RunFolder(started).discard_unstarted()
     assert sorted(p.name for p in started.iterdir()) == [LOCK_NAME, "config.yaml"]
-    for held in ([LOCK_NAME, "tokenizer.json"], [LOCK_NAME, *(f"hf-tokenizer/{n}" for n in HF_KEPT_FILES)],
-                 [LOCK_NAME], []):
+    for held in ([LOCK_NAME, "tokenizer.json"], [LOCK_NAME], []):
         new = tmp_path / f"new{len(held)}"
         new.mkdir()
         for name in held:
-            (new / name).parent.mkdir(exist_ok=True)
             (new / name).write_text("x")
         RunFolder(new).discard_unstarted()
         assert not new.exists()
     kept = tmp_path / "kept"
-    (kept / "hf-tokenizer").mkdir(parents=True)
+    kept.mkdir()
     (kept / LOCK_NAME).write_text("1")
     (kept / "notes.txt").write_text("someone's")
-    (kept / "hf-tokenizer" / "tokenizer.json").write_text("ours")
-    (kept / "hf-tokenizer" / "vocab.txt").write_text("someone's")  # not a name save_tokenizer_file writes
     RunFolder(kept).discard_unstarted()
-    assert sorted(p.name for p in kept.iterdir()) == ["hf-tokenizer", "notes.txt"]
-    assert [p.name for p in (kept / "hf-tokenizer").iterdir()] == ["vocab.txt"]
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
 
 
 def test_foreign_lists_only_other_peoples_files(tmp_path):
@@ -293,7 +287,6 @@ def test_foreign_lists_only_other_peoples_files(tmp_path):
     (tmp_path / LOCK_NAME).write_text("1")
     (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "arm.json").write_text("{}")
-    (tmp_path / "hf-tokenizer").mkdir()  # an hf:FOLDER run's copy of its tokenizer
     (tmp_path / f".summary.json.iattn-{os.getpid()}.abcd1234.tmp").write_text("")
     assert RunFolder(tmp_path).foreign() == []
     (tmp_path / ".notes.tmp").write_text("")

@@ -51,9 +51,7 @@ def test_the_identity_sees_the_merges_not_only_the_vocabulary(tmp_path):
 
     paths = write_corpus(tmp_path)
     tok = load_tokenizer(_cfg(paths, tmp_path / "c", "bpe:300"), open(paths["train"]).read())
-    assert save_tokenizer_file(tok, tmp_path) and not save_tokenizer_file(load_tokenizer(_cfg(paths, tmp_path / "c",
-                                                                                          "byte")), tmp_path / "b")
-    (tmp_path / "tokenizer.json").rename(tmp_path / "own.json")
+    save_tokenizer_file(tok, tmp_path / "own.json")
     data = json.loads((tmp_path / "own.json").read_text())
     merges = data["model"]["merges"]
     data["model"]["merges"] = merges[1:]  # the first merge dropped, its token left in the vocabulary
