@@ -112,7 +112,6 @@ class HFFolderTokenizer:
         import json
 
         self.tok = tok
-        self.files: dict[str, bytes] = {}  # HF_KEPT_FILES as read (_hf): what a run keeps (save_tokenizer_file)
         backend = json.loads(tok.backend_tokenizer.to_str())
         kinds = json.dumps([backend.get("decoder"), backend.get("pre_tokenizer")])
         self.byte_level = '"ByteLevel"' in kinds
