@@ -127,7 +127,7 @@ def cmd_params(args) -> None:
         print(f"decoding cache per token{at} (bf16, all layers): full {full:,} B; K-only "
               f"{'-' if k_only is None else f'{k_only:,} B'}{why}")
     print("fully reduced: also without the redundant biases (b_K on the pass dims dropped, b_V folded into b_O; "
-          "model.minimal_bias realizes it for canonical)")
+          "model.minimal_bias realizes it for canonical with query/key/value and output biases)")
 
 
 def build_parser() -> argparse.ArgumentParser:

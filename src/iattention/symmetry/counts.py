@@ -43,7 +43,8 @@ def param_count(config) -> int:
 
 
 def fully_reduced_count(config) -> int:
-    """Learned parameters once the redundant biases are reduced too (b_K dropped, b_V folded into b_O)."""
+    """Learned parameters once the redundant biases are reduced too (b_K dropped on the pass dims, b_V folded into
+    b_O; model.minimal_bias builds such a model where both biases are learned)."""
     return param_count(config) - bias_redundancy(config)
 
 

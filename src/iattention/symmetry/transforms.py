@@ -207,7 +207,7 @@ def canonical_gauge(hw: HeadWeights, rot: int, layout: str, blocks: dict, layer:
 
 
 @torch.no_grad()
-def fold_biases(hw: HeadWeights, rot: int = 0) -> HeadWeights:
+def fold_biases(hw: HeadWeights, rot: int) -> HeadWeights:
     """The same heads without b_K on the pass dims (softmax ignores the constant q . b_K it adds there to a query's
     scores; on the first `rot`, rotary, dims it depends on the key's position and stays) and without b_V
     (attention rows sum to one, so it adds b_V W_O: moved into b_O)."""

@@ -77,13 +77,15 @@ def load_initial_weights(model: GPT, source: str, cfg) -> dict:
                         "shape")
     _check_fits(source, want, have, data, cfg)
     target = want.attention
-    if target == have.attention and (target != "canonical" or want.canonical_halves == have.canonical_halves):
+    form = ("canonical_halves", "minimal_bias")  # a canonical model's own form: which halves and biases are fixed
+    if target == have.attention and (target != "canonical" or all(getattr(want, k) == getattr(have, k) for k in form)):
         moved = src
     elif target == "standard":
         moved = expand(src)
     elif target == "canonical":
         standard = src if have.attention == "standard" else expand(src)
-        moved = canonicalize(standard.double(), block="pivoted", halves=want.canonical_halves)
+        moved = canonicalize(standard.double(), block="pivoted", halves=want.canonical_halves,
+                             minimal=want.minimal_bias)
     else:
         raise UserError(f"model.attention={target} cannot start from a {have.attention} model: it is a smaller "
                         "function class; start from a model of the same variant, or train standard/canonical")

@@ -218,13 +218,16 @@ def test_fold_biases_by_hand():
                      b_K=torch.randn(H, r, generator=g, dtype=torch.float64),
                      b_V=torch.randn(H, r, generator=g, dtype=torch.float64),
                      b_O=torch.randn(d, generator=g, dtype=torch.float64))
-    out = fold_biases(hw)
+    out = fold_biases(hw, 0)
     want = hw.b_O + sum(hw.b_V[h] @ hw.W_O[h] for h in range(H))
     assert torch.allclose(out.b_O, want) and torch.equal(out.b_Q, hw.b_Q)
     assert not out.b_K.any() and not out.b_V.any()
     assert all(torch.equal(getattr(out, n), getattr(hw, n)) for n in ("W_Q", "W_K", "W_V", "W_O"))
     plain = HeadWeights(hw.W_Q, hw.W_K, hw.W_V, hw.W_O)
-    assert fold_biases(plain) is plain
+    assert fold_biases(plain, 0) is plain
+    rotary = fold_biases(hw, 1)  # b_K stays on the rotary dim (the first of each head), goes on the pass dim
+    assert torch.equal(rotary.b_K[:, 0], hw.b_K[:, 0]) and not rotary.b_K[:, 1].any()
+    assert torch.equal(rotary.b_O, out.b_O)
 
 
 def test_canonical_blocks_are_exactly_the_identity_and_expand_restores_the_products():

@@ -29,3 +29,34 @@ def test_a_window_at_least_as_long_as_the_run_s_blocks_is_no_difference():
     _check_fits("SRC", GPTConfig(**kw, block_size=128), source, None, None)
     with pytest.raises(UserError, match="model.sliding_window \\(source 4096, run 0\\)"):
         _check_fits("SRC", GPTConfig(**kw, block_size=8192), source, None, None)
+
+
+@pytest.mark.parametrize("family, kw", [("gpt2", dict(n_head=2)), ("gpt_neox", dict(n_head=2, rot=4))])
+@pytest.mark.parametrize("src_form, run_form", [("standard", "minimal"), ("minimal", "standard"),
+                                                ("canonical", "minimal"), ("minimal", "canonical")])
+def test_init_from_into_or_out_of_minimal_biases_keeps_the_function(tmp_path, family, kw, src_form, run_form):
+    """A canonical model with minimal biases (model.minimal_bias) holds other tensors than one without (no b_V;
+    b_K only on the rotary dims): init_from between the two loaded a state dict of the wrong keys (a raw
+    RuntimeError); it moves the weights through expand / canonicalize(minimal=...) as it does between halves."""
+    import torch
+
+    from iattention import GPT
+    from iattention.checkpoint.state import save_checkpoint
+    from iattention.interop.convert import logits_in_float64, probe_batch
+    from iattention.train.init_from import load_initial_weights
+
+    forms = {"standard": dict(attention="standard"), "canonical": dict(attention="canonical"),
+             "minimal": dict(attention="canonical", minimal_bias=True)}
+    shape = dict(family=family, n_layer=2, n_embd=16, vocab_size=37, vocab_pad_multiple=1, block_size=8, **kw)
+    torch.manual_seed(0)
+    src = GPT(GPTConfig(**shape, **forms[src_form])).double()
+    with torch.no_grad():
+        for name, p in src.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("b_") or name.endswith("bias"):
+                p.normal_(0, 0.3)  # biases that matter
+    save_checkpoint(tmp_path / "src.safetensors", src, {"config": {"model": src.config.to_dict()}})
+    run = GPT(GPTConfig(**shape, **forms[run_form])).double()
+    load_initial_weights(run, str(tmp_path / "src.safetensors"), None)
+    x = probe_batch(src)
+    ref = logits_in_float64(src, x)
+    assert ((logits_in_float64(run, x) - ref).abs().max() / ref.abs().max()).item() <= 1e-12
