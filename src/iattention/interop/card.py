@@ -49,7 +49,8 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     `trained`: the source is a training run's checkpoint (else a folder `iattn convert` made, or an HF
     folder: the card says converted, not trained)."""
     attention = config.get("attention", "standard")
-    extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") else ""
+    own = tokenizer is not None and tokenizer.startswith("hf:")  # a Hugging Face folder's own, saved as it is
+    extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") and not own else ""
     config = _resolved(config)
     family = config.get("family", "gpt2")
     llama = family != "gpt2"  # a rotary family, exported as its family's class
@@ -77,10 +78,15 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
         part = f", first {data['train_tokens']:,} training tokens" if data.get("train_tokens") else ""
         lines.append(f"| data | {data.get('dataset', '?')}{part} |")
     if tokenizer:
-        note = {"gpt2": "GPT-2 BPE (r50k); `<|endoftext|>` = 50256 as bos/eos"}.get(
-            tokenizer, f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: " + (
+        if tokenizer == "gpt2":
+            note = "GPT-2 BPE (r50k); `<|endoftext|>` = 50256 as bos/eos"
+        elif own:
+            note = (f"{tokenizer}: the Hugging Face folder's own tokenizer the run was trained with, saved as it is "
+                    "(its own special tokens; no token added)")
+        else:
+            note = f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: " + (
                 "its logit is far below every real one, so it takes no probability and texts score as in the run"
-                if eos_silent else "its embedding row is zero, so its logit is 0 everywhere"))
+                if eos_silent else "its embedding row is zero, so its logit is 0 everywhere")
         lines.append(f"| tokenizer | {note} |")
     else:
         lines.append("| tokenizer | none exported (convert again with --data-dir to include it) |")

@@ -40,6 +40,9 @@ def test_the_tokenizer_row_says_what_a_client_gets():
     assert "end-of-text row" in _row(byte, "parameters as exported")
     loud = _card(tokenizer="byte", eos_id=256, eos_silent=False)
     assert "logit is 0" in _row(loud, "tokenizer")
+    own = _card(tokenizer="hf:/models/qwen", eos_id=None)  # a folder's own tokenizer: saved as it is, nothing added
+    assert "saved as it is" in _row(own, "tokenizer") and "None" not in _row(own, "tokenizer")
+    assert "end-of-text row" not in _row(own, "parameters as exported")
 
 
 def test_the_run_s_numbers_and_data_appear_as_the_summary_has_them():
