@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from iattention.config.model import GPTConfig, upgrade_model_keys
+from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.hf import SPECS
 
@@ -49,7 +50,7 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     `trained`: the source is a training run's checkpoint (else a folder `iattn convert` made, or an HF
     folder: the card says converted, not trained)."""
     attention = config.get("attention", "standard")
-    own = tokenizer is not None and tokenizer.startswith("hf:")  # a Hugging Face folder's own, saved as it is
+    own = tokenizer is not None and tokenizer.startswith(HF_SPEC)  # a Hugging Face folder's own, saved as it is
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") and not own else ""
     config = _resolved(config)
     family = config.get("family", "gpt2")
