@@ -224,10 +224,11 @@ class CanonicalAttention(CausalSelfAttention):
         query/key/value biases."""
         if self.b_Q is None:
             return {}
+        if self.b_V is not None:  # b_K and b_V learned in full (no minimal_bias): nothing to fill in
+            return {"b_Q": self.b_Q, "b_K": self.b_K, "b_V": self.b_V}
         zeros = self.b_Q.new_zeros(self.n_kv_head, self.d_head)
-        b_K = self.b_K if self.b_K is not None else zeros if self.b_K_rot is None else \
-            F.pad(self.b_K_rot, (0, self.d_head - self.rot))
-        return {"b_Q": self.b_Q, "b_K": b_K, "b_V": zeros if self.b_V is None else self.b_V}
+        b_K = zeros if self.b_K_rot is None else F.pad(self.b_K_rot, (0, self.d_head - self.rot))
+        return {"b_Q": self.b_Q, "b_K": b_K, "b_V": zeros}
 
     def _bias(self, *parts):
         """Fused bias of the given per-head biases (_head_biases), or None."""
