@@ -132,6 +132,32 @@ def test_an_hf_config_whose_sizes_disagree_with_the_weights_names_the_disagreeme
         assert str(config[key] - delta) in line
 
 
+def test_an_hf_folder_s_sampling_defaults_travel_through_whole_model_conversions(tmp_path, capsys):
+    """generation_config.json (do_sample, temperature, top_p: a fine-tune's sampling defaults) of a GPT-2 folder:
+    --to canonical keeps a copy and says so, and --to hf of that checkpoint, or of the folder itself, writes it
+    with the exported end-of-text ids (before: transformers' defaults, the sampling settings lost; the streamed
+    conversion of the other families always copied it). An unreadable one is one line and writes nothing."""
+    import transformers
+
+    _hf_folder(tmp_path / "hf", tie=True)
+    gen = dict(do_sample=True, temperature=0.7, top_p=0.9, max_new_tokens=17)
+    transformers.GenerationConfig(**gen).save_pretrained(str(tmp_path / "hf"))
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    assert "copied generation_config.json" in capsys.readouterr().out
+    assert (tmp_path / "c" / "generation_config.json").read_bytes() == (
+        tmp_path / "hf" / "generation_config.json").read_bytes()
+    for src, out in (("c", "back"), ("hf", "direct")):
+        assert main(["convert", "--from", str(tmp_path / src), "--to", "hf", "--out", str(tmp_path / out)]) == 0
+        got = transformers.GenerationConfig.from_pretrained(str(tmp_path / out))
+        assert {k: getattr(got, k) for k in gen} == gen, out
+        assert got.eos_token_id == got.bos_token_id == 256  # the byte tokenizer's added end-of-text
+    (tmp_path / "hf" / "generation_config.json").write_text('{"temperature": ')
+    for to in ("canonical", "hf"):
+        one_line_error(capsys, main(["convert", "--from", str(tmp_path / "hf"), "--to", to,
+                                     "--out", str(tmp_path / f"bad-{to}")]), "generation_config.json", "fix or remove")
+        assert not (tmp_path / f"bad-{to}").exists()
+
+
 # ------------------------------------------------------------------ untied output heads
 @pytest.mark.parametrize("command", ["eval", "convert"])
 def test_an_untied_hf_head_is_refused_not_evaluated_as_tied(tmp_path, capsys, command):

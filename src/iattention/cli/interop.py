@@ -13,7 +13,17 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import DTYPES, TARGETS, companions, convert, judge, probe_batch, save_converted
+from iattention.interop.convert import (
+    DTYPES,
+    GENERATION,
+    TARGETS,
+    companions,
+    convert,
+    judge,
+    probe_batch,
+    save_converted,
+    source_generation,
+)
 from iattention.interop.hf import folder_token_ids, hf_logits
 from iattention.interop.load import (
     check_tokenizer,
@@ -70,6 +80,8 @@ def cmd_convert(args) -> None:
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
         tokenizer = None
     folder = src_path if src_path.is_dir() else src_path.parent
+    # an HF folder's or a converted checkpoint's sampling defaults travel (a training run has none of its own)
+    generation = source_generation(folder) if model_type is not None or "conversion" in meta else None
     own = None  # a folder read with the tokenizer.json it keeps: a checkpoint gets a copy of it, as a streamed one
     if args.to != "hf" and data is not None and data == own_tokenizer_spec(folder):
         own, data = folder, None  # and no spec naming the source folder, which may move (it reads its own)
@@ -83,6 +95,8 @@ def cmd_convert(args) -> None:
     token_ids = folder_token_ids(src_path) if model_type is not None else meta.get("token_ids")
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
     rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
+    if generation is not None and args.to != "hf" and GENERATION not in rep.copied:
+        rep.copied.append(GENERATION)
     judge(rep, args.force, per_head=args.per_head)
     card = None
     if args.to == "hf":
@@ -94,7 +108,7 @@ def cmd_convert(args) -> None:
                     trained="state" in meta)  # a training run's checkpoint (its loop state), not a conversion
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
-                   tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own)
+                   tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own, generation=generation)
     print(f"written to {args.out}")
 
 

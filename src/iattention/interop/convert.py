@@ -21,7 +21,7 @@ from iattention.config.model import FAMILIES, GPTConfig
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import add_eos_row, dtype_name, to_hf, write_transformers4_keys
+from iattention.interop.hf import _transformers_v5, add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT, exact_norms
@@ -46,17 +46,33 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torc
 SOURCE_TOLERANCE = 1e-9
 
 
+GENERATION = "generation_config.json"  # sampling defaults (do_sample, temperature, top_p, ...) and special ids
+
 # What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
 # streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
 # export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
+          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", GENERATION,
           DATA_SPEC_FILE)
 
 
 def companions(folder: Path) -> list[str]:
     """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
     return [name for name in COPIED if (folder / name).is_file()]
+
+
+def source_generation(folder: Path) -> Path | None:
+    """`folder`'s generation_config.json (its sampling defaults: do_sample, temperature, top_p, ...), or None; it
+    travels with a conversion as a companion does. Read here, one line if transformers cannot read it."""
+    path = folder / GENERATION
+    if not path.is_file():
+        return None
+    try:
+        _transformers_v5().GenerationConfig.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError) as e:
+        raise UserError(f"{path} is not a generation config transformers can read ({str(e).splitlines()[0]}); "
+                        "fix or remove it and convert again") from None
+    return path
 
 
 def copy_companions(src: Path, dst: Path) -> list[str]:
@@ -289,7 +305,7 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
                    data: dict | None = None, tokenizer=None, card: dict | None = None,
                    tokenizer_id: str | None = None, token_ids: dict | None = None,
-                   companions_of: Path | None = None) -> None:
+                   companions_of: Path | None = None, generation: Path | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
@@ -298,10 +314,14 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     source's tokenizer_identity, kept in the checkpoint's metadata or (HF) in iattention-data.json; `token_ids`:
     the source's special-token ids, kept in the checkpoint's metadata (an HF model has them in its config already);
     `companions_of` (a checkpoint of a folder read with its own tokenizer.json): the folder whose tokenizer and
-    generation files are copied beside it, as the streamed conversion copies them, so that it reads its own."""
+    generation files are copied beside it, as the streamed conversion copies them, so that it reads its own;
+    `generation` (source_generation): the source's generation_config.json, kept: an HF folder's sampling defaults
+    with the exported end-of-text ids, a checkpoint's a copy."""
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
+            if generation is not None:  # the source's sampling defaults; add_eos_row below sets its ids
+                model.generation_config = type(model.generation_config).from_pretrained(str(generation.parent))
             own = tokenizer is not None and tokenizer.name.startswith(HF_SPEC)
             if own:  # a Hugging Face folder's own tokenizer (hf:FOLDER) goes as it is, with its own special tokens
                 tokenizer._impl.tok.save_pretrained(str(tmp))
@@ -332,6 +352,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             ckpt.save_checkpoint(tmp / "model.safetensors", model, meta)
             if companions_of is not None:
                 copy_companions(companions_of, tmp)
+            if generation is not None and not (tmp / GENERATION).exists():
+                shutil.copyfile(generation, tmp / GENERATION)
             (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
