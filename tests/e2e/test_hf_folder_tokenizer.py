@@ -229,3 +229,106 @@ def test_a_gpt2_folder_converted_whole_keeps_its_tokenizer_and_outlives_its_sour
     assert main(["convert", "--from", str(bare), "--to", "canonical", "--out", str(tmp_path / "bc")]) == 0
     assert json.loads((tmp_path / "bc" / "iattention-data.json").read_text())["tokenizer"] == "gpt2"
     assert not (tmp_path / "bc" / "tokenizer.json").exists()
+
+
+def _run_on_folder_tokenizer(tmp_path, folder, *extra):
+    from helpers import write_corpus
+
+    paths = write_corpus(tmp_path)
+    data = ["data.dataset=text", *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")),
+            "data.train_tokens=0", f"data.cache_dir={tmp_path / 'c'}", f"data.tokenizer=hf:{folder}"]
+    return main(["train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--quiet", "train.max_steps=3",
+                 "train.final_test=false", *data, *extra])
+
+
+def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folder(tmp_path, capsys):
+    """A run on hf:FOLDER keeps a copy of FOLDER's tokenizer files (hf-tokenizer/, added_tokens.json too, which
+    transformers reads), so eval, generate and convert --to hf of the run work, alike, once FOLDER has moved
+    (before: 'holds no tokenizer.json'). A copy that no longer reads as the run's tokenizer is replaced by a
+    resume, and is written only after a resume's checks; a symlink named hf-tokenizer is never written through
+    nor read."""
+    import shutil
+
+    from iattention.data.tokenizers import HF_KEPT
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    size = len(tf.AutoTokenizer.from_pretrained(str(folder)))
+    (folder / "added_tokens.json").write_text(json.dumps({"<zork>": size}))  # one more token, read by transformers
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT + " <zork> " + TEXT, encoding="utf-8")
+    assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}") == 0
+    run, kept = tmp_path / "run", tmp_path / "run" / HF_KEPT
+    assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in folder.iterdir() if p.suffix == ".json"
+                                                            and p.name != "generation_config.json")
+    evaluate = ["eval", str(run), "--text", str(text), "--block-size", "16", "--json"]
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert main(["generate", str(run), "--prompt", "the cat <zork>", "--max-new-tokens", "5", "--temperature",
+                 "0"]) == 0
+    said = capsys.readouterr().out
+    shutil.move(folder, tmp_path / "moved")
+    assert main(evaluate) == 0
+    assert json.loads(capsys.readouterr().out) == before
+    assert main(["generate", str(run), "--prompt", "the cat <zork>", "--max-new-tokens", "5", "--temperature",
+                 "0"]) == 0
+    assert capsys.readouterr().out == said
+    assert main(["convert", "--from", str(run), "--to", "hf", "--out", str(tmp_path / "exp")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "exp"), "--text", str(text), "--block-size", "16", "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["tokens"] == before["tokens"] and abs(exported["loss"] - before["loss"]) < 1e-5 * before["loss"]
+    shutil.move(tmp_path / "moved", folder)
+
+    # a copy that reads otherwise (here: a changed special token) is replaced by a resume, after its checks
+    config = kept / "tokenizer_config.json"
+    original = config.read_bytes()
+    config.write_text(json.dumps({**json.loads(original), "eos_token": "<zork>"}))
+    tampered = config.read_bytes()
+    rc = _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                  "train.max_steps=5", "model.n_layer=3")  # another model: refused
+    assert rc != 0 and config.read_bytes() == tampered
+    capsys.readouterr()
+    assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                    "train.max_steps=5") == 0
+    assert config.read_bytes() == original and not [p for p in run.iterdir() if ".iattn-" in p.name]
+
+    # a symlink in its place: left as it is, its target untouched, never read as the run's tokenizer
+    shutil.rmtree(kept)
+    other = hf_folder(tmp_path / "other", "Llama")
+    kept.symlink_to(other, target_is_directory=True)
+    listing = sorted(p.name for p in other.iterdir())
+    assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                    "train.max_steps=7") == 0
+    assert "keeps no copy of its tokenizer" in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == listing and kept.is_symlink()
+    assert main(evaluate) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == before["tokens"]
+
+
+def test_a_copy_that_does_not_read_as_the_tokenizer_is_not_kept(tmp_path, monkeypatch):
+    """The copy is read back and compared before it is kept: with a file transformers reads left out of the
+    copy (added_tokens.json: its identity, a hash of three files, is the same), nothing is kept, nothing is
+    left behind, and the reason is given."""
+    from iattention.data import DataConfig
+    from iattention.data import tokenizers as toks
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    size = len(tf.AutoTokenizer.from_pretrained(str(folder)))
+    (folder / "added_tokens.json").write_text(json.dumps({"<zork>": size}))
+    tok = toks.load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    (tmp_path / "run").mkdir()
+    assert toks.keep_hf_tokenizer(tok, tmp_path / "run") is None
+    assert toks.same_hf_tokenizer(toks.load_tokenizer(DataConfig(tokenizer=f"hf:{tmp_path / 'run' / toks.HF_KEPT}")),
+                                  tok)
+    monkeypatch.setattr(toks, "HF_TOKENIZER_FILES", tuple(n for n in toks.HF_TOKENIZER_FILES
+                                                          if n != "added_tokens.json"))
+    (tmp_path / "run2").mkdir()
+    why = toks.keep_hf_tokenizer(tok, tmp_path / "run2")
+    assert "does not read as the tokenizer the run uses" in why and not list((tmp_path / "run2").iterdir())
+    # what is compared beyond identity and size: the pipeline (here a normalizer set in memory, files unchanged)
+    other = toks.load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    assert toks.same_hf_tokenizer(other, tok)
+    other._impl.tok.backend_tokenizer.normalizer = __import__("tokenizers").normalizers.Lowercase()
+    assert toks.tokenizer_identity(other) == toks.tokenizer_identity(tok) and other.vocab_size == tok.vocab_size
+    assert not toks.same_hf_tokenizer(other, tok)

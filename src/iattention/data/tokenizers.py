@@ -97,6 +97,13 @@ def _byte_level_bytes() -> dict[str, int]:
 _BYTES_PROBE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n x😀 <b> 1,234.5\r\n"
 # The files a Hugging Face tokenizer is saved as: what `hf:` tokenizers are fingerprinted (and identified) by.
 _HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# Every file AutoTokenizer may read from a folder (transformers' tokenizer file names, chat templates, and
+# config.json, where it finds the class when tokenizer_config.json names none): what a run on hf:FOLDER keeps a
+# copy of in HF_KEPT/ (keep_hf_tokenizer), so that the run is read without FOLDER.
+HF_TOKENIZER_FILES = (*_HF_FILES, "added_tokens.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+                      "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja", "chat_template.json",
+                      "config.json")
+HF_KEPT = "hf-tokenizer"
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -112,6 +119,7 @@ class HFFolderTokenizer:
         import json
 
         self.tok = tok
+        self.folder: Path | None = None  # where it was read from (_hf)
         backend = json.loads(tok.backend_tokenizer.to_str())
         kinds = json.dumps([backend.get("decoder"), backend.get("pre_tokenizer")])
         self.byte_level = '"ByteLevel"' in kinds
@@ -174,6 +182,7 @@ def _hf(spec: str) -> Tokenizer:
                         f"{str(e).splitlines()[0][:100] if str(e) else ''}); re-save it with save_pretrained") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
+    impl.folder = path
     h = hashlib.sha256(type(tok).__name__.encode())
     for name in _HF_FILES:
         h.update(name.encode() + b"\0" + ((path / name).read_bytes() if (path / name).is_file() else b"") + b"\0")
@@ -379,6 +388,76 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), options, vocab, merges],
                       sort_keys=True, ensure_ascii=False)
     return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
+
+
+def same_hf_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:
+    """Do two hf:FOLDER tokenizers read as one: the same identity (class and files), the same backend (normalizer,
+    pre-tokenizer, model, added tokens, post-processor), vocabulary, special tokens and BOS, and the same ids for
+    probe texts with and without special tokens (what tokenizer_config.json and the other files change)."""
+    x, y = a._impl, b._impl
+    if not isinstance(x, HFFolderTokenizer) or not isinstance(y, HFFolderTokenizer):
+        return False
+    added = " ".join(t.decode("utf-8", errors="replace") for t in x.added.values())
+    probes = (_BYTES_PROBE, f"{added} the cat sat on the mat.", " x")
+
+    def seen(impl):
+        tok = impl.tok
+        return (type(tok).__name__, tok.backend_tokenizer.to_str(), tok.get_vocab(), tok.all_special_ids,
+                tok.all_special_tokens, impl.bos, impl.added, impl.prefix, impl.exact,
+                [(tok.encode(t), tok.encode(t, add_special_tokens=False)) for t in probes])
+
+    return (tokenizer_identity(a) == tokenizer_identity(b) and a.vocab_size == b.vocab_size
+            and seen(x) == seen(y))
+
+
+def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
+    """Keep a copy of an hf:FOLDER tokenizer's files (HF_TOKENIZER_FILES) in `run`/HF_KEPT, so that the run is
+    read without FOLDER (kept_tokenizer: eval, generate, convert --to hf, load_run). Byte for byte (its identity
+    is a hash of its files), into a temp folder beside it that is read back and compared (same_hf_tokenizer)
+    before it is renamed into place; a copy of ours there that reads as `tok` is kept, one that does not is
+    replaced. Call it once the run is known to be this one (after a resume's checks). Returns None, or why no
+    copy was made (a warning: the run then reads FOLDER, as before): a HF_KEPT there that iattention did not
+    write (a symlink, a file, other files) is left as it is."""
+    import shutil
+    import tempfile
+
+    from iattention.utils.atomic import apply_umask, temp_prefix
+
+    if not isinstance(tok._impl, HFFolderTokenizer) or tok._impl.folder is None:
+        return None
+    dest, src = run / HF_KEPT, tok._impl.folder
+    if os.path.lexists(dest):
+        if dest.is_symlink() or not dest.is_dir() or any(p.name not in HF_TOKENIZER_FILES for p in dest.iterdir()):
+            return f"{dest} is not a tokenizer copy iattention wrote; left as it is"
+        try:
+            if same_hf_tokenizer(_hf(f"{HF_SPEC}{dest.absolute()}"), tok):
+                return None
+        except UserError:
+            pass  # unreadable: replaced below
+    tmp, old = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run)), None
+    try:
+        for name in HF_TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tmp / name)
+        apply_umask(tmp, folder=True)
+        try:
+            copy = _hf(f"{HF_SPEC}{tmp.absolute()}")
+        except UserError as e:
+            return f"a copy of {src}'s tokenizer files cannot be read ({e})"
+        if not same_hf_tokenizer(copy, tok):
+            return f"a copy of {src}'s tokenizer files does not read as the tokenizer the run uses"
+        if os.path.lexists(dest):  # an older copy of ours: moved aside, then removed once the new one is in
+            old = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run))
+            os.rename(dest, old / HF_KEPT)
+        os.rename(tmp, dest)
+        tmp = None
+    except OSError as e:
+        return f"its tokenizer files could not be copied ({e.strerror or e})"
+    finally:
+        for leftover in (tmp, old):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+    return None
 
 
 def save_tokenizer_file(tok: Tokenizer, path: str | Path) -> bool:

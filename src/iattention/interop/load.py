@@ -13,7 +13,15 @@ from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import GPT2_VOCAB, HF_SPEC, Tokenizer, tokenizer_from_file, tokenizer_identity
+from iattention.data.tokenizers import (
+    GPT2_VOCAB,
+    HF_KEPT,
+    HF_SPEC,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_from_file,
+    tokenizer_identity,
+)
 from iattention.errors import UserError
 from iattention.interop.hf import INDEX, _weight_files, from_hf
 from iattention.model.gpt import GPT
@@ -187,7 +195,9 @@ def data_config_for(data: dict | None, source: str, tokenizer: str | None = None
 
 def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = None):
     """The tokenizer a model folder keeps beside it, or None: a `bpe:N` run's tokenizer.json, or an exported
-    HF folder's (the same BPE in transformers' form). With it, a model needs no train split to tokenize."""
+    HF folder's (the same BPE in transformers' form), with which a model needs no train split to tokenize; an
+    `hf:FOLDER` run's copy of FOLDER's tokenizer files (HF_KEPT, written and checked by keep_hf_tokenizer; never
+    through a symlink), with which it needs no FOLDER. Its identity is FOLDER's (the same files)."""
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
@@ -196,6 +206,10 @@ def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = N
         return None
     if isinstance(spec, str) and spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
         return tokenizer_from_file(folder / "tokenizer.json", spec)
+    kept = folder / HF_KEPT
+    if isinstance(spec, str) and spec.startswith(HF_SPEC) and not kept.is_symlink() and \
+            (kept / "tokenizer.json").is_file():
+        return load_tokenizer(DataConfig(tokenizer=f"{HF_SPEC}{kept.absolute()}"))
     return None
 
 

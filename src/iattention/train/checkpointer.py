@@ -16,7 +16,7 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends
-from iattention.data.tokenizers import Tokenizer, save_tokenizer_file, tokenizer_identity
+from iattention.data.tokenizers import Tokenizer, keep_hf_tokenizer, save_tokenizer_file, tokenizer_identity
 from iattention.errors import UserError
 from iattention.train.distributed import DistContext
 from iattention.train.init_from import load_initial_weights
@@ -46,6 +46,7 @@ class Checkpointer:
         self.config: dict = {}  # the run's resolved config, and the data fingerprints it checks and saves
         self.fingerprints: dict = {}
         self.tokenizer = ""  # what the run's tokenizer maps text to (tokenizer_identity), saved in every checkpoint
+        self._tokenizer: Tokenizer | None = None  # the tokenizer itself: an hf:FOLDER one is kept once checked
         self._lock = None
         self._created = False
 
@@ -79,6 +80,7 @@ class Checkpointer:
         says: train.epochs, train.max_steps or train.max_tokens). A budget that ends where the run already
         is, or before, is refused here, before anything in the folder changes."""
         self.config, self.fingerprints, self.tokenizer = config, fingerprints, tokenizer_identity(tokenizer)
+        self._tokenizer = tokenizer
         self.total_steps, self.budget = total_steps, budget
         self.extending = self.folder.check_for(config, self.resume)
         if budget and self.extending and (self.folder / LAST).exists():
@@ -123,11 +125,20 @@ class Checkpointer:
                 self.folder.write_config(self.config)
                 self.folder.drop_summary()
                 resumed.state.stopped_early = False
+            self._keep_tokenizer()
             return resumed
         if self.resume:
             print(f"iattn: {self.out} holds no checkpoint to resume; starting a fresh run there", file=sys.stderr)
         self.folder.write_config(self.config)
+        self._keep_tokenizer()
         return fresh
+
+    def _keep_tokenizer(self) -> None:
+        """An hf:FOLDER run keeps a checked copy of FOLDER's tokenizer (data/tokenizers.py, keep_hf_tokenizer):
+        written here, once the folder is known to be this run's (a refused resume leaves the folder as it was)."""
+        if self._tokenizer is not None and (why := keep_hf_tokenizer(self._tokenizer, self.folder.path)):
+            print(f"iattn: warning: {self.out} keeps no copy of its tokenizer ({why}); eval, generate and convert "
+                  "of the run read the folder it names", file=sys.stderr)
 
     def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int = 0) -> Start:
         path = self.folder / LAST
