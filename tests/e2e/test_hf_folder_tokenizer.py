@@ -254,12 +254,18 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     folder = hf_folder(tmp_path / "src", "Qwen2")
     size = len(tf.AutoTokenizer.from_pretrained(str(folder)))
     (folder / "added_tokens.json").write_text(json.dumps({"<zork>": size}))  # one more token, read by transformers
+    (folder / "additional_chat_templates").mkdir()  # a named chat template (transformers 5 reads the folder)
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text("{{ messages[0]['content'] }}")
+    templates = tf.AutoTokenizer.from_pretrained(str(folder)).chat_template
+    assert "tool_use" in str(templates)
     text = tmp_path / "t.txt"
     text.write_text(TEXT + " <zork> " + TEXT, encoding="utf-8")
     assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}") == 0
     run, kept = tmp_path / "run", tmp_path / "run" / HF_KEPT
-    assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in folder.iterdir() if p.suffix == ".json"
-                                                            and p.name != "generation_config.json")
+    assert sorted(p.name for p in kept.iterdir()) == sorted(
+        p.name for p in folder.iterdir() if p.suffix == ".json" and p.name != "generation_config.json"
+        or p.name == "additional_chat_templates")
+    assert (kept / "additional_chat_templates" / "tool_use.jinja").is_file()
     evaluate = ["eval", str(run), "--text", str(text), "--block-size", "16", "--json"]
     capsys.readouterr()
     assert main(evaluate) == 0
@@ -278,6 +284,9 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     assert main(["eval", str(tmp_path / "exp"), "--text", str(text), "--block-size", "16", "--json"]) == 0
     exported = json.loads(capsys.readouterr().out)
     assert exported["tokens"] == before["tokens"] and abs(exported["loss"] - before["loss"]) < 1e-5 * before["loss"]
+    assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp")).chat_template == templates
+    card = (tmp_path / "exp" / "README.md").read_text()  # the run's tokenizer by the name it recorded
+    assert f"hf:{folder}" in card and HF_KEPT not in card
     shutil.move(tmp_path / "moved", folder)
 
     # a copy that reads otherwise (here: a changed special token) is replaced by a resume, after its checks
@@ -304,6 +313,24 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     assert sorted(p.name for p in other.iterdir()) == listing and kept.is_symlink()
     assert main(evaluate) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == before["tokens"]
+
+    # a real folder of that name holding anything else: not ours, so neither read nor replaced
+    kept.unlink()
+    shutil.copytree(other, kept, ignore=shutil.ignore_patterns("*.safetensors"))
+    (kept / "NOTES.txt").write_text("mine")
+    assert main(evaluate) == 0
+    got = json.loads(capsys.readouterr().out)  # FOLDER's tokenizer, not the other one in there (Llama's)
+    assert (got["tokens"], got["bytes"], got["tokenizer"]) == (before["tokens"], before["bytes"], f"hf:{folder}")
+    assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                    "train.max_steps=7") == 0  # finished: returns its summary
+    assert "keeps no copy of its tokenizer" in capsys.readouterr().err and (kept / "NOTES.txt").exists()
+
+    # a finished run without a copy (one trained before runs kept it) gets one from a --resume that has nothing
+    # to train
+    shutil.rmtree(kept)
+    assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                    "train.max_steps=7") == 0
+    assert (kept / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
 
 
 def test_a_copy_that_does_not_read_as_the_tokenizer_is_not_kept(tmp_path, monkeypatch):

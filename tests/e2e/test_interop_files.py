@@ -144,18 +144,26 @@ def test_an_hf_folder_s_sampling_defaults_travel_through_whole_model_conversions
     transformers.GenerationConfig(**gen).save_pretrained(str(tmp_path / "hf"))
     assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
     assert "copied generation_config.json" in capsys.readouterr().out
-    assert (tmp_path / "c" / "generation_config.json").read_bytes() == (
-        tmp_path / "hf" / "generation_config.json").read_bytes()
+    source = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert json.loads((tmp_path / "c" / "generation_config.json").read_text()) == source
     for src, out in (("c", "back"), ("hf", "direct")):
         assert main(["convert", "--from", str(tmp_path / src), "--to", "hf", "--out", str(tmp_path / out)]) == 0
         got = transformers.GenerationConfig.from_pretrained(str(tmp_path / out))
         assert {k: getattr(got, k) for k in gen} == gen, out
         assert got.eos_token_id == got.bos_token_id == 256  # the byte tokenizer's added end-of-text
-    (tmp_path / "hf" / "generation_config.json").write_text('{"temperature": ')
-    for to in ("canonical", "hf"):
-        one_line_error(capsys, main(["convert", "--from", str(tmp_path / "hf"), "--to", to,
-                                     "--out", str(tmp_path / f"bad-{to}")]), "generation_config.json", "fix or remove")
-        assert not (tmp_path / f"bad-{to}").exists()
+    # values transformers only warns about on reading (temperature without sampling, common on the Hub) and
+    # would refuse to save: written as they are, as the streamed conversion copies them
+    (tmp_path / "hf" / "generation_config.json").write_text('{"do_sample": false, "temperature": 0.7}')
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "hf", "--out", str(tmp_path / "odd")]) == 0
+    assert json.loads((tmp_path / "odd" / "generation_config.json").read_text()) == dict(
+        do_sample=False, temperature=0.7, bos_token_id=256, eos_token_id=256)
+    for text, why in (('{"temperature": ', "is not JSON"), ("[1, 2]", "holds a JSON list")):
+        (tmp_path / "hf" / "generation_config.json").write_text(text)
+        for to in ("canonical", "hf"):
+            out = tmp_path / f"bad-{to}"
+            one_line_error(capsys, main(["convert", "--from", str(tmp_path / "hf"), "--to", to, "--out", str(out)]),
+                           "generation_config.json", why, "fix or remove")
+            assert not out.exists()
 
 
 # ------------------------------------------------------------------ untied output heads

@@ -17,6 +17,7 @@ import yaml
 
 from helpers import shared_data_dir, tiny_overrides, write_corpus
 from iattention.attention.registry import variant_names
+from iattention.errors import UserError
 from iattention.interop.load import load_model
 from iattention.train import load_config, train
 
@@ -350,6 +351,27 @@ def test_an_extension_that_died_before_replacing_the_summary_is_finished_on_resu
     again = train(longer, tmp_path / "run", resume=True, quiet=True)
     assert (first["epochs_run"], again["epochs_run"]) == (1, 2)
     assert again["steps"] == 2 * first["steps"]
+
+
+@pytest.mark.slow
+def test_an_extension_cut_before_its_first_checkpoint_goes_on_with_the_same_command(tmp_path, capsys):
+    """Extending rewrites config.yaml and drops the summary before training; a kill before the first new
+    checkpoint leaves the new config beside a last.safetensors of the old one. The same --resume again was
+    refused ("comes from a different config (train.max_steps: 2 there vs 5 here)", found by a reviewer): it is
+    the extension, and goes on to its budget as an uninterrupted extension does."""
+    cfg, _ = _cfg(tmp_path, **{"train.max_steps": 2})
+    train(cfg, tmp_path / "run", quiet=True)
+    longer, _ = _cfg(tmp_path, **{"train.max_steps": 5})
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved["train"]["max_steps"] = 5  # the state the kill leaves: new config, no summary, the old last checkpoint
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    (tmp_path / "run" / "summary.json").unlink()
+    again = train(longer, tmp_path / "run", resume=True, quiet=True)
+    assert again["steps"] == 5
+    assert "extending" in capsys.readouterr().err
+    other, _ = _cfg(tmp_path, **{"train.max_steps": 7, "model.n_layer": 3})  # not an extension: refused
+    with pytest.raises(UserError, match="another config"):
+        train(other, tmp_path / "run", resume=True, quiet=True)
 
 
 @pytest.mark.slow

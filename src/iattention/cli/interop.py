@@ -62,6 +62,8 @@ def cmd_convert(args) -> None:
     if args.to == "hf" and is_streamed_source(src_path):
         ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
+    # an HF folder's sampling defaults travel with it: read (one line if broken) before transformers reads it too
+    generation = source_generation(src_path) if model_type is not None else None
     src, data, meta = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
@@ -80,8 +82,8 @@ def cmd_convert(args) -> None:
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
         tokenizer = None
     folder = src_path if src_path.is_dir() else src_path.parent
-    # an HF folder's or a converted checkpoint's sampling defaults travel (a training run has none of its own)
-    generation = source_generation(folder) if model_type is not None or "conversion" in meta else None
+    if generation is None and "conversion" in meta:  # a converted checkpoint's (a training run has none of its own)
+        generation = source_generation(folder)
     own = None  # a folder read with the tokenizer.json it keeps: a checkpoint gets a copy of it, as a streamed one
     if args.to != "hf" and data is not None and data == own_tokenizer_spec(folder):
         own, data = folder, None  # and no spec naming the source folder, which may move (it reads its own)

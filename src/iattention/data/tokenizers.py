@@ -104,6 +104,7 @@ HF_TOKENIZER_FILES = (*_HF_FILES, "added_tokens.json", "tokenizer.model", "spiec
                       "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja", "chat_template.json",
                       "config.json")
 HF_KEPT = "hf-tokenizer"
+HF_CHAT_TEMPLATES = "additional_chat_templates"  # named chat templates, one NAME.jinja each (transformers 5)
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -403,21 +404,46 @@ def same_hf_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:
     def seen(impl):
         tok = impl.tok
         return (type(tok).__name__, tok.backend_tokenizer.to_str(), tok.get_vocab(), tok.all_special_ids,
-                tok.all_special_tokens, impl.bos, impl.added, impl.prefix, impl.exact,
+                tok.all_special_tokens, getattr(tok, "chat_template", None), impl.bos, impl.added, impl.prefix,
+                impl.exact,
                 [(tok.encode(t), tok.encode(t, add_special_tokens=False)) for t in probes])
 
     return (tokenizer_identity(a) == tokenizer_identity(b) and a.vocab_size == b.vocab_size
             and seen(x) == seen(y))
 
 
+def _is_kept_copy(path: Path) -> bool:
+    """Is `path` a folder keep_hf_tokenizer wrote: a real folder of HF_TOKENIZER_FILES (regular files) and
+    HF_CHAT_TEMPLATES (NAME.jinja files), nothing else, no symlink anywhere."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return False
+        for p in path.iterdir():
+            if p.name == HF_CHAT_TEMPLATES and p.is_dir() and not p.is_symlink():
+                if any(q.suffix != ".jinja" or q.is_symlink() or not q.is_file() for q in p.iterdir()):
+                    return False
+            elif p.name not in HF_TOKENIZER_FILES or p.is_symlink() or not p.is_file():
+                return False
+    except OSError:  # unreadable: not one to read or replace
+        return False
+    return True
+
+
+def kept_copy(run: Path) -> Path | None:
+    """`run`'s copy of its hf:FOLDER tokenizer (HF_KEPT), or None where it has none, or one iattention did not
+    write (never read)."""
+    kept = run / HF_KEPT
+    return kept if _is_kept_copy(kept) and (kept / "tokenizer.json").is_file() else None
+
+
 def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
-    """Keep a copy of an hf:FOLDER tokenizer's files (HF_TOKENIZER_FILES) in `run`/HF_KEPT, so that the run is
-    read without FOLDER (kept_tokenizer: eval, generate, convert --to hf, load_run). Byte for byte (its identity
-    is a hash of its files), into a temp folder beside it that is read back and compared (same_hf_tokenizer)
-    before it is renamed into place; a copy of ours there that reads as `tok` is kept, one that does not is
-    replaced. Call it once the run is known to be this one (after a resume's checks). Returns None, or why no
-    copy was made (a warning: the run then reads FOLDER, as before): a HF_KEPT there that iattention did not
-    write (a symlink, a file, other files) is left as it is."""
+    """Keep a copy of an hf:FOLDER tokenizer's files (HF_TOKENIZER_FILES and HF_CHAT_TEMPLATES/) in `run`/HF_KEPT,
+    so that the run is read without FOLDER (kept_tokenizer: eval, generate, convert --to hf, load_run). Byte for
+    byte (its identity is a hash of its files), into a temp folder beside it that is read back and compared
+    (same_hf_tokenizer) before it is renamed into place; a copy of ours there that reads as `tok` is kept, one
+    that does not is replaced. Call it once the run is known to be this one (after a resume's checks). Returns
+    None, or why no copy was made (a warning: the run then reads FOLDER, as before): a HF_KEPT there that
+    iattention did not write (_is_kept_copy: a symlink, a file, other files) is left as it is."""
     import shutil
     import tempfile
 
@@ -427,18 +453,25 @@ def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
         return None
     dest, src = run / HF_KEPT, tok._impl.folder
     if os.path.lexists(dest):
-        if dest.is_symlink() or not dest.is_dir() or any(p.name not in HF_TOKENIZER_FILES for p in dest.iterdir()):
+        if not _is_kept_copy(dest):
             return f"{dest} is not a tokenizer copy iattention wrote; left as it is"
         try:
             if same_hf_tokenizer(_hf(f"{HF_SPEC}{dest.absolute()}"), tok):
                 return None
         except UserError:
             pass  # unreadable: replaced below
-    tmp, old = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run)), None
+    tmp = old = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run))
         for name in HF_TOKENIZER_FILES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
+        templates = src / HF_CHAT_TEMPLATES
+        if templates.is_dir():
+            (tmp / HF_CHAT_TEMPLATES).mkdir()
+            for t in templates.iterdir():
+                if t.suffix == ".jinja" and t.is_file():
+                    shutil.copyfile(t, tmp / HF_CHAT_TEMPLATES / t.name)
         apply_umask(tmp, folder=True)
         try:
             copy = _hf(f"{HF_SPEC}{tmp.absolute()}")

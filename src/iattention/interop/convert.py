@@ -21,14 +21,14 @@ from iattention.config.model import FAMILIES, GPTConfig
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import _transformers_v5, add_eos_row, dtype_name, to_hf, write_transformers4_keys
+from iattention.interop.hf import add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT, exact_norms
 from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
-from iattention.utils.files import as_os_error, os_error_message
+from iattention.utils.files import as_os_error, os_error_message, read_text
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -61,18 +61,22 @@ def companions(folder: Path) -> list[str]:
     return [name for name in COPIED if (folder / name).is_file()]
 
 
-def source_generation(folder: Path) -> Path | None:
-    """`folder`'s generation_config.json (its sampling defaults: do_sample, temperature, top_p, ...), or None; it
-    travels with a conversion as a companion does. Read here, one line if transformers cannot read it."""
+def source_generation(folder: Path) -> dict | None:
+    """`folder`'s generation_config.json (its sampling defaults: do_sample, temperature, top_p, ...) as the JSON
+    object it holds, or None; it travels with a whole-model conversion as with a streamed one, which copies it
+    as it is (transformers' own validation of its values is left to transformers, which only warns on reading).
+    One line if it is not a JSON object."""
     path = folder / GENERATION
     if not path.is_file():
         return None
+    fix = "fix or remove it and convert again"
     try:
-        _transformers_v5().GenerationConfig.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError) as e:
-        raise UserError(f"{path} is not a generation config transformers can read ({str(e).splitlines()[0]}); "
-                        "fix or remove it and convert again") from None
-    return path
+        obj = json.loads(read_text(path, "generation config", fix))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not JSON ({e.msg} at line {e.lineno}); {fix}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path} holds a JSON {type(obj).__name__}, not an object of generation settings; {fix}")
+    return obj
 
 
 def copy_companions(src: Path, dst: Path) -> list[str]:
@@ -316,12 +320,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     `companions_of` (a checkpoint of a folder read with its own tokenizer.json): the folder whose tokenizer and
     generation files are copied beside it, as the streamed conversion copies them, so that it reads its own;
     `generation` (source_generation): the source's generation_config.json, kept: an HF folder's sampling defaults
-    with the exported end-of-text ids, a checkpoint's a copy."""
+    with the exported special-token ids (those config.json says), a checkpoint's as it is."""
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
-            if generation is not None:  # the source's sampling defaults; add_eos_row below sets its ids
-                model.generation_config = type(model.generation_config).from_pretrained(str(generation.parent))
             own = tokenizer is not None and tokenizer.name.startswith(HF_SPEC)
             if own:  # a Hugging Face folder's own tokenizer (hf:FOLDER) goes as it is, with its own special tokens
                 tokenizer._impl.tok.save_pretrained(str(tmp))
@@ -336,6 +338,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                           "every real token (clients measure a higher perplexity than iattn eval)",
                           file=sys.stderr)
             model.save_pretrained(str(tmp), safe_serialization=True)
+            if generation is not None:  # the source's settings as they are, with the export's special-token ids
+                ids = {k: getattr(model.config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+                       if getattr(model.config, k, None) is not None}
+                (tmp / GENERATION).write_text(json.dumps({**generation, **ids}, indent=2) + "\n")
             if model.config.model_type != "gpt2":
                 write_transformers4_keys(tmp)
             if card is not None:
@@ -353,7 +359,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             if companions_of is not None:
                 copy_companions(companions_of, tmp)
             if generation is not None and not (tmp / GENERATION).exists():
-                shutil.copyfile(generation, tmp / GENERATION)
+                (tmp / GENERATION).write_text(json.dumps(generation, indent=2) + "\n")
             (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data

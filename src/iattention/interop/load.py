@@ -3,6 +3,7 @@ Hugging Face model folders, each with the data/tokenizer spec it was trained wit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -15,9 +16,9 @@ from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import (
     GPT2_VOCAB,
-    HF_KEPT,
     HF_SPEC,
     Tokenizer,
+    kept_copy,
     load_tokenizer,
     tokenizer_from_file,
     tokenizer_identity,
@@ -206,10 +207,9 @@ def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = N
         return None
     if isinstance(spec, str) and spec.startswith("bpe:") and (folder / "tokenizer.json").is_file():
         return tokenizer_from_file(folder / "tokenizer.json", spec)
-    kept = folder / HF_KEPT
-    if isinstance(spec, str) and spec.startswith(HF_SPEC) and not kept.is_symlink() and \
-            (kept / "tokenizer.json").is_file():
-        return load_tokenizer(DataConfig(tokenizer=f"{HF_SPEC}{kept.absolute()}"))
+    if isinstance(spec, str) and spec.startswith(HF_SPEC) and (kept := kept_copy(folder)) is not None:
+        # named as the run recorded it (reports, the export's card); read from the copy
+        return dataclasses.replace(load_tokenizer(DataConfig(tokenizer=f"{HF_SPEC}{kept.absolute()}")), name=spec)
     return None
 
 

@@ -94,6 +94,8 @@ class Checkpointer:
             budgeted = bool(budget) and not budget.startswith("train.epochs=")
             finished = self.folder.finished(config["train"]["epochs"], total_steps if budgeted else None)
             if finished is not None:
+                if self.ctx.is_main and self._recorded_tokenizer() == self.tokenizer:
+                    self._keep_tokenizer()  # a finished run made before the copy gets one too
                 return finished
             self.extending = True  # a summary of fewer epochs: an extension that died before dropping it
         return None
@@ -133,6 +135,17 @@ class Checkpointer:
         self._keep_tokenizer()
         return fresh
 
+    def _recorded_tokenizer(self) -> str | None:
+        """The tokenizer identity the run's last (else best) checkpoint records; None where it has none or is
+        unreadable (the finished run's summary is all --resume returns, as before)."""
+        for name in (LAST, BEST):
+            if (self.folder / name).exists():
+                try:
+                    return ckpt.read_meta(self.folder / name).get("tokenizer")
+                except UserError:
+                    return None
+        return None
+
     def _keep_tokenizer(self) -> None:
         """An hf:FOLDER run keeps a checked copy of FOLDER's tokenizer (data/tokenizers.py, keep_hf_tokenizer):
         written here, once the folder is known to be this run's (a refused resume leaves the folder as it was)."""
@@ -144,9 +157,12 @@ class Checkpointer:
         path = self.folder / LAST
         meta = ckpt.read_meta(path)
         diff = config_mismatch(meta.get("config"), self.config)
-        if diff and not (self.extending and extends(meta.get("config"), self.config)):
+        # an extension: this resume's, or one cut off before its first checkpoint (its config.yaml was written,
+        # so the folder's config is this one already and check_for sees no extension)
+        if diff and not extends(meta.get("config"), self.config):
             raise UserError(f"checkpoint {path} comes from a different config ({diff}); resume with the "
                             "run's own config or choose another --out")
+        self.extending = self.extending or bool(diff)
         self._check_fingerprints(path, meta)
         tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(model, tensors, path)
