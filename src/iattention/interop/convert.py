@@ -309,7 +309,7 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
                    data: dict | None = None, tokenizer=None, card: dict | None = None,
                    tokenizer_id: str | None = None, token_ids: dict | None = None,
-                   companions_of: Path | None = None, generation: Path | None = None) -> None:
+                   companions_of: Path | None = None, generation: dict | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text

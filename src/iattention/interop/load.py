@@ -198,7 +198,7 @@ def kept_tokenizer(path: str | Path, data: dict | None, override: str | None = N
     """The tokenizer a model folder keeps beside it, or None: a `bpe:N` run's tokenizer.json, or an exported
     HF folder's (the same BPE in transformers' form), with which a model needs no train split to tokenize; an
     `hf:FOLDER` run's copy of FOLDER's tokenizer files (HF_KEPT, written and checked by keep_hf_tokenizer; never
-    through a symlink), with which it needs no FOLDER. Its identity is FOLDER's (the same files)."""
+    one it did not write: kept_copy), with which it needs no FOLDER. Its identity is FOLDER's (the same files)."""
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
