@@ -130,6 +130,13 @@ def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp
     assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
                  *data, *shape]) == 0
     assert f"tokenizer: hf:{folder}" in (run / "config.yaml").read_text()
+    # the command that started it resumes it: the preset given again does not put its own tokenizer back (it was
+    # refused: "data.tokenizer: 'hf:FOLDER' there vs 'byte' here"); nothing left to train, then one epoch more
+    assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
+                 *data, *shape, "--resume"]) == 0
+    assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
+                 *data, *shape, "--resume", "train.epochs=2"]) == 0
+    assert json.loads((run / "summary.json").read_text())["epochs_run"] == 2
     capsys.readouterr()
     assert main(["eval", str(run), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
@@ -359,3 +366,21 @@ def test_a_copy_that_does_not_read_as_the_tokenizer_is_not_kept(tmp_path, monkey
     other._impl.tok.backend_tokenizer.normalizer = __import__("tokenizers").normalizers.Lowercase()
     assert toks.tokenizer_identity(other) == toks.tokenizer_identity(tok) and other.vocab_size == tok.vocab_size
     assert not toks.same_hf_tokenizer(other, tok)
+
+
+def test_a_sweep_from_a_folder_with_its_own_tokenizer_runs_again(tmp_path, capsys):
+    """`iattn compare ... train.init_from=DIR` run again over its finished runs (or to resume a cut one) checks
+    each against the config its child derives, the folder's tokenizer included (it was refused: "holds a finished
+    run with another config (data.tokenizer: 'hf:DIR' there vs 'byte' here)")."""
+    from helpers import write_corpus
+
+    folder = hf_folder(tmp_path / "src", "Llama")
+    paths = write_corpus(tmp_path)
+    argv = ["compare", "--preset", "tiny", "--heads", "4", f"train.init_from={folder}", "model.family=llama",
+            "model.n_layer=2", "model.n_kv_head=2", "model.n_embd=32", "model.mlp_hidden=48", "model.block_size=32",
+            "model.tie_embeddings=false", "train.max_steps=2", "train.final_test=false", "data.dataset=text",
+            *(f"data.{s}={paths[s]}" for s in ("train", "valid", "test")), "data.train_tokens=0",
+            f"data.cache_dir={tmp_path / 'c'}", "--out", str(tmp_path / "cmp")]
+    assert main(argv) == 0
+    assert f"tokenizer: hf:{folder}" in (tmp_path / "cmp" / "standard-h4-s0" / "config.yaml").read_text()
+    assert main(argv) == 0

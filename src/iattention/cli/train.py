@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, out_path, with_flags
-from iattention.config import BUDGET_KEYS, preset_names, read_yaml_mapping
+from iattention.config import BUDGET_KEYS, preset_names
 from iattention.errors import UserError
-from iattention.interop.load import folder_tokenizer
 from iattention.train import load_config, train
+from iattention.train.init_from import with_init_tokenizer
 
 
 def cmd_train(args) -> None:
@@ -30,26 +28,15 @@ def cmd_train(args) -> None:
                 keep = key == "epochs" or not given
                 overrides.append(f"train.{key}={run.get(key, 1 if key == 'epochs' else 0) if keep else 0}")
     cfg = with_flags(load_config(args.preset, args.config, overrides, base=saved), args)
-    own = folder_tokenizer(cfg.train.init_from) if cfg.train.init_from and saved is None else None
-    if own and not _tokenizer_given(args.config, overrides):
-        # a Hugging Face folder's weights come with the tokenizer that fixes their vocabulary: the run's data is
-        # tokenized with it (recorded in the run's config as hf:FOLDER) unless data.tokenizer= says otherwise
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=own))
+    # an HF folder's own tokenizer, recorded in the run's config as hf:FOLDER; derived again on --resume, where a
+    # preset given again would otherwise put its default tokenizer back
+    cfg = with_init_tokenizer(cfg, args.config, overrides)
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
     test = ("no test (train.final_test=false)" if summary["test_ppl"] is None else
             f"test ppl {summary['test_ppl']:.2f}")
     print(f"{summary['attention']} h={summary['n_head']}: params {summary['params']:,}  best val ppl "
           f"{summary['best_val_ppl']:.2f} (epoch {summary['best_epoch']})  {test}  "
           f"{summary['train_tokens_per_s']:.0f} tok/s  -> {args.out}/summary.json")
-
-
-def _tokenizer_given(config_file: str | None, overrides: list[str]) -> bool:
-    """Whether the user named the run's tokenizer: data.tokenizer= on the command line or in the YAML file (a
-    preset's is only its default)."""
-    if any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
-        return True
-    data = read_yaml_mapping(config_file, "config file", "hold a mapping").get("data") if config_file else None
-    return isinstance(data, dict) and "tokenizer" in data
 
 
 def _one_budget(overrides: list[str]) -> None:

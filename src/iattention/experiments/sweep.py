@@ -33,6 +33,7 @@ from iattention.data.sources import resolved_data_dir
 from iattention.data.tokenizers import tokenizer_from_file
 from iattention.errors import Stopped, UserError
 from iattention.experiments.arms import Arm
+from iattention.train.init_from import with_init_tokenizer
 from iattention.utils.files import check_out_folder
 from iattention.utils.lock import holder
 
@@ -58,7 +59,8 @@ def grid(arms: list[Arm], heads: list[int], seeds: list[int]) -> list[RunSpec]:
 
 def expected_config(spec: RunSpec, preset: str, overrides: list[str]) -> dict:
 
-    return json.loads(json.dumps(load_config(preset, None, spec.overrides() + list(overrides)).to_dict()))
+    args = spec.overrides() + list(overrides)  # as the run's child `iattn train` derives it (an HF folder's tokenizer)
+    return json.loads(json.dumps(with_init_tokenizer(load_config(preset, None, args), None, args).to_dict()))
 
 
 def finished_mismatch(spec: RunSpec, folder: RunFolder, preset: str, overrides: list[str]) -> str | None:

@@ -48,7 +48,9 @@ def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     problems, fixes = [], []
     if keys:
         problems.append(", ".join(f"model.{k} (source {getattr(have, k)}, run {getattr(want, k)})" for k in keys))
-        fixes.append("set " + " ".join(f"model.{k}={getattr(have, k)}" for k in keys))
+        # a run's n_kv_head follows its n_head unless set: setting n_head alone would then refuse a GQA source next
+        also = ["n_kv_head"] if "n_head" in keys and "n_kv_head" not in keys and have.n_kv_head != have.n_head else []
+        fixes.append("set " + " ".join(f"model.{k}={getattr(have, k)}" for k in [*keys, *also]))
     tokenizer = (data or {}).get("tokenizer")
     if tokenizer and tokenizer != cfg.data.tokenizer:
         problems.append(f"the tokenizer (source {tokenizer}, run {cfg.data.tokenizer})")
@@ -64,6 +66,26 @@ def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
     if problems:
         raise UserError(f"train.init_from={source} differs from the run in {'; '.join(problems)}: "
                         f"{'; '.join(fixes)} (or use the preset the source was trained with)")
+
+
+def with_init_tokenizer(cfg, config_file: str | None, overrides: list[str]):
+    """`cfg` with the tokenizer of its train.init_from: a Hugging Face folder's weights come with the tokenizer
+    that fixes their vocabulary (interop.load.folder_tokenizer: hf:FOLDER), and the run's data is tokenized with
+    it unless the user named one (data.tokenizer= on the command line or in the YAML file; a preset's is only its
+    default). The one derivation for a new run, its resume (a preset given again) and a sweep's check of its
+    finished runs."""
+    import dataclasses
+
+    from iattention.config import read_yaml_mapping
+    from iattention.interop.load import folder_tokenizer
+
+    own = folder_tokenizer(cfg.train.init_from) if cfg.train.init_from else None
+    if not own or any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
+        return cfg
+    data = read_yaml_mapping(config_file, "config file", "hold a mapping").get("data") if config_file else None
+    if isinstance(data, dict) and "tokenizer" in data:
+        return cfg
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=own))
 
 
 @torch.no_grad()

@@ -31,6 +31,18 @@ def test_a_window_at_least_as_long_as_the_run_s_blocks_is_no_difference():
         _check_fits("SRC", GPTConfig(**kw, block_size=8192), source, None, None)
 
 
+def test_a_gqa_source_s_head_count_fix_names_its_kv_heads_too():
+    """A run of 2 heads (n_kv_head following n_head) from a source of 4 heads over 2 KV heads: the line named
+    n_head only, and with that set the next try was refused for n_kv_head (its 4 followed the new n_head): every
+    key to set comes at once (found by a hostile-input walkthrough)."""
+    kw = dict(family="llama", n_layer=2, n_embd=32, vocab_size=67, block_size=64)
+    source = GPTConfig(**kw, n_head=4, n_kv_head=2)
+    with pytest.raises(UserError) as err:
+        _check_fits("SRC", GPTConfig(**kw, n_head=2), source, None, None)
+    assert "set model.n_head=4 model.n_kv_head=2" in str(err.value)
+    _check_fits("SRC", GPTConfig(**kw, n_head=4, n_kv_head=2), source, None, None)
+
+
 @pytest.mark.parametrize("family, kw", [("gpt2", dict(n_head=2)), ("gpt_neox", dict(n_head=2, rot=4))])
 @pytest.mark.parametrize("src_form, run_form", [("standard", "minimal"), ("minimal", "standard"),
                                                 ("canonical", "minimal"), ("minimal", "canonical")])
