@@ -1,6 +1,8 @@
 """End-to-end: `iattn convert` of a Llama-family folder streams (issue 50 §2, §3): the report's two checks, the exit
 code over a tolerance and --force, a bad --shard-size, and the round trip back to a folder transformers loads."""
 
+import json
+
 import pytest
 import torch
 
@@ -102,3 +104,23 @@ def test_a_streamed_export_of_a_source_without_generation_config_writes_one_with
     assert "copied tokenizer.json, tokenizer_config.json\n" in capsys.readouterr().out
     gen = tf.GenerationConfig.from_pretrained(str(tmp_path / "h"))
     assert (gen.bos_token_id, gen.eos_token_id, gen.pad_token_id) == (3, 4, None)
+
+
+@pytest.mark.parametrize("settings, why", [({"max_new_tokens": 0}, "`max_new_tokens` must be greater than 0"),
+                                           ({"do_sample": False, "num_return_sequences": 3}, "num_return_sequences"),
+                                           ({"watermarking_config": 5}, "has no attribute")])
+def test_a_generation_config_transformers_refuses_is_one_line_naming_it(tmp_path, capsys, settings, why):
+    """A source's generation_config.json that transformers refuses while it loads the model: the streamed
+    conversion ended in a traceback (after loading the folder for its check), eval blamed the weights ("cannot
+    load ... from safetensors; re-save it"). Now one line names the file, before anything is written."""
+    from fixtures import hf_folder
+
+    src = hf_folder(tmp_path / "hf", "Llama")
+    (src / "generation_config.json").write_text(json.dumps(settings))
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 20)
+    for argv in (["convert", "--from", str(src), "--to", "canonical", "--out", str(tmp_path / "c")],
+                 ["eval", str(src), "--text", str(tmp_path / "t.txt")]):
+        one_line_error(capsys, main(argv), "generation_config.json", "refused by transformers", why, "fix or remove")
+    assert not (tmp_path / "c").exists()
+    (src / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.7}))  # only a warning
+    assert main(["convert", "--from", str(src), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0

@@ -157,13 +157,17 @@ def test_an_hf_folder_s_sampling_defaults_travel_through_whole_model_conversions
     assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "hf", "--out", str(tmp_path / "odd")]) == 0
     assert json.loads((tmp_path / "odd" / "generation_config.json").read_text()) == dict(
         do_sample=False, temperature=0.7, bos_token_id=256, eos_token_id=256)
-    for text, why in (('{"temperature": ', "is not JSON"), ("[1, 2]", "holds a JSON list")):
+    for text, why in (('{"temperature": ', "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                      ('{"max_new_tokens": 0}', "refused by transformers (`max_new_tokens` must be greater than 0")):
         (tmp_path / "hf" / "generation_config.json").write_text(text)
         for to in ("canonical", "hf"):
             out = tmp_path / f"bad-{to}"
             one_line_error(capsys, main(["convert", "--from", str(tmp_path / "hf"), "--to", to, "--out", str(out)]),
                            "generation_config.json", why, "fix or remove")
             assert not out.exists()
+        (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 20)  # eval reads the folder as transformers
+        one_line_error(capsys, main(["eval", str(tmp_path / "hf"), "--text", str(tmp_path / "t.txt")]),
+                       "generation_config.json", why)
 
 
 # ------------------------------------------------------------------ untied output heads

@@ -22,9 +22,8 @@ from iattention.interop.convert import (
     judge,
     probe_batch,
     save_converted,
-    source_generation,
 )
-from iattention.interop.hf import folder_token_ids, hf_logits
+from iattention.interop.hf import folder_token_ids, generation_settings, hf_logits
 from iattention.interop.load import (
     check_tokenizer,
     data_config_for,
@@ -63,7 +62,7 @@ def cmd_convert(args) -> None:
         ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
     # an HF folder's sampling defaults travel with it: read (one line if broken) before transformers reads it too
-    generation = source_generation(src_path) if model_type is not None else None
+    generation = generation_settings(src_path) if model_type is not None else None
     src, data, meta = load_any(args.src)
     tokenizer = None
     if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
@@ -83,7 +82,7 @@ def cmd_convert(args) -> None:
         tokenizer = None
     folder = src_path if src_path.is_dir() else src_path.parent
     if generation is None and "conversion" in meta:  # a converted checkpoint's (a training run has none of its own)
-        generation = source_generation(folder)
+        generation = generation_settings(folder)
     own = None  # a folder read with the tokenizer.json it keeps: a checkpoint gets a copy of it, as a streamed one
     if args.to != "hf" and data is not None and data == own_tokenizer_spec(folder):
         own, data = folder, None  # and no spec naming the source folder, which may move (it reads its own)

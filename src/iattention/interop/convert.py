@@ -21,14 +21,14 @@ from iattention.config.model import FAMILIES, GPTConfig
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import add_eos_row, dtype_name, to_hf, write_transformers4_keys
+from iattention.interop.hf import GENERATION, add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT, exact_norms
 from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
 from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
-from iattention.utils.files import as_os_error, os_error_message, read_text
+from iattention.utils.files import as_os_error, os_error_message
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -46,8 +46,6 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torc
 SOURCE_TOLERANCE = 1e-9
 
 
-GENERATION = "generation_config.json"  # sampling defaults (do_sample, temperature, top_p, ...) and special ids
-
 # What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
 # streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
 # export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
@@ -59,24 +57,6 @@ COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", 
 def companions(folder: Path) -> list[str]:
     """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
     return [name for name in COPIED if (folder / name).is_file()]
-
-
-def source_generation(folder: Path) -> dict | None:
-    """`folder`'s generation_config.json (its sampling defaults: do_sample, temperature, top_p, ...) as the JSON
-    object it holds, or None; it travels with a whole-model conversion as with a streamed one, which copies it
-    as it is (transformers' own validation of its values is left to transformers, which only warns on reading).
-    One line if it is not a JSON object."""
-    path = folder / GENERATION
-    if not path.is_file():
-        return None
-    fix = "fix or remove it and convert again"
-    try:
-        obj = json.loads(read_text(path, "generation config", fix))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not JSON ({e.msg} at line {e.lineno}); {fix}") from None
-    if not isinstance(obj, dict):
-        raise UserError(f"{path} holds a JSON {type(obj).__name__}, not an object of generation settings; {fix}")
-    return obj
 
 
 def copy_companions(src: Path, dst: Path) -> list[str]:
@@ -319,7 +299,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     the source's special-token ids, kept in the checkpoint's metadata (an HF model has them in its config already);
     `companions_of` (a checkpoint of a folder read with its own tokenizer.json): the folder whose tokenizer and
     generation files are copied beside it, as the streamed conversion copies them, so that it reads its own;
-    `generation` (source_generation): the source's generation_config.json, kept: an HF folder's sampling defaults
+    `generation` (hf.generation_settings): the source's generation_config.json, kept: an HF folder's sampling defaults
     with the exported special-token ids (those config.json says), a checkpoint's as it is."""
     with staged_folder(out) as tmp:
         if to == "hf":

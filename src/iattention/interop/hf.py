@@ -76,6 +76,32 @@ def _transformers_v5():
     return tf
 
 
+GENERATION = "generation_config.json"  # sampling defaults (do_sample, temperature, top_p, ...) and special ids
+
+
+def generation_settings(folder: Path) -> dict | None:
+    """An HF folder's generation_config.json as the JSON object it holds, or None where there is none; one line
+    naming the file where it is not a JSON object or transformers refuses it (`max_new_tokens: 0`; greedy with
+    `num_return_sequences: 3`), which transformers does while loading the model, as a traceback or with a
+    message about the weights. Called before a folder is loaded or converted; values transformers only warns
+    about (`temperature` without sampling, common on the Hub) pass."""
+    path = Path(folder) / GENERATION
+    if not path.is_file():
+        return None
+    fix = "fix or remove it"
+    obj = read_json_object(path, "a generation config", fix)
+    verbosity = _transformers().logging.get_verbosity()
+    _transformers().logging.set_verbosity_error()
+    try:
+        _transformers().GenerationConfig.from_pretrained(str(folder))
+    except Exception as e:  # ValueError, and AttributeError for a nested config of the wrong type
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{path} is refused by transformers ({why}); {fix}") from None
+    finally:
+        _transformers().logging.set_verbosity(verbosity)
+    return obj
+
+
 def _strict_error():
     """huggingface_hub's config-validation error (not a ValueError: a type it finds wrong in config.json would
     otherwise escape as a traceback); Exception's subclass that nothing raises where it is missing."""
@@ -710,6 +736,7 @@ def from_hf(model_or_path) -> GPT:
     source.float_dtype(skip=(".attn.bias", ".attn.masked_bias"))  # old GPT-2 files' attention-mask buffers
     if spec.check_sizes:
         spec.check_sizes(path, cfg, source.shapes)
+    generation_settings(path)  # transformers reads it below: a bad one named here, not as the weights
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         hf, info = cls.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)

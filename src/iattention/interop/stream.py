@@ -62,6 +62,7 @@ from iattention.interop.hf import (
     dtype_name,
     family_of,
     from_hf_model,
+    generation_settings,
     hf_config_from_folder,
     hf_config_of,
     hf_logits,
@@ -362,6 +363,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         raise UserError(f"{src} is a GPT-2 model, which converts whole, not streamed: iattn convert --from {src}")
     spec = SPECS[family]
     cfg_json = spec.read_config(src)
+    generation_settings(src)  # copied through, and read by transformers for the check: refused here, in one line
     source = Source(src)
     src_dtype = source.float_dtype()
     if spec.check_sizes:
