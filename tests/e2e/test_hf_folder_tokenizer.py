@@ -292,8 +292,19 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     exported = json.loads(capsys.readouterr().out)
     assert exported["tokens"] == before["tokens"] and abs(exported["loss"] - before["loss"]) < 1e-5 * before["loss"]
     assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp")).chat_template == templates
-    card = (tmp_path / "exp" / "README.md").read_text()  # the run's tokenizer by the name it recorded
-    assert f"hf:{folder}" in card and HF_KEPT not in card
+    card = (tmp_path / "exp" / "README.md").read_text()  # the run's tokenizer by its folder's name: no local path
+    assert "| tokenizer | hf:src: " in card and str(tmp_path) not in card
+    # a checkpoint of the run keeps the copy too (it recorded hf:FOLDER alone, and was unreadable once FOLDER had
+    # moved), and is read, and exported, with it
+    assert main(["convert", "--from", str(run), "--to", "canonical", "--out", str(tmp_path / "conv")]) == 0
+    assert (tmp_path / "conv" / HF_KEPT / "tokenizer.json").is_file()
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "conv"), "--text", str(text), "--block-size", "16", "--json"]) == 0
+    converted = json.loads(capsys.readouterr().out)
+    assert converted["tokens"] == before["tokens"] and abs(converted["loss"] - before["loss"]) < 1e-5 * before["loss"]
+    assert main(["convert", "--from", str(tmp_path / "conv"), "--to", "hf", "--out", str(tmp_path / "exp2")]) == 0
+    assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp2"))(TEXT).input_ids == \
+        tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp"))(TEXT).input_ids
     shutil.move(tmp_path / "moved", folder)
 
     # a copy that reads otherwise (here: a changed special token) is replaced by a resume, after its checks

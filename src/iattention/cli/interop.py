@@ -10,7 +10,7 @@ from iattention.checkpoint.run_folder import RunFolder
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
-from iattention.data.tokenizers import tokenizer_identity
+from iattention.data.tokenizers import HF_SPEC, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
 from iattention.interop.convert import (
@@ -65,15 +65,20 @@ def cmd_convert(args) -> None:
     generation = generation_settings(src_path) if model_type is not None else None
     src, data, meta = load_any(args.src)
     tokenizer = None
-    if args.to == "hf" and data:  # the exported folder carries its tokenizer in transformers' form
+    spec = (data or {}).get("tokenizer")
+    # the exported folder carries its tokenizer in transformers' form; a checkpoint of a run on hf:FOLDER keeps a
+    # copy of FOLDER's tokenizer files as the run does (hf-tokenizer/), so that it is read without FOLDER
+    if data and (args.to == "hf" or isinstance(spec, str) and spec.startswith(HF_SPEC)
+                 and data != own_tokenizer_spec(src_path if src_path.is_dir() else src_path.parent)):
 
         try:  # the run's own tokenizer.json when it keeps one (never one rebuilt from other data)
             tokenizer = kept_tokenizer(args.src, data) or tokenizer_of(
                 data_config_for(data, args.src, data_dir=data_dir_told(args.data_dir),
                                 tokenizer_file=args.tokenizer_file))
         except UserError as e:  # the weights convert anyway; say what the folder lacks and how to add it
-            print(f"iattn: warning: {args.out} gets no tokenizer ({e}); pass --data-dir / --tokenizer-file "
-                  "and convert again to include it", file=sys.stderr)
+            fix = ("pass --data-dir / --tokenizer-file and convert again to include it" if args.to == "hf" else
+                   f"it reads {spec}")
+            print(f"iattn: warning: {args.out} gets no tokenizer ({e}); {fix}", file=sys.stderr)
     if tokenizer is not None:
         check_tokenizer(tokenizer, meta, data, args.src)
     if tokenizer is not None and tokenizer.vocab_size > src.config.vocab_size:  # e.g. a random HF GPT-2 of 211 tokens
@@ -96,6 +101,7 @@ def cmd_convert(args) -> None:
     token_ids = folder_token_ids(src_path) if model_type is not None else meta.get("token_ids")
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
     rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
+    keep = tokenizer if args.to != "hf" else None  # an hf:FOLDER run's, kept as hf-tokenizer/ by save_converted
     if generation is not None and args.to != "hf" and GENERATION not in rep.copied:
         rep.copied.append(GENERATION)
     judge(rep, args.force, per_head=args.per_head)
@@ -109,7 +115,8 @@ def cmd_convert(args) -> None:
                     trained="state" in meta)  # a training run's checkpoint (its loop state), not a conversion
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
-                   tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own, generation=generation)
+                   tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own, generation=generation,
+                   keep=keep)
     print(f"written to {args.out}")
 
 

@@ -81,9 +81,9 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     if tokenizer:
         if tokenizer == "gpt2":
             note = "GPT-2 BPE (r50k); `<|endoftext|>` = 50256 as bos/eos"
-        elif own:
-            note = (f"{tokenizer}: the Hugging Face folder's own tokenizer the run was trained with, saved as it is "
-                    "(its own special tokens; no token added)")
+        elif own:  # hf:FOLDER by the folder's name: the card holds no local path
+            note = (f"hf:{Path(tokenizer[len(HF_SPEC):]).name}: the Hugging Face folder's own tokenizer the run was "
+                    "trained with, saved as it is (its own special tokens; no token added)")
         else:
             note = f"{tokenizer}; added `<|endoftext|>` = {eos_id} as bos/eos, not seen in training: " + (
                 "its logit is far below every real one, so it takes no probability and texts score as in the run"

@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.config.model import FAMILIES, GPTConfig
-from iattention.data.tokenizers import HF_SPEC
+from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import GENERATION, add_eos_row, dtype_name, to_hf, write_transformers4_keys
@@ -289,7 +289,7 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
                    data: dict | None = None, tokenizer=None, card: dict | None = None,
                    tokenizer_id: str | None = None, token_ids: dict | None = None,
-                   companions_of: Path | None = None, generation: dict | None = None) -> None:
+                   companions_of: Path | None = None, generation: dict | None = None, keep=None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
@@ -300,7 +300,9 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     `companions_of` (a checkpoint of a folder read with its own tokenizer.json): the folder whose tokenizer and
     generation files are copied beside it, as the streamed conversion copies them, so that it reads its own;
     `generation` (hf.generation_settings): the source's generation_config.json, kept: an HF folder's sampling defaults
-    with the exported special-token ids (those config.json says), a checkpoint's as it is."""
+    with the exported special-token ids (those config.json says), a checkpoint's as it is; `keep` (a checkpoint
+    of a run on hf:FOLDER): its tokenizer, kept as the run keeps it (data/tokenizers.py keep_hf_tokenizer), so
+    the checkpoint is read without FOLDER."""
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
@@ -340,6 +342,9 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                 copy_companions(companions_of, tmp)
             if generation is not None and not (tmp / GENERATION).exists():
                 (tmp / GENERATION).write_text(json.dumps(generation, indent=2) + "\n")
+            if keep is not None and (why := keep_hf_tokenizer(keep, tmp)):
+                print(f"iattn: warning: {out} keeps no copy of its tokenizer ({why}); it reads {keep.name}",
+                      file=sys.stderr)
             (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
