@@ -170,6 +170,30 @@ def test_an_hf_folder_s_sampling_defaults_travel_through_whole_model_conversions
                        "generation_config.json", why)
 
 
+def test_shard_size_shards_every_hf_export_and_is_refused_where_it_cannot_act(tmp_path, capsys):
+    """--shard-size was read only by the streamed routes: a GPT-2 folder's or a run's --to hf wrote one file at
+    any size, without a word. Now a whole-model export is sharded as save_pretrained shards (and loads in
+    transformers as the unsharded one), and a whole-model conversion to canonical, which writes one file, refuses
+    it in one line before any work."""
+    import transformers
+
+    _hf_folder(tmp_path / "hf", tie=True)
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "hf", "--out", str(tmp_path / "one")]) == 0
+    assert main(["convert", "--from", str(tmp_path / "hf"), "--to", "hf", "--shard-size", "20KB",
+                 "--out", str(tmp_path / "many")]) == 0
+    shards = sorted(p.name for p in (tmp_path / "many").glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "many" / "model.safetensors.index.json").is_file()
+    assert max(p.stat().st_size for p in (tmp_path / "many").glob("model-*.safetensors")) < 40_000
+    x = torch.randint(0, 256, (1, 16))
+    logits = [transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / f)).eval()(x).logits
+              for f in ("one", "many")]
+    assert torch.equal(logits[0], logits[1])
+    capsys.readouterr()
+    one_line_error(capsys, main(["convert", "--from", str(tmp_path / "hf"), "--to", "canonical", "--shard-size",
+                                 "20KB", "--out", str(tmp_path / "c")]), "--shard-size", "drop --shard-size")
+    assert not (tmp_path / "c").exists()
+
+
 # ------------------------------------------------------------------ untied output heads
 @pytest.mark.parametrize("command", ["eval", "convert"])
 def test_an_untied_hf_head_is_refused_not_evaluated_as_tied(tmp_path, capsys, command):

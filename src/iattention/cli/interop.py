@@ -52,7 +52,7 @@ def cmd_convert(args) -> None:
         raise UserError(f"output {args.out} already exists; choose a new --out (nothing is overwritten)")
     check_out_folder(args.out)
     src_path = Path(args.src)
-    shard = parse_size(args.shard_size)
+    shard = parse_size(args.shard_size or "2GB")
     model_type = hf_model_type(src_path)
     if args.to != "hf" and model_type not in (None, "gpt2"):  # every rotary family streams
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
@@ -61,6 +61,10 @@ def cmd_convert(args) -> None:
     if args.to == "hf" and is_streamed_source(src_path):
         ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
+    if args.shard_size is not None and args.to != "hf":  # never ignored without a word
+        raise UserError(f"--shard-size: a conversion of {args.src} to {args.to} is whole-model (GPT-2 or a training "
+                        "run) and writes one model.safetensors; drop --shard-size (it shards --to hf outputs and "
+                        "streamed conversions of a rotary family's HF folder)")
     # an HF folder's sampling defaults travel with it: read (one line if broken) before transformers reads it too
     generation = generation_settings(src_path) if model_type is not None else None
     src, data, meta = load_any(args.src)
@@ -116,7 +120,7 @@ def cmd_convert(args) -> None:
     tokenizer_id = meta.get("tokenizer") or (tokenizer_identity(tokenizer) if tokenizer is not None else None)
     save_converted(model, args.out, args.to, rep, source=str(args.src), data=data, tokenizer=tokenizer, card=card,
                    tokenizer_id=tokenizer_id, token_ids=token_ids, companions_of=own, generation=generation,
-                   keep=keep)
+                   keep=keep, shard_bytes=shard)
     print(f"written to {args.out}")
 
 
@@ -140,9 +144,11 @@ def register(sub) -> None:
                         "see docs/conversion.md)")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                    help="the output's dtype (default: the source's)")
-    p.add_argument("--shard-size", default="2GB", metavar="SIZE",
-                   help="largest safetensors file of a Llama-family output, as save_pretrained's max_shard_size "
-                        "(e.g. 500MB, 2GB; default 2GB): more is written as shards with an index")
+    p.add_argument("--shard-size", default=None, metavar="SIZE",
+                   help="largest safetensors file of the output, as save_pretrained's max_shard_size (e.g. 500MB, "
+                        "2GB; default 2GB): more is written as shards with an index. For every --to hf output and "
+                        "every streamed conversion (a rotary family's HF folder); a whole-model conversion to "
+                        "canonical or standard (GPT-2, a training run) writes one model.safetensors and refuses it")
     p.add_argument("--force", action="store_true",
                    help="write the output even when a conversion check exceeds its tolerance")
     p.add_argument("--per-head", action="store_true", help="print every head's (KV group's) condition numbers")

@@ -289,7 +289,8 @@ def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
                    data: dict | None = None, tokenizer=None, card: dict | None = None,
                    tokenizer_id: str | None = None, token_ids: dict | None = None,
-                   companions_of: Path | None = None, generation: dict | None = None, keep=None) -> None:
+                   companions_of: Path | None = None, generation: dict | None = None, keep=None,
+                   shard_bytes: int | None = None) -> None:
     """Write into a temp folder, then rename it to `out` (never a half-written folder). `data`: the
     source's data spec (tokenizer), kept in the checkpoint and beside it in iattention-data.json;
     `tokenizer` (for an HF folder): written in transformers' form beside the weights, with its end-of-text
@@ -302,7 +303,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
     `generation` (hf.generation_settings): the source's generation_config.json, kept: an HF folder's sampling defaults
     with the exported special-token ids (those config.json says), a checkpoint's as it is; `keep` (a checkpoint
     of a run on hf:FOLDER): its tokenizer, kept as the run keeps it (data/tokenizers.py keep_hf_tokenizer), so
-    the checkpoint is read without FOLDER."""
+    the checkpoint is read without FOLDER; `shard_bytes` (HF): the largest file, as save_pretrained's
+    max_shard_size."""
     with staged_folder(out) as tmp:
         if to == "hf":
             eos, silent = None, True
@@ -319,7 +321,8 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                           f"end-of-text token {eos} with, so it has logit 0 and takes a little probability from "
                           "every real token (clients measure a higher perplexity than iattn eval)",
                           file=sys.stderr)
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            model.save_pretrained(str(tmp), safe_serialization=True,
+                                  **({"max_shard_size": shard_bytes} if shard_bytes else {}))
             if generation is not None:  # the source's settings as they are, with the export's special-token ids
                 ids = {k: getattr(model.config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                        if getattr(model.config, k, None) is not None}
