@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from helpers import tiny_overrides, write_corpus
+from iattention.utils.outputs import WRITTEN
 
 
 @pytest.mark.slow
@@ -127,8 +128,8 @@ def test_inspect_canonical_of_a_standard_and_a_canonical_run_writes_the_canonica
     assert len(notes) == 1 and std in notes[0] and "standard" in notes[0] and canon not in notes[0], err
     got = load_file(str(out / "canon-canonical.safetensors"))
     assert torch.equal(got["1.attn.canonical.W_QK"], canonical_view(model)["blocks.1.attn.canonical.W_QK"])
-    assert sorted(p.name for p in out.iterdir()) == ["canon-attention.png", "canon-canonical.safetensors",
-                                                      "spectra.md", "spectra.png", "std-attention.png"]
+    assert sorted(set(p.name for p in out.iterdir()) - {WRITTEN}) == [
+        "canon-attention.png", "canon-canonical.safetensors", "spectra.md", "spectra.png", "std-attention.png"]
 
 
 def test_inspect_canonical_of_runs_none_of_which_is_canonical_writes_nothing(tmp_path, capsys):
@@ -162,7 +163,7 @@ def test_inspect_reads_a_llama_family_run_beside_a_gpt2_one(tmp_path, capsys):
     assert main(["inspect", gpt, str(tmp_path / "llama"), "--prompt", "the cat", "--out", str(out), "--canonical"]) == 0
     err = capsys.readouterr().err
     assert "no canonical view" not in err, err
-    assert sorted(p.name for p in out.iterdir()) == ["gpt-attention.png", "gpt-canonical.safetensors",
+    assert sorted(set(p.name for p in out.iterdir()) - {WRITTEN}) == ["gpt-attention.png", "gpt-canonical.safetensors",
                                                       "llama-attention.png", "llama-canonical.safetensors",
                                                       "spectra.md", "spectra.png"]
     got = load_file(str(out / "llama-canonical.safetensors"))
@@ -172,3 +173,41 @@ def test_inspect_reads_a_llama_family_run_beside_a_gpt2_one(tmp_path, capsys):
     assert f"| llama (canonical, 4 heads, 2 key/value heads) | 1 | {top:.3g} |" in table, table
     ids = torch.tensor([list(b"the cat")])
     assert run_with_cache(llama, ids)[1]["blocks.1.attn.hook_pattern"].shape == (1, 4, 7, 7)
+
+
+def test_inspect_rewrites_its_own_files_and_never_a_user_s(tmp_path, capsys):
+    """Run again into the same --out, inspect rewrites the files it wrote there; a file of the same name it did
+    not write (a user's spectra.md, say) was silently replaced: now one line, before anything is written, and the
+    user's file as it was. iattn lab --out keeps the same rule."""
+    from helpers import one_line_error
+    from iattention.cli import main
+
+    _, run = _run(tmp_path, "std", "standard")
+    out = tmp_path / "out"
+    for _ in range(2):
+        assert main(["inspect", run, "--prompt", "the cat", "--out", str(out)]) == 0
+    assert set((out / WRITTEN).read_text().split()) == {"std-attention.png", "spectra.png", "spectra.md"}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "spectra.md").write_text("MY NOTES")
+    one_line_error(capsys, main(["inspect", run, "--prompt", "the cat", "--out", str(mine)]),
+                   "spectra.md", "not a file iattention wrote", "choose another --out")
+    assert sorted(p.name for p in mine.iterdir()) == ["spectra.md"] and (mine / "spectra.md").read_text() == "MY NOTES"
+    (mine / "copy.png").write_text("MY FIGURE")
+    one_line_error(capsys, main(["lab", "copy", "--out", str(mine)]), "copy.png", "not a file iattention wrote")
+    assert (mine / "copy.png").read_text() == "MY FIGURE"
+
+
+def test_inspect_reads_a_folder_that_names_no_tokenizer_with_the_one_given(tmp_path, capsys):
+    """A converted folder without a tokenizer: the refusal named a Python keyword (load_run(..., tokenizer=SPEC))
+    and inspect had no such option; now it names --tokenizer, which inspect takes, as eval and generate do."""
+    from helpers import make_model, one_line_error
+    from iattention.cli import main
+    from iattention.interop.convert import convert, save_converted
+
+    model, rep = convert(make_model(dtype=torch.float32, n_head=2), "canonical", dtype="float32")
+    save_converted(model, tmp_path / "bare", "canonical", rep, source="x")
+    argv = ["inspect", str(tmp_path / "bare"), "--prompt", "the cat", "--out", str(tmp_path / "out")]
+    one_line_error(capsys, main(argv), "--tokenizer")
+    assert main([*argv, "--tokenizer", "byte"]) == 0
+    assert (tmp_path / "out" / "bare-attention.png").is_file()

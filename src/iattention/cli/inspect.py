@@ -9,7 +9,8 @@ from iattention.lab.trained_attention import inspect_runs
 def cmd_inspect(args) -> None:
 
     check_out_folder(args.out)
-    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir, canonical=args.canonical):
+    for path in inspect_runs(args.runs, args.prompt, args.out, args.data_dir, canonical=args.canonical,
+                             tokenizer=args.tokenizer):
         print(f"wrote {path}")
 
 
@@ -32,4 +33,7 @@ def register(sub) -> None:
                         "note names the others). Python: "
                         "run_with_cache(model, ids, canonical=True)")
     p.add_argument("--data-dir", help="data folder, where a run's tokenizer must be rebuilt from its data")
+    p.add_argument("--tokenizer", metavar="SPEC",
+                   help="read every run with this tokenizer (gpt2, byte, bpe:N, hf:FOLDER) instead of its own, as "
+                        "iattn eval --tokenizer does: for a folder that does not say which it was trained with")
     p.set_defaults(func=cmd_inspect)

@@ -10,6 +10,7 @@ from iattention import lab
 from iattention.cli.args import check_out_folder, int_at_least, out_path
 from iattention.lab.common import to_jsonable
 from iattention.utils.atomic import write_json
+from iattention.utils.outputs import check_outputs, record_output
 
 EXPERIMENTS = ("copy", "subspace", "average", "single-head", "multi-head")
 
@@ -46,7 +47,10 @@ def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
         "multi-head": (lambda: lab.run_multi_head_sweep(lab.VarianceSetting(seed=seed)), plots.plot_multi_head),
     }
     results = {}
-    for name in EXPERIMENTS if which == "all" else (which,):
+    names = EXPERIMENTS if which == "all" else (which,)
+    if out:
+        check_outputs(out, [f"{n}.{ext}" for n in names for ext in ("png", "json")])
+    for name in names:
         t0 = time.time()
         run, plot = runners[name]
         r = run()
@@ -54,8 +58,9 @@ def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
                "result": to_jsonable(r)}
         if out:
             folder = Path(out)
-            rec["figure"] = str(plot(r, folder / f"{name}.png"))
+            rec["figure"] = str(record_output(plot(r, folder / f"{name}.png")))
             write_json(folder / f"{name}.json", rec)
+            record_output(folder / f"{name}.json")
         results[name] = rec
     return results
 

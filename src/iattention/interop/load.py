@@ -241,10 +241,16 @@ def load_run(path: str | Path, data_dir: str | None = None, tokenizer: str | Non
     --tokenizer` does. `data_dir` overrides where data files are read (default:
     $IATTN_DATA_DIR, else the folder the run recorded). Its errors name the keyword, not the CLI's flag."""
 
-    model, data, meta = load_any(path, API_TOKENIZER)
+    return model_and_tokenizer(path, data_dir, tokenizer, API_TOKENIZER)
+
+
+def model_and_tokenizer(path: str | Path, data_dir: str | None = None, tokenizer: str | None = None,
+                        flag: str = CLI_TOKENIZER):
+    """load_run's work, its errors naming `flag` (the CLI's --tokenizer, or load_run's keyword)."""
+    model, data, meta = load_any(path, flag)
     tok = kept_tokenizer(path, data, tokenizer) or tokenizer_of(
-        data_config_for(data, str(path), tokenizer, API_TOKENIZER, data_dir=data_dir_told(data_dir)))
-    check_tokenizer(tok, meta, data, path, tokenizer, API_TOKENIZER)
+        data_config_for(data, str(path), tokenizer, flag, data_dir=data_dir_told(data_dir)))
+    check_tokenizer(tok, meta, data, path, tokenizer, flag)
     return model, tok
 
 

@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from iattention.errors import UserError
-from iattention.interop.load import load_run
+from iattention.interop.load import model_and_tokenizer
 from iattention.model.activations import canonical_view, run_with_cache
 from iattention.symmetry.spectra import effective_rank, head_spectra
 from iattention.utils.atomic import write_text, write_with
+from iattention.utils.outputs import check_outputs, record_output
 
 
 def _pyplot():
@@ -178,17 +179,18 @@ def _save_view(view: dict, path: Path, name: str) -> Path:
 
 
 def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | None = None,
-                 notify=lambda line: print(line, file=sys.stderr), canonical: bool = False) -> list[Path]:
+                 notify=lambda line: print(line, file=sys.stderr), canonical: bool = False,
+                 tokenizer: str | None = None) -> list[Path]:
     """Figures and spectra.md for each run; a prompt longer than a model's block size is cut to it, and
     `notify` says so. Files are named by `run_names` (distinct). `canonical`: also the canonical view
     (`model.activations.canonical_view`: per head the learned and fixed blocks of W_K and W_O, W_Q, W_V,
     W_QK; W at one head) by name in `<run>-canonical.safetensors` of each run that has one (`notify` names
     the others; a UserError when none has). Every run is read and every refusal decided before any file is
-    written."""
+    written. `tokenizer`: the spec every run is read with (`iattn inspect --tokenizer`), else each run's own."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder")
-    loaded = [(run, *load_run(run, data_dir)) for run in runs]
+    loaded = [(run, *model_and_tokenizer(run, data_dir, tokenizer)) for run in runs]
     names = run_names(runs)
     views = _canonical_views(loaded, notify) if canonical else [None] * len(loaded)
     seen = []  # per run: (title name, token ids, cache, spectra), all decided before writing
@@ -208,18 +210,20 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
             heads += f", {kv} key/value head{'s' * (kv > 1)}"
         seen.append((f"{name} ({c.attention}, {heads})", ids, cache,
                      [head_spectra(attn.to_heads()) for attn in model.attention_layers]))
+    check_outputs(out, [*(f"{n}-canonical.safetensors" for n, v in zip(names, views) if v is not None),
+                        *(f"{n}-attention.png" for n in names), "spectra.png", "spectra.md"])
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for (_, model, tok), name, view, (title, ids, cache, _) in zip(loaded, names, views, seen):
         if view is not None:
-            written.append(_save_view(view, out / f"{name}-canonical.safetensors", name))
+            written.append(record_output(_save_view(view, out / f"{name}-canonical.safetensors", name)))
         c = model.config
         fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),
                              [tok.decode([i]) for i in ids], c.n_layer, c.n_head,
                              f"attention patterns: {title}\nprompt {short(prompt)} ({len(ids)} tokens; "
                              "row = query, column = key, colour = weight 0..1)")
-        written.append(_save(fig, out / f"{name}-attention.png"))
+        written.append(record_output(_save(fig, out / f"{name}-attention.png")))
     titles, spectra = [t for t, *_ in seen], [s for *_, s in seen]
-    written.append(_save(spectra_figure(titles, spectra), out / "spectra.png"))
+    written.append(record_output(_save(spectra_figure(titles, spectra), out / "spectra.png")))
     write_text(out / "spectra.md", spectra_table(titles, spectra, prompt))
-    return written + [out / "spectra.md"]
+    return written + [record_output(out / "spectra.md")]
