@@ -292,6 +292,11 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     exported = json.loads(capsys.readouterr().out)
     assert exported["tokens"] == before["tokens"] and abs(exported["loss"] - before["loss"]) < 1e-5 * before["loss"]
     assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp")).chat_template == templates
+    # the export says its tokenizer's special-token ids (they were null: transformers' generate never stopped)
+    config = json.loads((tmp_path / "exp" / "config.json").read_text())
+    gen = json.loads((tmp_path / "exp" / "generation_config.json").read_text())
+    eos = tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp")).eos_token_id
+    assert eos is not None and config["eos_token_id"] == gen["eos_token_id"] == eos
     card = (tmp_path / "exp" / "README.md").read_text()  # the run's tokenizer by its folder's name: no local path
     assert "| tokenizer | hf:src: " in card and str(tmp_path) not in card
     # a checkpoint of the run keeps the copy too (it recorded hf:FOLDER alone, and was unreadable once FOLDER had

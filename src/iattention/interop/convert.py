@@ -312,6 +312,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             if own:  # a Hugging Face folder's own tokenizer (hf:FOLDER) goes as it is, with its own special tokens
                 tokenizer._impl.tok.save_pretrained(str(tmp))
                 data = None  # no spec beside it: load_any reads the folder with the tokenizer.json it holds
+                for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # its ids where the model says none
+                    if getattr(model.config, key, None) is None and getattr(tokenizer._impl.tok, key) is not None:
+                        setattr(model.config, key, getattr(tokenizer._impl.tok, key))
+                        setattr(model.generation_config, key, getattr(tokenizer._impl.tok, key))
             elif tokenizer is not None:
                 positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
                 eos = save_hf_tokenizer(tokenizer, tmp, model_max_length=positions)
