@@ -312,7 +312,10 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             if own:  # a Hugging Face folder's own tokenizer (hf:FOLDER) goes as it is, with its own special tokens
                 tokenizer._impl.tok.save_pretrained(str(tmp))
                 data = None  # no spec beside it: load_any reads the folder with the tokenizer.json it holds
-                for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # its ids where the model says none
+                # a training run's export: its tokenizer's ids where the run records none (a conversion keeps its
+                # source's, None included: docs/conversion.md, "Special-token ids")
+                trained = card is not None and card.get("trained")
+                for key in ("bos_token_id", "eos_token_id", "pad_token_id") if trained else ():
                     if getattr(model.config, key, None) is None and getattr(tokenizer._impl.tok, key) is not None:
                         setattr(model.config, key, getattr(tokenizer._impl.tok, key))
                         setattr(model.generation_config, key, getattr(tokenizer._impl.tok, key))
