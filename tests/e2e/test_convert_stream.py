@@ -124,3 +124,7 @@ def test_a_generation_config_transformers_refuses_is_one_line_naming_it(tmp_path
     assert not (tmp_path / "c").exists()
     (src / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.7}))  # only a warning
     assert main(["convert", "--from", str(src), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+    (tmp_path / "c" / "generation_config.json").write_text(json.dumps(settings))  # and the streamed way back
+    one_line_error(capsys, main(["convert", "--from", str(tmp_path / "c"), "--to", "hf", "--out", str(tmp_path / "h")]),
+                   "generation_config.json", "refused by transformers", why)
+    assert not (tmp_path / "h").exists()

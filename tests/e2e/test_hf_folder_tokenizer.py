@@ -137,6 +137,11 @@ def test_init_from_a_folder_trains_on_its_own_tokenizer_and_the_run_keeps_it(tmp
     assert main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
                  *data, *shape, "--resume", "train.epochs=2"]) == 0
     assert json.loads((run / "summary.json").read_text())["epochs_run"] == 2
+    folder.rename(tmp_path / "gone")  # resumed without its folder: one line naming it, not "another config"
+    rc = main(["train", "--preset", "llama-cpu", "--out", str(run), "--quiet", "--init-from", str(folder),
+               *data, *shape, "--resume", "train.epochs=3"])
+    one_line_error(capsys, rc, f"train.init_from={folder} does not exist", "restore it")
+    (tmp_path / "gone").rename(folder)
     capsys.readouterr()
     assert main(["eval", str(run), "--text", str(tmp_path / "t.txt"), "--block-size", "16", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
@@ -310,6 +315,7 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     assert main(["convert", "--from", str(tmp_path / "conv"), "--to", "hf", "--out", str(tmp_path / "exp2")]) == 0
     assert tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp2"))(TEXT).input_ids == \
         tf.AutoTokenizer.from_pretrained(str(tmp_path / "exp"))(TEXT).input_ids
+    assert json.loads((tmp_path / "exp2" / "config.json").read_text())["eos_token_id"] == eos  # kept on the way
     shutil.move(tmp_path / "moved", folder)
 
     # a copy that reads otherwise (here: a changed special token) is replaced by a resume, after its checks
@@ -400,3 +406,25 @@ def test_a_sweep_from_a_folder_with_its_own_tokenizer_runs_again(tmp_path, capsy
     assert main(argv) == 0
     assert f"tokenizer: hf:{folder}" in (tmp_path / "cmp" / "standard-h4-s0" / "config.yaml").read_text()
     assert main(argv) == 0
+
+
+def test_a_checkpoint_of_a_run_whose_folder_tokenizer_changed_converts_without_a_copy(tmp_path, capsys):
+    """A run without a kept copy (trained before runs kept one) whose FOLDER's tokenizer has changed since: its
+    conversion to canonical still writes the weights, as before, with a warning and no copy of the changed
+    tokenizer (the copy is only for reading it later; refusing the conversion named a --tokenizer flag convert
+    does not have)."""
+    import shutil
+
+    from iattention.data.tokenizers import HF_KEPT
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    assert _run_on_folder_tokenizer(tmp_path, folder) == 0
+    shutil.rmtree(tmp_path / "run" / HF_KEPT)
+    config = json.loads((folder / "tokenizer.json").read_text())
+    config["normalizer"] = {"type": "Lowercase"}
+    (folder / "tokenizer.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    out = tmp_path / "conv"
+    assert main(["convert", "--from", str(tmp_path / "run"), "--to", "canonical", "--out", str(out)]) == 0
+    assert "keeps no copy of its tokenizer" in capsys.readouterr().err
+    assert not (out / HF_KEPT).exists() and (out / "model.safetensors").is_file()

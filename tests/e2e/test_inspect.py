@@ -196,6 +196,17 @@ def test_inspect_rewrites_its_own_files_and_never_a_user_s(tmp_path, capsys):
     (mine / "copy.png").write_text("MY FIGURE")
     one_line_error(capsys, main(["lab", "copy", "--out", str(mine)]), "copy.png", "not a file iattention wrote")
     assert (mine / "copy.png").read_text() == "MY FIGURE"
+    # a folder an older iattention wrote has no list: its own outputs are known by their content (inspect's
+    # spectra.md, lab's NAME.json record): docs/lab, `iattn lab all --out docs/lab`, runs again
+    (out / WRITTEN).unlink()
+    assert main(["inspect", run, "--prompt", "the cat", "--out", str(out)]) == 0
+    import shutil
+
+    docs_lab = tmp_path / "docs-lab"
+    shutil.copytree(Path(__file__).parents[2] / "docs" / "lab", docs_lab)
+    assert not (docs_lab / WRITTEN).exists()
+    assert main(["lab", "copy", "--out", str(docs_lab)]) == 0
+    assert "copy.png" in (docs_lab / WRITTEN).read_text().split()
 
 
 def test_inspect_reads_a_folder_that_names_no_tokenizer_with_the_one_given(tmp_path, capsys):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from iattention.checkpoint.run_folder import RunFolder
+from iattention.checkpoint.state import TOKEN_IDS
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
@@ -62,9 +63,9 @@ def cmd_convert(args) -> None:
         ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
     if args.shard_size is not None and args.to != "hf":  # never ignored without a word
-        raise UserError(f"--shard-size: a conversion of {args.src} to {args.to} is whole-model (GPT-2 or a training "
-                        "run) and writes one model.safetensors; drop --shard-size (it shards --to hf outputs and "
-                        "streamed conversions of a rotary family's HF folder)")
+        raise UserError(f"--shard-size: converting {args.src} to {args.to} is whole-model and writes one "
+                        "model.safetensors (only --to hf outputs and streamed conversions of a rotary family's HF "
+                        "folder are sharded); drop --shard-size")
     # an HF folder's sampling defaults travel with it: read (one line if broken) before transformers reads it too
     generation = generation_settings(src_path) if model_type is not None else None
     src, data, meta = load_any(args.src)
@@ -83,8 +84,15 @@ def cmd_convert(args) -> None:
             fix = ("pass --data-dir / --tokenizer-file and convert again to include it" if args.to == "hf" else
                    f"it reads {spec}")
             print(f"iattn: warning: {args.out} gets no tokenizer ({e}); {fix}", file=sys.stderr)
-    if tokenizer is not None:
+    if tokenizer is not None and args.to == "hf":
         check_tokenizer(tokenizer, meta, data, args.src)
+    elif tokenizer is not None:  # only to keep a copy: one that is not the run's is not kept, the weights convert
+        try:
+            check_tokenizer(tokenizer, meta, data, args.src)
+        except UserError:
+            print(f"iattn: warning: {args.out} keeps no copy of its tokenizer ({spec} is not the tokenizer "
+                  f"{args.src} was trained with any more); it reads {spec}", file=sys.stderr)
+            tokenizer = None
     if tokenizer is not None and tokenizer.vocab_size > src.config.vocab_size:  # e.g. a random HF GPT-2 of 211 tokens
         print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
@@ -106,6 +114,9 @@ def cmd_convert(args) -> None:
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
     rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
     keep = tokenizer if args.to != "hf" else None  # an hf:FOLDER run's, kept as hf-tokenizer/ by save_converted
+    if keep is not None and "state" in meta:  # a run's: its tokenizer's ids where it records none, for an export
+        ids = {k: getattr(keep._impl.tok, k) for k in TOKEN_IDS if getattr(keep._impl.tok, k, None) is not None}
+        token_ids = {**ids, **(token_ids or {})} or None
     if generation is not None and args.to != "hf" and GENERATION not in rep.copied:
         rep.copied.append(GENERATION)
     judge(rep, args.force, per_head=args.per_head)
@@ -148,7 +159,8 @@ def register(sub) -> None:
                    help="largest safetensors file of the output, as save_pretrained's max_shard_size (e.g. 500MB, "
                         "2GB; default 2GB): more is written as shards with an index. For every --to hf output and "
                         "every streamed conversion (a rotary family's HF folder); a whole-model conversion to "
-                        "canonical or standard (GPT-2, a training run) writes one model.safetensors and refuses it")
+                        "canonical or standard (GPT-2, a training run, a folder of ours) writes one model.safetensors "
+                        "and refuses it")
     p.add_argument("--force", action="store_true",
                    help="write the output even when a conversion check exceeds its tolerance")
     p.add_argument("--per-head", action="store_true", help="print every head's (KV group's) condition numbers")

@@ -10,7 +10,7 @@ from iattention import lab
 from iattention.cli.args import check_out_folder, int_at_least, out_path
 from iattention.lab.common import to_jsonable
 from iattention.utils.atomic import write_json
-from iattention.utils.outputs import check_outputs, record_output
+from iattention.utils.outputs import claim_outputs, starts_with
 
 EXPERIMENTS = ("copy", "subspace", "average", "single-head", "multi-head")
 
@@ -48,8 +48,10 @@ def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
     }
     results = {}
     names = EXPERIMENTS if which == "all" else (which,)
-    if out:
-        check_outputs(out, [f"{n}.{ext}" for n in names for ext in ("png", "json")])
+    if out:  # an older lab's folder (docs/lab: no list of what it wrote): NAME.png and NAME.json are ours where
+        # NAME.json is a lab record
+        claim_outputs(out, [f"{n}.{ext}" for n in names for ext in ("png", "json")],
+                      lambda path: starts_with(path.with_suffix(".json"), b'{\n  "experiment": "'))
     for name in names:
         t0 = time.time()
         run, plot = runners[name]
@@ -58,9 +60,8 @@ def run_lab(which: str, out: str | None, seed: int = 0) -> dict:
                "result": to_jsonable(r)}
         if out:
             folder = Path(out)
-            rec["figure"] = str(record_output(plot(r, folder / f"{name}.png")))
+            rec["figure"] = str(plot(r, folder / f"{name}.png"))
             write_json(folder / f"{name}.json", rec)
-            record_output(folder / f"{name}.json")
         results[name] = rec
     return results
 

@@ -60,7 +60,8 @@ def grid(arms: list[Arm], heads: list[int], seeds: list[int]) -> list[RunSpec]:
 def expected_config(spec: RunSpec, preset: str, overrides: list[str]) -> dict:
 
     args = spec.overrides() + list(overrides)  # as the run's child `iattn train` derives it (an HF folder's tokenizer)
-    return json.loads(json.dumps(with_init_tokenizer(load_config(preset, None, args), None, args).to_dict()))
+    cfg = with_init_tokenizer(load_config(preset, None, args), None, args, missing_ok=True)
+    return json.loads(json.dumps(cfg.to_dict()))
 
 
 def finished_mismatch(spec: RunSpec, folder: RunFolder, preset: str, overrides: list[str]) -> str | None:

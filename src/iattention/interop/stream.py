@@ -445,6 +445,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     """Our rotary-family folder (canonical or standard) -> the HF folder of its family, streamed."""
     _transformers_v5()
     src, out = Path(src), Path(out)
+    generation_settings(src)  # copied through, and read by transformers for the check: refused here, in one line
     files = _our_files(src)
     meta = ckpt.read_meta(src / files[0])
     cfg = GPTConfig.from_dict(meta["config"]["model"])

@@ -17,7 +17,7 @@ from iattention.interop.load import model_and_tokenizer
 from iattention.model.activations import canonical_view, run_with_cache
 from iattention.symmetry.spectra import effective_rank, head_spectra
 from iattention.utils.atomic import write_text, write_with
-from iattention.utils.outputs import check_outputs, record_output
+from iattention.utils.outputs import claim_outputs, starts_with
 
 
 def _pyplot():
@@ -112,8 +112,11 @@ def spectra_figure(names: list[str], spectra: list[list[dict]]):
     return fig
 
 
+SPECTRA_HEADER = "# Head spectra (`iattn inspect`"  # how spectra.md begins
+
+
 def spectra_table(names: list[str], spectra: list[list[dict]], prompt: str) -> str:
-    lines = [f"# Head spectra (`iattn inspect`, prompt {prompt!r})", "",
+    lines = [f"{SPECTRA_HEADER}, prompt {prompt!r})", "",
              "Per layer, mean over heads: the largest singular value and the effective rank (participation "
              "ratio (Σs)²/Σs², between 1 and r) of each head's W_Q W_Kᵀ and W_V W_O. Gauge-invariant: a standard "
              "model and its exact canonical form give the same numbers.", "",
@@ -210,20 +213,22 @@ def inspect_runs(runs: list[str], prompt: str, out: str | Path, data_dir: str | 
             heads += f", {kv} key/value head{'s' * (kv > 1)}"
         seen.append((f"{name} ({c.attention}, {heads})", ids, cache,
                      [head_spectra(attn.to_heads()) for attn in model.attention_layers]))
-    check_outputs(out, [*(f"{n}-canonical.safetensors" for n, v in zip(names, views) if v is not None),
-                        *(f"{n}-attention.png" for n in names), "spectra.png", "spectra.md"])
+    # an older inspect's folder (no list of what it wrote): its files are ours where its spectra.md is
+    claim_outputs(out, [*(f"{n}-canonical.safetensors" for n, v in zip(names, views) if v is not None),
+                        *(f"{n}-attention.png" for n in names), "spectra.png", "spectra.md"],
+                  lambda path: starts_with(path.parent / "spectra.md", SPECTRA_HEADER.encode()))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for (_, model, tok), name, view, (title, ids, cache, _) in zip(loaded, names, views, seen):
         if view is not None:
-            written.append(record_output(_save_view(view, out / f"{name}-canonical.safetensors", name)))
+            written.append(_save_view(view, out / f"{name}-canonical.safetensors", name))
         c = model.config
         fig = pattern_figure(lambda layer, cache=cache: cache[f"blocks.{layer}.attn.hook_pattern"][0].float().numpy(),
                              [tok.decode([i]) for i in ids], c.n_layer, c.n_head,
                              f"attention patterns: {title}\nprompt {short(prompt)} ({len(ids)} tokens; "
                              "row = query, column = key, colour = weight 0..1)")
-        written.append(record_output(_save(fig, out / f"{name}-attention.png")))
+        written.append(_save(fig, out / f"{name}-attention.png"))
     titles, spectra = [t for t, *_ in seen], [s for *_, s in seen]
-    written.append(record_output(_save(spectra_figure(titles, spectra), out / "spectra.png")))
+    written.append(_save(spectra_figure(titles, spectra), out / "spectra.png"))
     write_text(out / "spectra.md", spectra_table(titles, spectra, prompt))
-    return written + [record_output(out / "spectra.md")]
+    return written + [out / "spectra.md"]

@@ -12,6 +12,8 @@ only from their own kind.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from iattention.errors import UserError
@@ -68,24 +70,30 @@ def _check_fits(source: str, want, have, data: dict | None, cfg) -> None:
                         f"{'; '.join(fixes)} (or use the preset the source was trained with)")
 
 
-def with_init_tokenizer(cfg, config_file: str | None, overrides: list[str]):
+def with_init_tokenizer(cfg, config_file: str | None, overrides: list[str], missing_ok: bool = False):
     """`cfg` with the tokenizer of its train.init_from: a Hugging Face folder's weights come with the tokenizer
     that fixes their vocabulary (interop.load.folder_tokenizer: hf:FOLDER), and the run's data is tokenized with
     it unless the user named one (data.tokenizer= on the command line or in the YAML file; a preset's is only its
     default). The one derivation for a new run, its resume (a preset given again) and a sweep's check of its
-    finished runs."""
+    finished runs (`missing_ok`: a source no longer there leaves `cfg` as it is; else one line)."""
     import dataclasses
 
     from iattention.config import read_yaml_mapping
     from iattention.interop.load import folder_tokenizer
 
-    own = folder_tokenizer(cfg.train.init_from) if cfg.train.init_from else None
-    if not own or any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
+    if not cfg.train.init_from or any(o.split("=", 1)[0].strip() == "data.tokenizer" for o in overrides):
         return cfg
     data = read_yaml_mapping(config_file, "config file", "hold a mapping").get("data") if config_file else None
     if isinstance(data, dict) and "tokenizer" in data:
         return cfg
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=own))
+    if not os.path.lexists(cfg.train.init_from):  # else the preset's tokenizer, and a resume refused as another run
+        if missing_ok:
+            return cfg
+        raise UserError(f"train.init_from={cfg.train.init_from} does not exist (the run starts from it and, from a "
+                        "Hugging Face folder, tokenizes with it, on --resume too); restore it there, or name the "
+                        "tokenizer (data.tokenizer=)")
+    own = folder_tokenizer(cfg.train.init_from)
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=own)) if own else cfg
 
 
 @torch.no_grad()
