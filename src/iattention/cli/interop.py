@@ -71,10 +71,11 @@ def cmd_convert(args) -> None:
     src, data, meta = load_any(args.src)
     tokenizer = None
     spec = (data or {}).get("tokenizer")
+    folder = src_path if src_path.is_dir() else src_path.parent
+    reads_own = data is not None and data == own_tokenizer_spec(folder)  # read with the tokenizer.json it keeps
     # the exported folder carries its tokenizer in transformers' form; a checkpoint of a run on hf:FOLDER keeps a
     # copy of FOLDER's tokenizer files as the run does (hf-tokenizer/), so that it is read without FOLDER
-    if data and (args.to == "hf" or isinstance(spec, str) and spec.startswith(HF_SPEC)
-                 and data != own_tokenizer_spec(src_path if src_path.is_dir() else src_path.parent)):
+    if data and (args.to == "hf" or isinstance(spec, str) and spec.startswith(HF_SPEC) and not reads_own):
 
         try:  # the run's own tokenizer.json when it keeps one (never one rebuilt from other data)
             tokenizer = kept_tokenizer(args.src, data) or tokenizer_of(
@@ -97,11 +98,10 @@ def cmd_convert(args) -> None:
         print(f"iattn: warning: {args.out} gets no tokenizer (tokenizer {tokenizer.name} has {tokenizer.vocab_size} "
               f"tokens, more than the model's {src.config.vocab_size})", file=sys.stderr)
         tokenizer = None
-    folder = src_path if src_path.is_dir() else src_path.parent
     if generation is None and "conversion" in meta:  # a converted checkpoint's (a training run has none of its own)
         generation = generation_settings(folder)
     own = None  # a folder read with the tokenizer.json it keeps: a checkpoint gets a copy of it, as a streamed one
-    if args.to != "hf" and data is not None and data == own_tokenizer_spec(folder):
+    if args.to != "hf" and reads_own:
         own, data = folder, None  # and no spec naming the source folder, which may move (it reads its own)
     if data:  # the tokenizer spec travels with the model; local paths do not
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}

@@ -90,15 +90,11 @@ def generation_settings(folder: Path) -> dict | None:
         return None
     fix = "fix or remove it"
     obj = read_json_object(path, "a generation config", fix)
-    verbosity = _transformers().logging.get_verbosity()
-    _transformers().logging.set_verbosity_error()
-    try:
+    try:  # _transformers() has quieted its warnings, as everywhere in interop
         _transformers().GenerationConfig.from_pretrained(str(folder))
     except Exception as e:  # ValueError, and AttributeError for a nested config of the wrong type
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"{path} is refused by transformers ({why}); {fix}") from None
-    finally:
-        _transformers().logging.set_verbosity(verbosity)
     return obj
 
 
