@@ -39,7 +39,9 @@ def test_params_takes_the_family_from_the_preset_name_and_names_the_fix_otherwis
         inferred = json.loads(capsys.readouterr().out)
         assert main(["params", "--arch", "llama", "--preset", name, "--json"]) == 0
         assert inferred == json.loads(capsys.readouterr().out) and inferred[0]["family"] == "llama"
-        one_line_error(capsys, main(["params", "--arch", "gpt", "--preset", name]), name, "Llama", "--arch llama")
+        one_line_error(capsys, main(["params", "--arch", "gpt", "--preset", name]), name, "Llama", "--family llama")
+        one_line_error(capsys, main(["params", "--family", "qwen2", "--preset", name]), name, "Llama",
+                       "--family llama")
     assert main(["params", "--preset", "tiny", "--json"]) == 0  # a GPT-2 preset stays GPT-2
     assert {r["family"] for r in json.loads(capsys.readouterr().out)} == {"gpt2"}
     one_line_error(capsys, main(["params", "--preset", "llama-9"]), "unknown preset 'llama-9'", "gpt2-small",
@@ -79,3 +81,21 @@ def test_params_from_a_converted_folder_reads_our_config_json(tmp_path, capsys):
     assert main(["params", "--from", str(tmp_path / "c"), "--json"]) == 0
     rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["standard"]["params"] == src.num_params() and rows["canonical"]["params"] == canon.num_params()
+
+
+def test_params_family_counts_each_family_s_published_shape_and_arch_is_read_with_a_note(capsys):
+    """--family NAME (every record's default shape; the old --arch still read, with a note on stderr): the published
+    totals; --arch llama still takes any shape of the Llama layout (qwen2.5-0.5b), as it did."""
+    from iattention.config.families import FAMILIES
+
+    for fam in FAMILIES.values():
+        assert main(["params", "--family", fam.name, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert {r["family"] for r in rows} == {fam.name}
+        if fam.default_shape in SHAPES:  # a published shape (gpt2's is the paper's run preset)
+            assert rows[0]["params"] == published_count(fam.default_shape)
+    assert main(["params", "--arch", "llama", "--preset", "qwen2.5-0.5b", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["params"] == published_count("qwen2.5-0.5b")
+    assert "--arch is now --family" in captured.err
+    one_line_error(capsys, main(["params", "--arch", "llama", "--family", "llama"]), "--arch is the old name")

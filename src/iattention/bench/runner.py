@@ -17,8 +17,9 @@ from tqdm import tqdm
 
 from iattention.bench.flops import device_peak_tflops, executed_flops_per_token, nanogpt_flops_per_token
 from iattention.config import GPTConfig, OptimConfig, load_config, resolve_vocab
+from iattention.config.families import FAMILIES
 from iattention.errors import UserError
-from iattention.interop.hf import SPECS, hf_config_of
+from iattention.interop.hf import hf_config_of
 from iattention.kernels import prepare as prepare_kernel
 from iattention.model.gpt import GPT
 from iattention.train.optim import build_optimizer
@@ -126,7 +127,7 @@ def hf_reference(cfg: GPTConfig, device, dtype=torch.float32, compile: bool = Fa
 
     transformers.utils.logging.set_verbosity_error()
     # the family's own transformers class, of the config an export of this model writes
-    hc, cls = hf_config_of(cfg), getattr(transformers, SPECS[cfg.family].cls)
+    hc, cls = hf_config_of(cfg), getattr(transformers, FAMILIES[cfg.family].hf_class)
     hc._attn_implementation = "sdpa"
     model = cls(hc).to(device=device, dtype=dtype)
     fn = torch.compile(model, mode=compile_mode) if compile else model

@@ -15,6 +15,7 @@ from iattention.cli import bench, data, experiments, generate, inspect, interop,
 from iattention.cli import eval as eval_command
 from iattention.cli.args import Parser, check_heads, ints, own_kv_heads
 from iattention.config import GPTConfig, default_heads, model_preset, preset_names
+from iattention.config.families import FAMILIES
 from iattention.config.shapes import published_count, shape_names, shape_preset
 from iattention.errors import Stopped, UserError
 from iattention.symmetry.counts import (
@@ -27,21 +28,30 @@ from iattention.utils.faults import fault_spec
 from iattention.utils.files import os_error_message
 
 CACHE_BYTES = 2  # bytes per cached number in `iattn params`: bf16, the published checkpoints' dtype
-DEFAULT_PRESET = {"gpt": "gpt2-small", "llama": "llama-3-8b", "gpt_neox": "pythia-160m"}  # by --arch
-ARCH_NAMES = {"gpt": "GPT-2", "llama": "Llama-family", "gpt_neox": "GPT-NeoX"}
+# The two-family layout's `params --arch`: still read, with a note, as the family it meant
+OLD_ARCH_FLAG = {"gpt": "gpt2", "llama": "llama", "gpt_neox": "gpt_neox"}
 
 
-def _arch(family: str) -> str:
-    return {"gpt2": "gpt", "gpt_neox": "gpt_neox"}.get(family, "llama")
+def _family_flag(args) -> str | None:
+    """--family, or the old --arch read as its family (a note says so); both at once is one line."""
+    if args.arch is None:
+        return args.family
+    if args.family is not None:
+        raise UserError(f"--arch {args.arch} and --family {args.family}: --arch is the old name of --family; keep only "
+                        "--family")
+    print(f"iattn: note: --arch is now --family (read --arch {args.arch} as --family {OLD_ARCH_FLAG[args.arch]})",
+          file=sys.stderr)
+    return OLD_ARCH_FLAG[args.arch]
 
 
 def _params_shape(args):
-    """(the model shape, what to call it, its published total or None) for `--from`, `--preset` or `--arch`."""
+    """(the model shape, what to call it, its published total or None) for `--from`, `--preset` or `--family`."""
+    family = _family_flag(args)
     if args.source:
-        if args.preset or args.arch:
-            raise UserError("--from reads the model's own config.json; drop --preset and --arch")
+        if args.preset or family:
+            raise UserError("--from reads the model's own config.json; drop --preset and --family")
         return _shape_from(args.source), f"{args.source}/config.json", None
-    preset = args.preset or DEFAULT_PRESET[args.arch or "gpt"]
+    preset = args.preset or FAMILIES[family or GPTConfig.family].default_shape
     if preset in shape_names():
         shape, name, pub = shape_preset(preset), f"published shape {preset}", published_count(preset)
     elif preset in preset_names():
@@ -49,9 +59,11 @@ def _params_shape(args):
     else:
         raise UserError(f"unknown preset {preset!r}; choose one of {', '.join(preset_names())} (runs), or a "
                         f"published shape: {', '.join(shape_names())}")
-    if args.arch and args.arch != _arch(shape.family):
-        raise UserError(f"preset {preset} is a {ARCH_NAMES[_arch(shape.family)]} model; use --arch "
-                        f"{_arch(shape.family)} (or leave out --arch)")
+    # the old --arch llama named the whole Llama layout (llama, qwen2, mistral): it matches by the records' old_arch
+    same = shape.family == family or args.arch is not None and FAMILIES[shape.family].old_arch == args.arch
+    if family and not same:
+        raise UserError(f"preset {preset} is a {FAMILIES[shape.family].label} model; use --family {shape.family} "
+                        "(or leave out --family)")
     return shape, name, pub
 
 
@@ -80,14 +92,15 @@ def cmd_params(args) -> None:
     several head counts, other families at their own."""
     shape, name, pub = _params_shape(args)
     trainable = name.startswith("preset ")  # a run preset: other head counts as compare --heads trains them
-    if shape.family != "gpt2" and args.heads and not trainable:
+    paper = FAMILIES[shape.family].paper  # the paper's model: its head counts at one width
+    if not paper and args.heads and not trainable:
         raise UserError(f"--heads is for GPT-2 shapes and the run presets ({', '.join(preset_names())}); {name} "
                         "has its own head counts: drop --heads")
     n_kv_head = own_kv_heads(shape) if trainable else 0
     check_heads(args.heads or [], shape.n_embd, name.removeprefix("preset "), n_kv_head)  # says "preset NAME"
     rows = []
-    for heads in args.heads or (default_heads(shape) if shape.family == "gpt2" else [shape.n_head]):
-        base = shape.replace(n_head=heads) if shape.family == "gpt2" or args.heads else shape
+    for heads in args.heads or (default_heads(shape) if paper else [shape.n_head]):
+        base = shape.replace(n_head=heads) if paper or args.heads else shape
         cache = {kind: kv_cache_values_per_token(base, kind) for kind in ("full", "k-only")}  # G r: by head count
         for attention, cls in ATTENTION_REGISTRY.items():
             if cls.unsupported(base) is not None:
@@ -141,15 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("params", help="exact learned parameter counts per attention variant and head count",
                         description="Print the exact learned parameter count of each attention variant "
                                     "for each head count, and how many parameters it removes vs standard.")
-    sp.add_argument("--arch", choices=tuple(DEFAULT_PRESET), default=None,
-                    help="the family's default preset without --preset (gpt: gpt2-small, llama: llama-3-8b, "
-                         "gpt_neox: pythia-160m); with --preset, checked against the preset's family")
+    sp.add_argument("--family", choices=tuple(FAMILIES), default=None,
+                    help="the family's published shape without --preset (" + ", ".join(
+                        f"{f.name}: {f.default_shape}" for f in FAMILIES.values()) + "); with --preset, checked "
+                         "against the preset's family")
+    sp.add_argument("--arch", choices=tuple(OLD_ARCH_FLAG), default=None, help=argparse.SUPPRESS)  # old --family
     sp.add_argument("--preset", default=None,
                     help=f"a run preset ({', '.join(preset_names())}) or a published shape "
                          f"({', '.join(shape_names())}; not trainable); default gpt2-small")
     sp.add_argument("--from", dest="source", default=None, metavar="DIR",
-                    help="count the model a Hugging Face folder's config.json describes (gpt2, llama, qwen2, "
-                         "mistral, gpt_neox; no weights read) instead of a preset")
+                    help=f"count the model a Hugging Face folder's config.json describes ({', '.join(FAMILIES)}; no "
+                         "weights read) instead of a preset")
     sp.add_argument("--heads", type=ints, default=None,
                     help="comma-separated head counts (default: 1, 2, 4, 8, 12 up to the preset's n_head)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -9,6 +9,7 @@ from pathlib import Path
 from iattention.checkpoint.run_folder import RunFolder
 from iattention.checkpoint.state import TOKEN_IDS
 from iattention.cli.args import add_data_flags, check_out_folder, out_path
+from iattention.config.families import FAMILIES
 from iattention.data.dataset import tokenizer_of
 from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import HF_SPEC, tokenizer_identity
@@ -55,7 +56,8 @@ def cmd_convert(args) -> None:
     src_path = Path(args.src)
     shard = parse_size(args.shard_size or "2GB")
     model_type = hf_model_type(src_path)
-    if args.to != "hf" and model_type not in (None, "gpt2"):  # every rotary family streams
+    # every family whose record says so streams (a model_type that is no family: hf_to_ours refuses it in one line)
+    if args.to != "hf" and model_type is not None and getattr(FAMILIES.get(model_type), "streamed", True):
         hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force, per_head=args.per_head)
         return

@@ -1,6 +1,6 @@
-"""Model configuration: one small dataclass for every family (GPT-2, Llama / Qwen2 / Mistral), as litgpt's
-`Config`. `family` names the transformers class an export writes and gives the structural defaults (FAMILIES:
-positions, norm, MLP, biases, tied head, projection layout); every other key may override one. The attention
+"""Model configuration: one small dataclass for every family, as litgpt's `Config`. `family` names the family's
+record (config/families.py), which gives the structural defaults (positions, norm, MLP, biases, tied head,
+projection layout); every other key may override one. The attention
 variants it accepts are the registry's (`attention/registry.py`); presets that build it are `config/load.py`
 (run presets) and `config/shapes.py` (shape-only presets of published models)."""
 
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from iattention.attention.registry import ATTENTION_REGISTRY, variant_names
 from iattention.attention.rope import LAYOUTS
+from iattention.config.families import FAMILIES, WINDOW_RULES, families_with
 from iattention.errors import UserError
 from iattention.kernels import ATTN_KERNELS
 
@@ -21,28 +22,15 @@ POSITIONS = ("learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu_tanh", "gelu", "swiglu")
 PROJECTIONS = ("fused", "separate", "neox")
-WINDOW_FAMILIES = ("mistral", "qwen2")  # transformers' classes with a sliding window
 ROPE_TYPES = ("default", "llama3")
 LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-# family (transformers' model_type of an export) -> the structural keys it sets unless given
-_LLAMA = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
-              vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False)
-FAMILIES: dict[str, dict] = {
-    "gpt2": dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
-                 vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False),
-    "llama": _LLAMA, "qwen2": {**_LLAMA, "qkv_bias": True, "o_bias": False}, "mistral": _LLAMA,
-    # GPT-NeoX (Pythia): LayerNorm with biases, exact GELU, x + attn(ln_1(x)) + mlp(ln_2(x)), per-head interleaved
-    # query_key_value, untied embed_out; its presets set rot (rotary_pct x d_head: 25% for Pythia)
-    "gpt_neox": dict(pos="rope", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True, tie_embeddings=False,
-                     vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
-}
-FAMILY_NAMES = tuple(FAMILIES)
 # Model keys renamed since runs were first saved: old name -> new name. A saved run (config.yaml, summary.json,
 # checkpoint metadata, arm.json) is read under the new name silently; a user's YAML or override gets a note.
 # The Llama family's own config (LlamaConfig, before the one family) called two keys otherwise.
 RENAMED_MODEL_KEYS = {"canonical": "canonical_halves", "d_ff": "mlp_hidden", "rms_eps": "norm_eps"}
-# A saved Llama-family config said `arch: llama` (and its family); GPT-2's said nothing.
-OLD_ARCH = {"llama": "llama", "gpt": "gpt2"}
+# A saved Llama-family config said `arch: llama` (and its family); GPT-2's said nothing. Each record's `old_arch`
+# says what arch called it; the first family of each is what an arch alone meant.
+OLD_ARCH = {f.old_arch: f.name for f in reversed(FAMILIES.values()) if f.old_arch}
 
 
 def upgrade_model_keys(model: dict, note=None) -> dict:
@@ -53,12 +41,14 @@ def upgrade_model_keys(model: dict, note=None) -> dict:
     out = dict(model)
     if "arch" in out:  # arch: llama (with its family key) or arch: gpt, the two-family layout's switch
         arch = out.pop("arch")
-        if arch not in OLD_ARCH:
+        if not isinstance(arch, str) or arch not in OLD_ARCH:
             raise UserError(f"unknown model.arch {arch!r}; model.family says the architecture now: one of "
-                            f"{', '.join(FAMILY_NAMES)}")
+                            f"{', '.join(FAMILIES)}")
         if note is not None:
             note("arch", "family")
-        if "family" in out and OLD_ARCH[arch] != ("gpt2" if out["family"] == "gpt2" else "llama"):
+        said = FAMILIES[out["family"]].old_arch if isinstance(out.get("family"), str) and \
+            out["family"] in FAMILIES else None
+        if "family" in out and said != arch:
             raise UserError(f"model.arch={arch} and model.family={out['family']} disagree; model.arch is the old "
                             "name of model.family: keep only model.family")
         out.setdefault("family", OLD_ARCH[arch])
@@ -109,9 +99,10 @@ def upgrade_override_key(key: str, note=None) -> str:
 class GPTConfig:
     """One decoder-only transformer: GPT-2, Llama, Qwen2, Mistral as values of these keys (litgpt's `Config`).
 
-    family: the transformers model_type an export writes (FAMILY_NAMES); it gives the structural keys below their
-        defaults (FAMILIES): a key left at its "unset" value ("", None, 0.0) takes its family's, so
-        GPTConfig(family="llama", ...) is a Llama-shaped model and every one key can still be overridden.
+    family: the transformers model_type an export writes (a record of config/families.py); it gives the structural
+        keys below their defaults (its record's `defaults`): a key left at its "unset" value ("", None, 0.0) takes
+        its family's, so GPTConfig(family="llama", ...) is a Llama-shaped model and every one key can still be
+        overridden.
     n_head query heads and n_kv_head key/value heads (0: n_head; n_kv_head divides n_head: MHA n_kv_head = n_head,
         MQA 1), each d_head wide (0: n_embd // n_head; a Llama-family checkpoint may use any width).
     pos: "learned" (GPT-2's table, `wpe`) or "rope" (rotary: the first `rot` dims of each head turn with the
@@ -195,7 +186,8 @@ class GPTConfig:
 
     def _derived(self) -> dict:
         """The value each key left unset takes (its family's, or one following from the other keys)."""
-        fam = FAMILIES.get(self.family, FAMILIES["gpt2"])
+        known = isinstance(self.family, str) and self.family in FAMILIES  # else validate refuses it
+        fam = FAMILIES[self.family if known else _UNSET["family"]].defaults
         out = {k: v for k, v in fam.items() if _unset(getattr(self, k))}
         bias = out.get("bias", self.bias)
         for name in ("qkv_bias", "o_bias"):  # the family's, else as `bias`
@@ -212,8 +204,8 @@ class GPTConfig:
 
     def validate(self, allow_auto_vocab: bool = False) -> None:
         """allow_auto_vocab: vocab_size = 0 means "take it from the tokenizer" (training configs)."""
-        if self.family not in FAMILIES:
-            raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILY_NAMES)}")
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
+            raise UserError(f"unknown model.family {self.family!r}; choose one of {', '.join(FAMILIES)}")
         for name in ("n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "vocab_size", "block_size",
                      "vocab_pad_multiple"):
             value = getattr(self, name)
@@ -294,13 +286,16 @@ class GPTConfig:
             raise UserError(f"model.max_positions={self.max_positions} is shorter than model.block_size="
                             f"{self.block_size}; set model.block_size={self.max_positions} or drop model.max_positions")
         # a window only where transformers' class of the family holds one, so a trained model exports as it runs
-        if self.sliding_window and self.family not in WINDOW_FAMILIES:
+        window = FAMILIES[self.family].window
+        if self.sliding_window and not window:
+            windowed = [f for rule in WINDOW_RULES if rule for f in families_with(window=rule)]
             raise UserError(f"model.sliding_window={self.sliding_window} needs model.family "
-                            f"{' or '.join(WINDOW_FAMILIES)} (transformers' {self.family} has no sliding window); "
-                            "set model.family=mistral or drop model.sliding_window")
-        if self.full_attention_layers and (self.family != "qwen2" or not self.sliding_window):
-            raise UserError(f"model.full_attention_layers={self.full_attention_layers} applies to model.family=qwen2 "
-                            "with a model.sliding_window (its max_window_layers); drop it")
+                            f"{' or '.join(windowed)} (transformers' {self.family} has no sliding window); "
+                            f"set model.family={windowed[0]} or drop model.sliding_window")
+        if self.full_attention_layers and (window != "from_layer" or not self.sliding_window):
+            raise UserError(f"model.full_attention_layers={self.full_attention_layers} applies to model.family="
+                            f"{' or '.join(families_with(window='from_layer'))} with a model.sliding_window (its "
+                            "max_window_layers); drop it")
         if self.sliding_window and self.attn_kernel == "triton":
             raise UserError(f"model.attn_kernel=triton has no sliding-window mask (model.sliding_window="
                             f"{self.sliding_window}); use model.attn_kernel=auto, sdpa or math")
@@ -316,7 +311,7 @@ class GPTConfig:
     @property
     def standard_init(self) -> str:
         """The init a standard model of this config draws: its own, or with init=matched its family's."""
-        return FAMILIES[self.family]["init"] if self.init == "matched" else self.init
+        return FAMILIES[self.family].defaults["init"] if self.init == "matched" else self.init
 
     @property
     def group(self) -> int:
@@ -344,7 +339,7 @@ class GPTConfig:
         # another family's key/value heads are written always, as the two-family layout did: a study of such a
         # model at other head counts keeps them (GPT-2's follow n_head)
         return {k: v for k, v in raw.items() if k not in NEW_KEYS
-                or (k == "n_kv_head" and self.family != "gpt2" and self.projection != "neox")
+                or (k == "n_kv_head" and FAMILIES[self.family].grouped and self.projection != "neox")
                 or v != (_UNSET[k] if k == "family" else derived(k))}
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Shape-only presets of published models (the Llama family, GPT-NeoX), for `iattn params --arch llama` only.
+"""Shape-only presets of published models (the Llama layout's families, GPT-NeoX), for `iattn params` only.
 
 They hold the shapes of the published configs (hidden size, layers, heads, KV heads, head width, SwiGLU width,
 vocabulary, tied embeddings, q/k/v bias), nothing to train with: they live here, apart from the run presets of
@@ -27,6 +27,9 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     # EleutherAI/pythia-160m config.json: GPT-NeoX, rotary_pct 0.25 of d_head 64
     "pythia-160m": (dict(family="gpt_neox", n_layer=12, n_head=12, n_embd=768, mlp_hidden=3072, vocab_size=50304,
                          block_size=2048, rot=16), 162_322_944),
+    # mistralai/Mistral-7B-v0.1 config.json (its 4096-token sliding window changes no count)
+    "mistral-7b": (dict(family="mistral", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, mlp_hidden=14336,
+                        vocab_size=32000, block_size=32768, norm_eps=1e-5), 7_241_732_096),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),

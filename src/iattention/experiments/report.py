@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from iattention.config.families import FAMILIES
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.experiments.comparisons import comparisons, holm_family_size, reach_targets
@@ -132,27 +133,36 @@ def _where(dirs) -> str:
     return ", ".join(str(x) for x in dirs)
 
 
-_FAMILY_WORDS = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gpt_neox": "GPT-NeoX"}
 _MLP_WORDS = {"swiglu": "SwiGLU", "gelu_tanh": "GELU (tanh)", "gelu": "GELU"}
 _NORM_WORDS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 
 
 def _family(m: dict) -> str:
     """A saved model section's family (a two-family layout's `arch: llama` read as its family)."""
-    return upgrade_model_keys(m).get("family", "gpt2")
+    return upgrade_model_keys(m).get("family", GPTConfig.family)
+
+
+def _family_words(family) -> str:
+    return FAMILIES[family].label if isinstance(family, str) and family in FAMILIES else str(family)
+
+
+def _is_paper(m: dict) -> bool:
+    """A model section of the paper's family (GPT-2: the report adds its published table)."""
+    family = _family(m)
+    return isinstance(family, str) and family in FAMILIES and FAMILIES[family].paper
 
 
 def _model_words(m: dict) -> str:
     """What a model section of another family than GPT-2 adds to the header's shape ("" for GPT-2)."""
-    if _family(m) == "gpt2":
+    if _is_paper(m):
         return ""
     try:
         c = GPTConfig.from_dict(m)  # every key at its value: the saved section leaves out what its family gives
     except (UserError, TypeError):
-        return f"{_FAMILY_WORDS.get(_family(m), _family(m))} family, "
+        return f"{_family_words(_family(m))} family, "
     rope = ("full RoPE" if c.rot == c.d_head else f"RoPE on {c.rot} of {c.d_head} head dims" if c.rot
             else "no RoPE")
-    return (f"{_FAMILY_WORDS.get(c.family, c.family)} family ({c.n_head} query heads sharing {c.n_kv_head} key/value "
+    return (f"{_family_words(c.family)} family ({c.n_head} query heads sharing {c.n_kv_head} key/value "
             f"heads of width {c.d_head}, {rope}, {_MLP_WORDS.get(c.mlp, c.mlp)} {c.d_mlp}, "
             f"{_NORM_WORDS.get(c.norm, c.norm)}, {'tied' if c.tie_embeddings else 'untied'} embeddings), ")
 
@@ -291,7 +301,7 @@ def write_report(dirs, out, title: str = "I-Attention study", reference: str = "
     lines = [*header_section(title, runs, dirs, arms, cfg), *results_section(groups, reference, added),
              *comparison_section(rows, groups, plotted, reference, margin_pct, margin_note, has_lr=bool(families),
                                  family=family),
-             *lr_section(families, study_lr), *([] if _family(cfg["model"]) != "gpt2" else paper_section()),
+             *lr_section(families, study_lr), *(paper_section() if _is_paper(cfg["model"]) else []),
              *figures_section(figs, runs, plotted != groups, bool(families))]
     path = out / "report.md"
     write_text(path, "\n".join(lines))

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iattention.checkpoint.run_folder import CONFIG, METRICS, SUMMARY, RunFolder
-from iattention.config import config_identity
+from iattention.config import GPTConfig, config_identity
+from iattention.config.families import FAMILIES
 from iattention.errors import UserError
 from iattention.experiments.arms import override_key
 
@@ -118,7 +119,7 @@ def _study_config(cfg: dict, arm_keys: tuple[str, ...] = ()) -> dict:
     # d_head and rot as n_head makes them are left out of a saved config (normal_form), so they vary with heads
     # unseen; n_kv_head equal to n_head is left out too: a Llama-family study keeps its key/value head count
     # across head counts (as the two-family layout wrote it), so 2 KV heads at 2 and at 4 query heads are one study
-    if m.get("family", "gpt2") != "gpt2" and m.get("n_head"):
+    if FAMILIES.get(m.get("family", GPTConfig.family), FAMILIES[GPTConfig.family]).grouped and m.get("n_head"):
         m.setdefault("n_kv_head", m["n_head"])
     for sec, key in drop:
         c.get(sec, {}).pop(key, None)

@@ -7,10 +7,10 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from iattention.config.families import FAMILIES
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.data.tokenizers import HF_SPEC
 from iattention.errors import UserError
-from iattention.interop.hf import SPECS
 
 _METRICS = (("best_val_ppl", "best validation perplexity"), ("best_epoch", "epoch of best"),
             ("test_ppl", "test perplexity"), ("epochs", "epochs"), ("tokens_seen", "training tokens seen"))
@@ -53,16 +53,17 @@ def model_card(*, source: str, config: dict, params_ours: int, params_exported: 
     own = tokenizer is not None and tokenizer.startswith(HF_SPEC)  # a Hugging Face folder's own, saved as it is
     extra_row = ", plus the end-of-text row" if tokenizer not in (None, "gpt2") and not own else ""
     config = _resolved(config)
-    family = config.get("family", "gpt2")
-    llama = family != "gpt2"  # a rotary family, exported as its family's class
-    cls = SPECS[family].cls if family in SPECS else f"{family}ForCausalLM"  # the class an export writes
+    family = config.get("family", GPTConfig.family)
+    fam = FAMILIES.get(family) if isinstance(family, str) else None
+    llama = fam is None or fam.defaults["pos"] == "rope"  # a rotary family, exported as its family's class
+    cls = fam.hf_class if fam is not None else f"{family}ForCausalLM"  # the class an export writes
     name = cls.removesuffix("ForCausalLM") if llama else "GPT-2"
     form = f"{name} form"
     heads = (f"{config.get('n_head')} query heads sharing {config.get('n_kv_head')} key/value heads of "
              f"{config.get('d_head')} dims, RoPE" if llama else f"{config.get('n_head')} heads")
     lines = [
         "---", "library_name: transformers", "pipeline_tag: text-generation",
-        f"tags: [{family if llama else 'gpt2'}, iattention]", "---", "",
+        f"tags: [{family}, iattention]", "---", "",
         f"# {name} exported by iattention", "",
         f"{'Trained as' if trained else 'Converted to'} **{attention}** attention"
         f"{'' if trained else ' by `iattn convert`'} ({config.get('n_layer')} layers, {heads}, width "

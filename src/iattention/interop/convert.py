@@ -17,7 +17,8 @@ import torch
 from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
-from iattention.config.model import FAMILIES, GPTConfig
+from iattention.config.families import FAMILIES
+from iattention.config.model import GPTConfig
 from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
@@ -206,15 +207,15 @@ def check_exportable(c) -> None:
     """A model whose structure its family's transformers class holds, else one line naming the key: the family's
     structural keys at their values (a gpt2 model with SwiGLU has no GPT2LMHeadModel), GPT-2's heads all
     key/value heads and its head tied."""
-    fixed = ("pos", "norm", "mlp", "projection", "parallel_residual") + (("tie_embeddings",) if c.family == "gpt2"
-                                                                          else ())
-    bad = [k for k in fixed if getattr(c, k) != FAMILIES[c.family][k]]
-    if c.family == "gpt2" and c.n_kv_head != c.n_head:
+    fam = FAMILIES[c.family]
+    fixed = ("pos", "norm", "mlp", "projection", "parallel_residual") + (("tie_embeddings",) if fam.tied_only else ())
+    bad = [k for k in fixed if getattr(c, k) != fam.defaults[k]]
+    if not fam.grouped and c.n_kv_head != c.n_head:
         bad.append("n_kv_head")
     if bad:
         raise UserError(f"transformers' {c.family} class cannot hold this model's "
                         f"{', '.join(f'model.{k}={getattr(c, k)}' for k in bad)} (a {c.family} model has "
-                        f"{', '.join(f'{k}={FAMILIES[c.family].get(k, c.n_head)}' for k in bad)}); keep it as an "
+                        f"{', '.join(f'{k}={fam.defaults.get(k, c.n_head)}' for k in bad)}); keep it as an "
                         "iattention checkpoint (--to canonical or standard)")
 
 
@@ -334,7 +335,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
                 ids = {k: getattr(model.config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                        if getattr(model.config, k, None) is not None}
                 (tmp / GENERATION).write_text(json.dumps({**generation, **ids}, indent=2) + "\n")
-            if model.config.model_type != "gpt2":
+            if FAMILIES[model.config.model_type].v5:  # RoPE in rope_parameters, which 4.x does not read
                 write_transformers4_keys(tmp)
             if card is not None:
                 text = model_card(**card, data=data, tokenizer=tokenizer.name if tokenizer else None, eos_id=eos,

@@ -32,7 +32,6 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,10 +39,11 @@ from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import read_json_object
 from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, check_finite, is_token_id
+from iattention.config.families import BIAS_RULES, FAMILIES, Family, family_record
 from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
-from iattention.errors import UserError
+from iattention.errors import UserError, first_words, shown
 from iattention.model.gpt import GPT, inv_freq_of
-from iattention.model.names import from_family, to_family
+from iattention.model.names import from_family, from_file, to_family, to_file
 from iattention.symmetry.transforms import expand
 
 FINITE_FIX = "use a model with finite weights (it diverged or was damaged)"  # a NaN/Inf weight's refusal
@@ -168,7 +168,7 @@ class Source:
         try:
             return safe_open(str(path), framework="pt")
         except SafetensorError as e:
-            raise UserError(f"cannot read {path} as safetensors ({str(e).splitlines()[0][:80]}): it is truncated "
+            raise UserError(f"cannot read {path} as safetensors ({first_words(e, 80)}): it is truncated "
                             f"or damaged; {_RESAVE}") from None
 
     def read(self, names: list[str]) -> dict[str, torch.Tensor]:
@@ -183,7 +183,7 @@ class Source:
                     for k in keys:
                         out[k] = f.get_tensor(k)
             except SafetensorError as e:
-                raise UserError(f"cannot read {self.folder / name} ({str(e).splitlines()[0][:80]}); {_RESAVE}") \
+                raise UserError(f"cannot read {self.folder / name} ({first_words(e, 80)}); {_RESAVE}") \
                     from None
         return out
 
@@ -199,7 +199,7 @@ class Source:
                     sl = f.get_slice(name)
                     yield sl[start:start + step] if shape else sl[:]
             except SafetensorError as e:
-                raise UserError(f"cannot read {self.folder / self.where[name]} ({str(e).splitlines()[0][:80]}); "
+                raise UserError(f"cannot read {self.folder / self.where[name]} ({first_words(e, 80)}); "
                                 f"{_RESAVE}") from None
 
     def float_dtype(self, skip: tuple[str, ...] = _IGNORED, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
@@ -268,7 +268,7 @@ def _read_config(folder: Path, required: dict, optional: dict, positive) -> dict
     for key, types in {**required, **optional}.items():
         value = cfg.get(key)
         if key in cfg and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
-            raise UserError(f"{path}: {key} is {type(value).__name__} {value!r}"[:160] +
+            raise UserError(f"{path}: {key} is {type(value).__name__} {shown(repr(value), 100)}"
                             f", expected {' or '.join(t.__name__ for t in types)}; {_FIX}")
     for key in positive:
         if cfg.get(key) is not None and cfg[key] < 1:
@@ -276,16 +276,66 @@ def _read_config(folder: Path, required: dict, optional: dict, positive) -> dict
     return cfg
 
 
-def _check_sizes(path: Path, shapes: dict[str, list[int]], expected) -> None:
+def expected_shapes(shape: GPTConfig, fam: Family) -> dict[str, list[int]]:
+    """{the name a family's checkpoint file holds: its shape} of every weight outside the layers and of layer 0,
+    for a model of `shape` (our model built on the meta device, its names mapped by the family's record): the size
+    check of every family, derived from its name map rather than tensor names written by hand."""
+    cfg = shape.replace(n_layer=1, vocab_pad_multiple=1, attention="standard", init="normal", minimal_bias=False)
+    with torch.device("meta"):
+        state = GPT(cfg).state_dict()
+    out = {}
+    for k, v in state.items():
+        name = to_file(to_family(k, fam.name), fam.name)
+        if name.endswith(fam.buffers):
+            continue
+        out[name] = list(v.shape)[::-1] if name.endswith(fam.transposed) else list(v.shape)
+    return out
+
+
+_LAYER = re.compile(r"^transformer\.h\.(\d+)\.")  # our name of a layer's tensor; group 1: its index
+
+
+def _layer_of(name: str, fam: Family) -> int | None:
+    """The layer index of a tensor a family's file names (mapped back to our names), else None."""
+    ours = from_family(from_file(name, fam.name), fam.name)
+    m = _LAYER.match(ours) or _LAYER.match("transformer." + ours)  # old GPT-2 files: no prefix
+    return int(m.group(1)) if m else None
+
+
+def check_sizes(path: Path, fam: Family, cfg: dict, shapes: dict[str, list[int]]) -> None:
     """config.json's sizes against the tensors' shapes (from the safetensors headers), before transformers builds a
-    model of the config's size (its own message about a mismatch is long, cut short, and names the wrong fix):
-    `expected` is (tensor, the shape the config gives it, the keys that say so); the first disagreement, named."""
-    for name, want, keys in expected:
+    model of the config's size (its own message about a mismatch is long, cut short, and names the wrong fix): the
+    layer count, then each tensor outside the layers and of layer 0 (`expected_shapes`); the first disagreement
+    named with the config.json keys that size that tensor (found by moving each key and seeing the shape move)."""
+    dialect = DIALECTS[fam.dialect]
+    where = path / "config.json"
+    layers = {i for k in shapes if (i := _layer_of(k, fam)) is not None}
+    n = cfg[dialect.layers_key]
+    if layers and n != len(layers):
+        raise UserError(f"{where} says {dialect.layers_key}={n}, but the weights hold {len(layers)} layer(s); set "
+                        f"{dialect.layers_key}={len(layers)} or re-save the model with save_pretrained")
+    expected = expected_shapes(dialect.shape(cfg, fam), fam)
+    for name, want in expected.items():
         have = shapes.get(name, shapes.get(name.removeprefix("transformer.")))  # old GPT-2 files: no prefix
-        if have is not None and have != want:
-            raise UserError(f"{path / 'config.json'} says {keys}, so {name} would be {want}, but the weights hold "
-                            f"{have}; the config and the weights disagree: set those keys to what the weights hold, "
-                            "or re-save the model with save_pretrained")
+        if have is None or have == want:
+            continue
+        keys = [k for k in dialect.size_keys if cfg.get(k) is not None and _sizes_of(cfg, k, fam, name) != want]
+        said = ", ".join(f"{k}={cfg[k]}" for k in keys) or "its sizes"
+        raise UserError(f"{where} says {said}, so {name} would be {want}, but the weights hold {have}; the config "
+                        "and the weights disagree: set those keys to what the weights hold, or re-save the model "
+                        "with save_pretrained")
+
+
+def _sizes_of(cfg: dict, key: str, fam: Family, name: str):
+    """The shape of tensor `name` with config.json's `key` moved (doubled, halved or one more: the first that still
+    describes a model), or None where none does."""
+    value = cfg[key]
+    for moved in (2 * value, value // 2, value + 1):
+        try:
+            return expected_shapes(DIALECTS[fam.dialect].shape({**cfg, key: moved}, fam), fam).get(name)
+        except (UserError, ValueError, ZeroDivisionError):
+            continue
+    return None
 
 
 # -------------------------------------------------------------------------------------------------------- GPT-2
@@ -305,19 +355,12 @@ def read_gpt2_config(folder: Path) -> dict:
     return _read_config(folder, GPT2_REQUIRED, GPT2_OPTIONAL, [k for k in GPT2_REQUIRED if k != "model_type"])
 
 
-def _gpt2_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> None:
-    V, d, P = cfg["vocab_size"], cfg["n_embd"], cfg["n_positions"]
-    _check_sizes(path, shapes, [("transformer.wte.weight", [V, d], f"vocab_size={V}, n_embd={d}"),
-                                ("transformer.wpe.weight", [P, d], f"n_positions={P}, n_embd={d}")])
-
-
 def _gpt2_mlp(n_inner, n_embd: int) -> int:
     return 0 if n_inner in (None, 4 * n_embd) else int(n_inner)  # 0: our default, 4 x n_embd
 
 
-def _gpt2_shape(folder: Path) -> GPTConfig:
-    """The shape a GPT-2 folder's config.json describes, for counting: no weights read, no transformers needed."""
-    c = read_gpt2_config(folder)
+def _gpt2_shape(c: dict, fam: Family) -> GPTConfig:
+    """The shape a GPT-2 folder's config.json (checked) describes: no weights read, no transformers needed."""
     return GPTConfig(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
                      block_size=c["n_positions"], mlp_hidden=_gpt2_mlp(c.get("n_inner"), c["n_embd"]))
 
@@ -328,7 +371,7 @@ _GPT2_BLOCK = {"scale_attn_by_inverse_layer_idx": lambda v: not v, "scale_attn_w
                "layer_norm_epsilon": lambda v: abs(v - 1e-5) <= 1e-12}
 
 
-def gpt2_config_of(hc, rotary, tied: bool) -> GPTConfig:
+def gpt2_config_of(hc, rotary, tied: bool, fam: Family) -> GPTConfig:
     """Our config for a transformers GPT2Config (the standard GPT-2 block only; its head tied: see `from_hf_model`)."""
     problems = [f"{k}={getattr(hc, k)}" for k, standard in _GPT2_BLOCK.items() if not standard(getattr(hc, k))]
     if problems:
@@ -348,25 +391,6 @@ def hf_gpt2_config(cfg: GPTConfig):
 
 # ------------------------------------------------------------------------------------------------ Llama family
 
-# model_type -> transformers class name
-FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
-# model_type -> why not (one line each)
-_QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
-REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
-           "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
-
-
-def llama_family(model_type: str, where) -> str:
-    """The family of an HF folder's model_type, or a one-line refusal."""
-    if model_type in FAMILIES:
-        return model_type
-    if model_type in REFUSED:
-        raise UserError(f"{where}: {model_type} models are out of scope: {REFUSED[model_type]}; iattention converts "
-                        f"{', '.join(FAMILIES)}, gpt_neox and gpt2")
-    raise UserError(f"{where} describes a {model_type!r} model; iattention converts gpt2, {', '.join(FAMILIES)}, "
-                    "gpt_neox")
-
-
 CONFIG_SCHEMA = {"model_type": (str,), "num_hidden_layers": (int,), "num_attention_heads": (int,),
                  "hidden_size": (int,), "intermediate_size": (int,), "vocab_size": (int,)}
 LLAMA_CONFIG_OPTIONAL = {"num_key_value_heads": (int, _NONE), "head_dim": (int, _NONE),
@@ -382,7 +406,7 @@ def read_llama_config(folder: Path) -> dict:
     """A Llama-family folder's config.json, checked as transformers would need it, else one line naming the key."""
     path = folder / "config.json"
     cfg = _read_config(folder, CONFIG_SCHEMA, LLAMA_CONFIG_OPTIONAL, _POSITIVE)
-    llama_family(cfg["model_type"], path)
+    family_record(cfg["model_type"], path)
     if cfg.get("rms_norm_eps") is not None and not _finite_positive(cfg["rms_norm_eps"]):
         raise UserError(f"{path}: rms_norm_eps={cfg['rms_norm_eps']} must be a finite number > 0 (1e-5 or 1e-6 in "
                         f"released models); {_FIX}")
@@ -406,7 +430,7 @@ def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
     rope_type = params.get("rope_type", legacy.get("rope_type", legacy.get("type", "default")))
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
     if rope_type not in ROPE_TYPES:
-        raise UserError(f"{path}: {where} has rope_type {rope_type!r}"[:160] + f"; iattention reproduces "
+        raise UserError(f"{path}: {where} has rope_type {shown(repr(rope_type), 100)}; iattention reproduces "
                         f"{' and '.join(map(repr, ROPE_TYPES))} only: evaluate this model with transformers")
     given = {**legacy, **params}
     # transformers fills original_max_position_embeddings from max_position_embeddings when it is absent
@@ -422,58 +446,35 @@ def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
     return rope_type, theta, scaling
 
 
-def _check_llama_sizes(path: Path, cfg: dict, shapes: dict[str, list[int]]) -> None:
-    """config.json's sizes against the tensors' shapes: the layer count, then each of layer 0's projections."""
-    layers = {int(m.group(1)) for k in shapes if (m := re.match(r"model\.layers\.(\d+)\.", k))}
-    n = cfg["num_hidden_layers"]
-    if layers and n != len(layers):
-        raise UserError(f"{path / 'config.json'} says num_hidden_layers={n}, but the weights hold {len(layers)} "
-                        f"layer(s); set num_hidden_layers={len(layers)} or re-save the model with save_pretrained")
-    H, d, V, ff = (cfg[k] for k in ("num_attention_heads", "hidden_size", "vocab_size", "intermediate_size"))
-    G = cfg.get("num_key_value_heads") or H
-    r = cfg.get("head_dim") or d // H
-    heads, kv = f"num_attention_heads={H}, head_dim={r}", f"num_key_value_heads={G}, head_dim={r}"
-    expected = [("model.embed_tokens.weight", [V, d], f"vocab_size={V}, hidden_size={d}"),
-                ("model.layers.0.self_attn.q_proj.weight", [H * r, d], f"{heads}, hidden_size={d}"),
-                ("model.layers.0.self_attn.k_proj.weight", [G * r, d], f"{kv}, hidden_size={d}"),
-                ("model.layers.0.self_attn.v_proj.weight", [G * r, d], f"{kv}, hidden_size={d}"),
-                ("model.layers.0.self_attn.o_proj.weight", [d, H * r], f"hidden_size={d}, {heads}"),
-                ("model.layers.0.mlp.gate_proj.weight", [ff, d], f"intermediate_size={ff}, hidden_size={d}")]
-    _check_sizes(path, shapes, expected)
-
-
-def attention_biases(family: str, attention_bias: bool) -> dict[str, bool]:
-    """Our qkv_bias / o_bias for a family: Qwen2 always has q/k/v biases and no output bias; Llama and Mistral's
-    attention_bias sets both."""
-    if family == "qwen2":
+def attention_biases(fam: Family, attention_bias: bool) -> dict[str, bool]:
+    """Our qkv_bias / o_bias for a family's attention_bias (its record's bias rule)."""
+    if fam.bias_rule == "qkv_only":
         return {"qkv_bias": True, "o_bias": False}
     return {"qkv_bias": attention_bias, "o_bias": attention_bias}
 
 
-def _llama_shape(folder: Path) -> GPTConfig:
-    """The shape a Llama-family folder's config.json describes (checked as `read_llama_config` checks it), for
-    counting: no weights read, no transformers needed (these families rotate whole heads)."""
-    cfg = read_llama_config(folder)
-    family = cfg["model_type"]
+def _llama_shape(cfg: dict, fam: Family) -> GPTConfig:
+    """The shape a Llama-family folder's config.json (checked by `read_llama_config`) describes: no weights read, no
+    transformers needed (these families rotate whole heads)."""
     n_head, d = cfg["num_attention_heads"], cfg["hidden_size"]
     d_head = cfg.get("head_dim") or d // n_head
     bias = bool(cfg.get("attention_bias", False))
     return GPTConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
                      n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
                      mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
-                     **attention_biases(family, bias),
+                     **attention_biases(fam, bias),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
-                     family=family)
+                     family=fam.name)
 
 
 def rotary_of(hf_config, family: str):
     """transformers' own rotary embedding module for a config (its inv_freq, without building the model)."""
-    name = SPECS[family].cls.removesuffix("ForCausalLM")
+    name = FAMILIES[family].hf_class.removesuffix("ForCausalLM")
     module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     return getattr(module, f"{name}RotaryEmbedding")(hf_config)
 
 
-def window_of(c, family: str, where: str) -> tuple[int, int]:
+def window_of(c, fam: Family, where: str) -> tuple[int, int]:
     """(sliding_window, full_attention_layers) of a transformers config: Mistral's window is on every layer;
     Qwen2's (use_sliding_window) on the layers its layer_types call "sliding_attention", which transformers makes
     those from max_window_layers on. A window at least as long as the model's positions never binds (0); layer types
@@ -481,9 +482,9 @@ def window_of(c, family: str, where: str) -> tuple[int, int]:
     window = getattr(c, "sliding_window", None) or 0
     if not window or window >= c.max_position_embeddings:
         return 0, 0
-    if family == "mistral":
+    if fam.window == "every_layer":
         return window, 0
-    if family != "qwen2":
+    if fam.window != "from_layer":
         return 0, 0
     types = list(getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers)
     full = next((i for i, t in enumerate(types) if t != "full_attention"), len(types))
@@ -495,14 +496,14 @@ def window_of(c, family: str, where: str) -> tuple[int, int]:
     return window, full
 
 
-def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
+def llama_config_of(c, rotary, tied: bool, fam: Family) -> GPTConfig:
     """Our config for a transformers config `c`, its rotary embedding module and whether the head is tied."""
-    where = f"this {family} model"
+    where = f"this {fam.name} model"
     if getattr(c, "mlp_bias", False):
         raise UserError(f"{where} has MLP biases (mlp_bias=true), which iattention's SwiGLU does not hold")
     if getattr(c, "hidden_act", "silu") != "silu":
         raise UserError(f"{where} uses hidden_act={c.hidden_act!r}; iattention's SwiGLU uses silu")
-    window, full_layers = window_of(c, family, where)
+    window, full_layers = window_of(c, fam, where)
     rope = dict(c.rope_parameters or {})
     rope_type = rope.pop("rope_type", "default")
     theta = float(rope.pop("rope_theta"))
@@ -519,8 +520,8 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
         block_size=c.max_position_embeddings,
         rot=2 * rotary.inv_freq.numel(), rope_theta=theta, rope_type=rope_type,
         rope_scaling=rope if rope_type != "default" else {}, norm_eps=float(c.rms_norm_eps),
-        **attention_biases(family, bias),
-        tie_embeddings=tied, family=family, sliding_window=window, full_attention_layers=full_layers,
+        **attention_biases(fam, bias),
+        tie_embeddings=tied, family=fam.name, sliding_window=window, full_attention_layers=full_layers,
         max_positions=c.max_position_embeddings)
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
@@ -529,24 +530,25 @@ def llama_config_of(c, rotary, tied: bool, family: str) -> GPTConfig:
 
 
 def hf_llama_config(cfg: GPTConfig):
+    fam = FAMILIES[cfg.family]
     config_class = _class(cfg.family).config_class  # LlamaConfig, ...: transformers 5's (rope_parameters)
     if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
-        raise UserError(f"transformers' {FAMILIES[cfg.family]} rotates all of a head's dims in the 'half' layout; "
+        raise UserError(f"transformers' {fam.hf_class} rotates all of a head's dims in the 'half' layout; "
                         f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
-    if cfg.family == "qwen2" and not (cfg.qkv_bias and not cfg.o_bias) or \
-            cfg.family != "qwen2" and cfg.qkv_bias != cfg.o_bias:
-        raise UserError(f"transformers' {FAMILIES[cfg.family]} cannot hold qkv_bias={cfg.qkv_bias} with "
-                        f"o_bias={cfg.o_bias}")
+    holds = {"qkv_only": (True, False), "none": (False, False)}.get(fam.bias_rule, (cfg.qkv_bias, cfg.qkv_bias))
+    if (cfg.qkv_bias, cfg.o_bias) != holds:
+        raise UserError(f"transformers' {fam.hf_class} cannot hold qkv_bias={cfg.qkv_bias} with "
+                        f"o_bias={cfg.o_bias} ({fam.label}: {BIAS_RULES[fam.bias_rule]})")
     kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.d_mlp,
               num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,
               head_dim=cfg.d_head, max_position_embeddings=cfg.max_positions or cfg.block_size,
               rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
               rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling})
-    if cfg.family == "llama":
+    if fam.bias_rule == "attention_bias":
         kw["attention_bias"] = cfg.qkv_bias
-    if cfg.family == "mistral":
+    if fam.window == "every_layer":
         kw["sliding_window"] = cfg.sliding_window or None
-    if cfg.family == "qwen2" and cfg.sliding_window:  # its window on the layers from max_window_layers on
+    if fam.window == "from_layer" and cfg.sliding_window:  # its window on the layers from max_window_layers on
         kw.update(use_sliding_window=True, sliding_window=cfg.sliding_window,
                   max_window_layers=cfg.full_attention_layers)
     return config_class(**kw)
@@ -555,41 +557,65 @@ def hf_llama_config(cfg: GPTConfig):
 # ---------------------------------------------------------------------------------------------------- GPT-NeoX
 
 
+# Keys GPTNeoXConfig reads that may be absent (its defaults), each of the types it can use.
+NEOX_CONFIG_OPTIONAL = {"max_position_embeddings": (int,), "layer_norm_eps": _NUM, "rotary_pct": _NUM,
+                        "rotary_emb_base": _NUM, "rope_theta": _NUM, "rope_parameters": (dict, _NONE),
+                        "rope_scaling": (dict, _NONE), "use_parallel_residual": (bool,), "attention_bias": (bool,),
+                        "tie_word_embeddings": (bool,), "hidden_act": (str,)}
+
+
 def read_neox_config(folder: Path) -> dict:
-    """A GPT-NeoX folder's config.json with the keys our model reads, each of its type and positive."""
+    """A GPT-NeoX folder's config.json with the keys our model reads, each of its type and in range (one line naming
+    the config.json key, not the training setting it becomes)."""
     path = folder / "config.json"
-    cfg = _read_config(folder, CONFIG_SCHEMA, {}, [k for k in CONFIG_SCHEMA if k != "model_type"])
+    cfg = _read_config(folder, CONFIG_SCHEMA, NEOX_CONFIG_OPTIONAL,
+                       [k for k in (*CONFIG_SCHEMA, "max_position_embeddings") if k != "model_type"])
     if cfg["hidden_size"] % cfg["num_attention_heads"]:
         raise UserError(f"{path}: hidden_size={cfg['hidden_size']} is not a multiple of num_attention_heads="
                         f"{cfg['num_attention_heads']}; {_FIX}")
-    rope_of(cfg, path)  # a rope type we do not reproduce is one line
+    for key, example in (("layer_norm_eps", "1e-5"), ("rotary_emb_base", "10000")):
+        if key in cfg and not _finite_positive(cfg[key]):
+            raise UserError(f"{path}: {key}={cfg[key]} must be a finite number > 0 ({example} in released models); "
+                            f"{_FIX}")
+    if not 0 < _rotary_pct(cfg) <= 1:
+        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (cfg.get("rope_parameters") or {}) \
+            else "rotary_pct"
+        raise UserError(f"{path}: {key}={shown(repr(_rotary_pct(cfg)), 40)} must be a number in (0, 1] (the share of "
+                        f"each head's dims that rotate; 0.25 in Pythia); {_FIX}")
+    _, theta, _ = rope_of(cfg, path)  # a rope type we do not reproduce is one line
+    if not _finite_positive(theta):
+        raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 in released models); {_FIX}")
     return cfg
 
 
-def _neox_shape(folder: Path) -> GPTConfig:
-    """The shape a GPT-NeoX folder's config.json describes, for counting (no weights, no transformers): its rotary
-    width int(d_head x rotary_pct) as transformers computes it."""
-    cfg = read_neox_config(folder)
-    d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
+def _rotary_pct(cfg: dict):
     pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
+    return pct if isinstance(pct, (int, float)) and not isinstance(pct, bool) else float("nan")
+
+
+def _neox_shape(cfg: dict, fam: Family) -> GPTConfig:
+    """The shape a GPT-NeoX folder's config.json (checked) describes (no weights, no transformers): its rotary
+    width int(d_head x rotary_pct) as transformers computes it."""
+    d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
+    pct = _rotary_pct(cfg)
     bias = bool(cfg.get("attention_bias", True))
-    return GPTConfig(family="gpt_neox", n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+    return GPTConfig(family=fam.name, n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                      n_embd=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
                      block_size=1, rot=int(d_head * pct) // 2 * 2, qkv_bias=bias, o_bias=bias,
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
 
 
-def neox_config_of(c, rotary, tied: bool) -> GPTConfig:
+def neox_config_of(c, rotary, tied: bool, fam: Family) -> GPTConfig:
     """Our config for a transformers GPTNeoXConfig `c` and its rotary embedding module (the rotary width from its
     inv_freq, as transformers computes it from rotary_pct)."""
-    where = "this gpt_neox model"
+    where = f"this {fam.name} model"
     if getattr(c, "hidden_act", "gelu") != "gelu":
         raise UserError(f"{where} uses hidden_act={c.hidden_act!r}; iattention's GPT-NeoX MLP uses exact gelu")
     rope = dict(c.rope_parameters or {})
     rope_type = rope.pop("rope_type", "default")
     if rope_type != "default" or getattr(rotary, "attention_scaling", 1.0) != 1.0:
         raise UserError(f"{where} uses rope_type {rope_type!r}; iattention reproduces 'default' for GPT-NeoX")
-    cfg = GPTConfig(family="gpt_neox", n_layer=c.num_hidden_layers, n_head=c.num_attention_heads, n_embd=c.hidden_size,
+    cfg = GPTConfig(family=fam.name, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads, n_embd=c.hidden_size,
                     mlp_hidden=c.intermediate_size, vocab_size=c.vocab_size, block_size=c.max_position_embeddings,
                     rot=2 * rotary.inv_freq.numel(), rope_theta=float(rope.get("rope_theta", 10000.0)),
                     norm_eps=float(c.layer_norm_eps), bias=True, qkv_bias=bool(c.attention_bias),
@@ -625,7 +651,8 @@ def write_transformers4_keys(folder: Path) -> None:
     cfg = json.loads(path.read_text())
     rope = dict(cfg.get("rope_parameters") or {})
     theta, rope_type = rope.pop("rope_theta", 10000.0), rope.pop("rope_type", "default")
-    if cfg.get("model_type") == "gpt_neox":
+    fam = FAMILIES.get(cfg.get("model_type"))
+    if fam is not None and fam.dialect == "neox":
         cfg.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=theta)
     else:
         rope.pop("partial_rotary_factor", None)
@@ -636,43 +663,52 @@ def write_transformers4_keys(folder: Path) -> None:
 # ---------------------------------------------------------------------------------------------- every family
 
 @dataclass(frozen=True)
-class Spec:
-    cls: str  # the transformers class
+class Dialect:
+    """How the folders of a config.json dialect (`Family.dialect`) are read and written."""
+
     read_config: Callable[[Path], dict]  # config.json checked, one line per problem
-    config_of: Callable  # (transformers config, its rotary module or None, tied) -> our GPTConfig
+    shape: Callable[[dict, Family], GPTConfig]  # a checked config.json -> the shape it describes (no weights)
+    config_of: Callable  # (transformers config, its rotary module or None, tied, record) -> our GPTConfig
     hf_config: Callable[[GPTConfig], object]  # our config -> the transformers config an export writes
-    shape: Callable[[Path], GPTConfig]  # config.json -> the shape it describes, for counting (no weights)
-    check_sizes: Callable | None = None  # (folder, config.json, tensor shapes): config against weights, by key
-    transposed: tuple[str, ...] = ()  # the weights transformers stores (in, out): GPT-2's Conv1D
-    buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)  # the state dict's non-weights, neither read nor written
-    tied_only: bool = False  # our model of the family ties its head to the embedding
-    v5: bool = True  # needs transformers 5 (rope_parameters in its configs)
+    layers_key: str  # config.json's layer count
+    size_keys: tuple[str, ...]  # config.json's sizes, in the order a size disagreement names them
 
 
-SPECS = {"gpt2": Spec("GPT2LMHeadModel", read_gpt2_config, gpt2_config_of, hf_gpt2_config, _gpt2_shape, _gpt2_sizes,
-                      transposed=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"),
-                      buffers=(".attn.bias", ".attn.masked_bias"), tied_only=True, v5=False),
-         **{family: Spec(cls, read_llama_config, partial(llama_config_of, family=family), hf_llama_config,
-                         _llama_shape, _check_llama_sizes)
-            for family, cls in FAMILIES.items()},
-         "gpt_neox": Spec("GPTNeoXForCausalLM", read_neox_config, neox_config_of, hf_neox_config, _neox_shape)}
+_LLAMA_SIZES = ("vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+                "intermediate_size", "max_position_embeddings")
+DIALECTS = {
+    "gpt2": Dialect(read_gpt2_config, _gpt2_shape, gpt2_config_of, hf_gpt2_config, "n_layer",
+                    ("vocab_size", "n_positions", "n_head", "n_embd", "n_inner")),
+    "llama": Dialect(read_llama_config, _llama_shape, llama_config_of, hf_llama_config, "num_hidden_layers",
+                     _LLAMA_SIZES),
+    "neox": Dialect(read_neox_config, _neox_shape, neox_config_of, hf_neox_config, "num_hidden_layers",
+                    _LLAMA_SIZES),
+}
+
+
+def dialect_of(family: str) -> Dialect:
+    return DIALECTS[FAMILIES[family].dialect]
+
+
 _EMBEDDINGS = ("transformer.wte.weight", "lm_head.weight")  # padded to vocab_pad_multiple here, cut on export
 
 
 def shape_from_folder(folder: Path) -> GPTConfig:
     """The shape an HF folder's config.json describes, for counting: no weights read, no transformers needed."""
-    return SPECS[family_of(folder)].shape(folder)
+    fam = FAMILIES[family_of(folder)]
+    return DIALECTS[fam.dialect].shape(DIALECTS[fam.dialect].read_config(folder), fam)
 
 
 def family_of(path: Path) -> str:
     """The family of an HF folder (its config.json's model_type), or a one-line refusal naming what is converted."""
     model_type = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with "
                                   "save_pretrained", schema={"model_type": (str,)})["model_type"]
-    return model_type if model_type in SPECS else llama_family(model_type, path / "config.json")
+    return family_record(model_type, path / "config.json").name
 
 
 def _class(family: str):
-    return getattr(_transformers_v5() if SPECS[family].v5 else _transformers(), SPECS[family].cls)
+    fam = FAMILIES[family]
+    return getattr(_transformers_v5() if fam.v5 else _transformers(), fam.hf_class)
 
 
 def _tied(hf) -> bool:
@@ -685,24 +721,24 @@ def _tied(hf) -> bool:
 @torch.no_grad()
 def from_hf_model(hf, family: str, source="the Hugging Face model") -> GPT:
     """A loaded transformers model of a family -> our standard model, same dtype, same logits."""
-    spec = SPECS[family]
+    fam = FAMILIES[family]
     tied = _tied(hf)
-    if not tied and spec.tied_only:
+    if not tied and fam.tied_only:
         if not torch.equal(hf.get_output_embeddings().weight, hf.get_input_embeddings().weight):
             # our model ties its output head to the embedding: loading both would keep one of them for both roles
             raise UserError(f"{source} has an untied output head (config.json: tie_word_embeddings false, and "
                             f"lm_head.weight differs from {to_family(_EMBEDDINGS[0], family)}); iattention models "
-                            f"{spec.cls} with tied embeddings only: evaluate this model with transformers, or tie its "
-                            "head and re-save it")
+                            f"{fam.hf_class} with tied embeddings only: evaluate this model with transformers, or tie "
+                            "its head and re-save it")
         tied = True  # untied in name only: the same function
-    cfg = spec.config_of(hf.config, getattr(hf.base_model, "rotary_emb", None), tied)
+    cfg = DIALECTS[fam.dialect].config_of(hf.config, getattr(hf.base_model, "rotary_emb", None), tied, fam)
     model = GPT(cfg).to(hf.get_input_embeddings().weight.dtype)
     state = {}
     for k, v in hf.state_dict().items():
-        if k.endswith(spec.buffers):
+        if k.endswith(fam.buffers):
             continue
         name = from_family(k, family)
-        if k.endswith(spec.transposed):
+        if k.endswith(fam.transposed):
             v = v.t()
         if name in _EMBEDDINGS and cfg.padded_vocab_size > cfg.vocab_size:
             v = torch.cat([v, v.new_zeros(cfg.padded_vocab_size - cfg.vocab_size, v.shape[1])])
@@ -716,28 +752,25 @@ def from_hf(model_or_path) -> GPT:
     safetensors only) -> our standard model, same dtype, same logits."""
     tf = _transformers()
     if isinstance(model_or_path, tf.PreTrainedModel):
-        family = model_or_path.config.model_type
-        if family not in SPECS:
-            llama_family(family, "the Hugging Face model")  # a one-line refusal
+        family = family_record(model_or_path.config.model_type, "the Hugging Face model").name
         check_finite(model_or_path.state_dict(), "the Hugging Face model", FINITE_FIX)
         return from_hf_model(model_or_path, family)
     path = Path(model_or_path)
     if not (path / "config.json").exists():
         raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
                         "save_pretrained")
-    family = family_of(path)
-    spec, cls = SPECS[family], _class(family)
-    cfg = spec.read_config(path)
+    fam = FAMILIES[family_of(path)]
+    family, cls = fam.name, _class(fam.name)
+    cfg = DIALECTS[fam.dialect].read_config(path)
     source = Source(path, declared=True)
     source.float_dtype(skip=(".attn.bias", ".attn.masked_bias"))  # old GPT-2 files' attention-mask buffers
-    if spec.check_sizes:
-        spec.check_sizes(path, cfg, source.shapes)
+    check_sizes(path, fam, cfg, source.shapes)
     generation_settings(path)  # transformers reads it below: a bad one named here, not as the weights
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
         hf, info = cls.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
     except (OSError, ValueError, RuntimeError, TypeError, KeyError, SafetensorError, _strict_error()) as e:
-        raise UserError(f"cannot load {path} as {spec.cls} from safetensors ({str(e).splitlines()[0][:100]}); "
+        raise UserError(f"cannot load {path} as {fam.hf_class} from safetensors ({first_words(e)}); "
                         "re-save it with save_pretrained(safe_serialization=True)") from None
     # transformers fills a missing or wrongly shaped tensor with a fresh random init and only warns: a silently
     # different model. Refuse it, naming the tensor.
@@ -747,7 +780,7 @@ def from_hf(model_or_path) -> GPT:
                        ("wrongly shaped", shaped)):
         if keys:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
-                            f"{spec.cls} with its config.json; re-save the model with save_pretrained")
+                            f"{fam.hf_class} with its config.json; re-save the model with save_pretrained")
     check_finite(hf.state_dict(), path, FINITE_FIX)  # as a checkpoint's
     return from_hf_model(hf.eval(), family, path)
 
@@ -767,7 +800,7 @@ def hf_config_of(cfg: GPTConfig, token_ids: dict | None = None):
     hold the structure), with the special-token ids `token_ids` (`token_ids_of` its source's) and None for those it
     lacks, never the family class's defaults (GPTNeoXConfig's eos 2, LlamaConfig's bos 1 and eos 2, ...): an id
     nothing says is unknown. An export of a run gets its end-of-text token's from add_eos_row."""
-    hc = SPECS[cfg.family].hf_config(cfg)
+    hc = dialect_of(cfg.family).hf_config(cfg)
     for key in TOKEN_IDS:
         setattr(hc, key, (token_ids or {}).get(key))
     return hc
@@ -780,7 +813,7 @@ def token_ids_of(hf_config, folder: Path) -> dict:
     ids = {key: value for key in TOKEN_IDS if (value := getattr(hf_config, key, None)) is not None}
     for key, value in ids.items():
         if not is_token_id(value):
-            raise UserError(f"{Path(folder) / 'config.json'}: {key} is {type(value).__name__} {value!r}"[:160] +
+            raise UserError(f"{Path(folder) / 'config.json'}: {key} is {type(value).__name__} {shown(repr(value), 100)}"
                             f", expected a token id (an integer) or a list of them; {_FIX}")
     return ids
 
@@ -792,7 +825,7 @@ def hf_config_from_folder(folder: Path, family: str):
         return config_class.from_pretrained(str(folder))
     except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
         raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
-                        f"({str(e).splitlines()[0][:100]}); fix the key or re-save the model with save_pretrained") \
+                        f"({first_words(e)}); fix the key or re-save the model with save_pretrained") \
             from None
 
 
@@ -809,27 +842,27 @@ def to_hf(model: GPT, token_ids: dict | None = None):
     if model.config.attention != "standard":
         model = expand(model)
     c = model.config
-    spec = SPECS[c.family]
+    fam = FAMILIES[c.family]
     hf = _class(c.family)(hf_config_of(c, token_ids)).to(model.transformer.wte.weight.dtype)
     rotary = getattr(hf.base_model, "rotary_emb", None)
     if rotary is not None:
         theirs, ours = rotary.inv_freq.float().cpu(), model.transformer.rotary_emb.inv_freq.float().cpu()
         if theirs.shape != ours.shape or not torch.equal(theirs, ours):
-            raise UserError(f"transformers' {spec.cls} would rotate {2 * theirs.numel()} dims of each head with "
+            raise UserError(f"transformers' {fam.hf_class} would rotate {2 * theirs.numel()} dims of each head with "
                             f"other frequencies than this model's rot={c.rot}; it cannot be exported exactly")
     state = {}
     for k, v in model.state_dict().items():
         name = to_family(k, c.family)
-        if name.endswith(spec.transposed):
+        if name.endswith(fam.transposed):
             v = v.t()
         if k in _EMBEDDINGS:
             v = v[: c.vocab_size]
         state[name] = v.contiguous()
     for k, v in hf.state_dict().items():
-        if k not in state and not c.bias and k.endswith(".bias") and not k.endswith(spec.buffers):
+        if k not in state and not c.bias and k.endswith(".bias") and not k.endswith(fam.buffers):
             state[k] = torch.zeros_like(v)  # a bias-free model: HF GPT-2 always has biases; zero is the same function
     missing, unexpected = hf.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if not k.endswith(spec.buffers)]:
+    if unexpected or [k for k in missing if not k.endswith(fam.buffers)]:
         raise RuntimeError(f"no one-to-one state dict: missing {missing[:3]}, unexpected {unexpected[:3]}")
     hf.tie_weights()
     return hf.eval()

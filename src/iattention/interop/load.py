@@ -10,6 +10,7 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
+from iattention.config.families import FAMILIES
 from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
@@ -119,11 +120,18 @@ def folder_tokenizer(path: str | Path) -> str | None:
     if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
         return None
     if (model_type := hf_model_type(path)) is not None:
-        return None if model_type == "gpt2" else own_tokenizer_spec(path)["tokenizer"]
+        return None if _family_tokenizer(model_type) else own_tokenizer_spec(path)["tokenizer"]
     found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
     if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
         return None
     return own_tokenizer_spec(path)["tokenizer"]
+
+
+def _family_tokenizer(model_type: str) -> str | None:
+    """The tokenizer spec a family's HF folders are read with (GPT-2's BPE for GPT-2, its record says), None where
+    the folder's own tokenizer reads it (or the model_type is no family: from_hf refuses it in one line)."""
+    fam = FAMILIES.get(model_type)
+    return fam.tokenizer if fam is not None else None
 
 
 def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
@@ -139,7 +147,7 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if (model_type := hf_model_type(path)) is not None:
-        if model_type != "gpt2":  # another family's folder (or a one-line refusal), read with its own tokenizer
+        if not _family_tokenizer(model_type):  # a family's folder read with its own tokenizer (or a one-line refusal)
             spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
             return from_hf(path), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)

@@ -37,6 +37,7 @@ from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.state import check_finite
+from iattention.config.families import FAMILIES
 from iattention.config.model import GPTConfig, upgrade_model_keys
 from iattention.errors import UserError
 from iattention.interop.convert import (
@@ -54,11 +55,12 @@ from iattention.interop.hf import (
     _ST,
     FINITE_FIX,
     INDEX,
-    SPECS,
     Source,
     _class,
     _transformers_v5,
     _weight_files,
+    check_sizes,
+    dialect_of,
     dtype_name,
     family_of,
     from_hf_model,
@@ -359,18 +361,19 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
     _transformers_v5()
     src, out = Path(src), Path(out)
     family = family_of(src)
-    if family == "gpt2":  # Conv1D weights, learned positions: loaded whole (interop/hf.py), not a layer at a time
-        raise UserError(f"{src} is a GPT-2 model, which converts whole, not streamed: iattn convert --from {src}")
-    spec = SPECS[family]
-    cfg_json = spec.read_config(src)
+    fam = FAMILIES[family]
+    if not fam.streamed:  # GPT-2: Conv1D weights, learned positions: loaded whole (interop/hf.py)
+        raise UserError(f"{src} is a {fam.label} model, which converts whole, not streamed: iattn convert --from "
+                        f"{src}")
+    dialect = dialect_of(family)
+    cfg_json = dialect.read_config(src)
     generation_settings(src)  # copied through, and read by transformers for the check: refused here, in one line
     source = Source(src)
     src_dtype = source.float_dtype()
-    if spec.check_sizes:
-        spec.check_sizes(src, cfg_json, source.shapes)
+    check_sizes(src, fam, cfg_json, source.shapes)
     hf_cfg = hf_config_from_folder(src, family)
     tied = bool(hf_cfg.tie_word_embeddings) and to_file("lm_head.weight", family) not in source.shapes
-    cfg = spec.config_of(hf_cfg, rotary_of(hf_cfg, family), tied)
+    cfg = dialect.config_of(hf_cfg, rotary_of(hf_cfg, family), tied, fam)
     source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{src / 'config.json'}")
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention=to)
@@ -426,11 +429,14 @@ def is_streamed_source(path: str | Path) -> bool:
         return False
     meta = ckpt.read_meta(path / files[0])
     model = (meta.get("config") or {}).get("model") or {}
-    family = upgrade_model_keys(model).get("family", "gpt2") if isinstance(model, dict) else "gpt2"
-    if family not in SPECS or "data" in meta.get("config", {}):
+    family = upgrade_model_keys(model).get("family") if isinstance(model, dict) else None
+    if not isinstance(family, str) or family not in FAMILIES or "data" in meta.get("config", {}):
         return False
+    # the first part of a streamed family's transformers names (`model.`, `gpt_neox.`), under the writer's prefix
+    theirs = tuple({f"model/{name.split('.')[0]}." for fam in FAMILIES.values() if fam.streamed
+                    for _, name in fam.names})
     with safe_open(str(path / files[0]), framework="pt") as f:
-        return any(k.startswith(("model/model.", "model/gpt_neox.")) for k in f.keys())
+        return any(k.startswith(theirs) for k in f.keys())
 
 
 def _our_files(path: Path) -> list[str]:
@@ -456,7 +462,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention="standard")
     hf_cfg = hf_config_of(out_cfg, meta.get("token_ids"))
-    hf_cfg.architectures = [SPECS[cfg.family].cls]
+    hf_cfg.architectures = [FAMILIES[cfg.family].hf_class]
     hf_cfg.dtype = dtype_name(out_dtype)
     plan = {k: (s, out_dtype) for k, (s, _) in shapes_of(out_cfg).items()}
     report = ConversionReport("hf", out_dtype, cfg, source=str(src), out=str(out))

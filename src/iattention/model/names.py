@@ -1,5 +1,6 @@
-"""Our parameter names (GPT-2's, for every family: model/gpt.py) and each family's transformers names, one table
-per family: the only place a family's weight names are spelled. A name that no rule matches is the same in both.
+"""Our parameter names (GPT-2's, for every family: model/gpt.py) and each family's transformers names, read from
+its record (`Family.names`, config/families.py: the only place a family's weight names are spelled). A name that no
+rule matches is the same in both.
 
 GPT-2's own export (interop/hf.py) also transposes its Conv1D weights and splits nothing; the Llama family's names
 differ only by these prefixes. Checkpoints written before the one family (a Llama-family model named its
@@ -11,36 +12,20 @@ from __future__ import annotations
 
 import re
 
-_LLAMA = [  # (ours, theirs), {i}: the layer index
-    ("transformer.wte.", "model.embed_tokens."),
-    ("transformer.h.{i}.ln_1.", "model.layers.{i}.input_layernorm."),
-    ("transformer.h.{i}.attn.", "model.layers.{i}.self_attn."),
-    ("transformer.h.{i}.ln_2.", "model.layers.{i}.post_attention_layernorm."),
-    ("transformer.h.{i}.mlp.", "model.layers.{i}.mlp."),
-    ("transformer.ln_f.", "model.norm."),
-    ("transformer.rotary_emb.", "model.rotary_emb."),
-]
-_NEOX = [
-    ("transformer.wte.", "gpt_neox.embed_in."),
-    ("transformer.h.{i}.ln_1.", "gpt_neox.layers.{i}.input_layernorm."),
-    ("transformer.h.{i}.attn.", "gpt_neox.layers.{i}.attention."),
-    ("transformer.h.{i}.ln_2.", "gpt_neox.layers.{i}.post_attention_layernorm."),
-    ("transformer.h.{i}.mlp.c_fc.", "gpt_neox.layers.{i}.mlp.dense_h_to_4h."),
-    ("transformer.h.{i}.mlp.c_proj.", "gpt_neox.layers.{i}.mlp.dense_4h_to_h."),
-    ("transformer.ln_f.", "gpt_neox.final_layer_norm."),
-    ("transformer.rotary_emb.", "gpt_neox.rotary_emb."),
-]
-FAMILY_NAMES: dict[str, list[tuple[str, str]]] = {"gpt2": [], "llama": _LLAMA, "qwen2": _LLAMA, "mistral": _LLAMA,
-                                                  "gpt_neox": _NEOX}
-# Where a family's checkpoint file names a tensor otherwise than the transformers model it builds (transformers 5
-# renames it on load and back on save): GPT-NeoX's untied head is `embed_out` in every file, `lm_head` in memory.
-FILE_NAMES = {"gpt_neox": {"lm_head.weight": "embed_out.weight"}}
-_FROM_FILE = {family: {v: k for k, v in names.items()} for family, names in FILE_NAMES.items()}
+from iattention.config.families import FAMILIES
+
+
+def _names(family: str):
+    return FAMILIES[family].names
+
+
+def _file_names(family: str) -> dict[str, str]:
+    return FAMILIES[family].file_names
 
 
 def _rules(family: str, reverse: bool) -> list[tuple[re.Pattern, str]]:
     out = []
-    for ours, theirs in FAMILY_NAMES[family]:
+    for ours, theirs in _names(family):
         src, dst = (theirs, ours) if reverse else (ours, theirs)
         pattern = re.escape(src).replace(re.escape("{i}"), r"(\d+)")
         out.append((re.compile("^" + pattern), dst.replace("{i}", r"\1")))
@@ -65,12 +50,12 @@ def from_family(name: str, family: str) -> str:
 
 def to_file(name: str, family: str) -> str:
     """A family's transformers name -> the name its checkpoint files hold."""
-    return FILE_NAMES.get(family, {}).get(name, name)
+    return _file_names(family).get(name, name)
 
 
 def from_file(name: str, family: str) -> str:
     """The name a family's checkpoint file holds -> its transformers name."""
-    return _FROM_FILE.get(family, {}).get(name, name)
+    return {v: k for k, v in _file_names(family).items()}.get(name, name)
 
 
 # The two-family layout's Llama canonical layer: W_K's pass dims were `W_K_pass_free` / `pass_perm`.
@@ -80,11 +65,10 @@ OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 def upgrade_name(name: str) -> str:
     """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
     wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours)."""
-    if name.startswith("gpt_neox."):
-        return from_family(name, "gpt_neox")
-    if not name.startswith("model."):
+    owner = next((f for f in FAMILIES if from_family(name, f) != name), None)  # the family whose names it has
+    if owner is None:
         return name
-    name = from_family(name, "llama")
+    name = from_family(name, owner)
     head, _, leaf = name.rpartition(".")
     return f"{head}.{OLD_ATTENTION_NAMES.get(leaf, leaf)}" if ".attn." in name else name
 

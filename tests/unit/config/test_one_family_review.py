@@ -26,6 +26,16 @@ def test_an_old_arch_that_contradicts_the_family_is_refused():
     assert load_config("tiny", None, ["model.arch=llama"]).model.family == "llama"
 
 
+@pytest.mark.parametrize("value", ["[llama]", "{a: 1}", "3"])
+def test_an_old_arch_of_another_type_is_one_line(value):
+    """model.arch=[llama] ended in TypeError: unhashable type: 'list' (it was looked up in a dict before any
+    check)."""
+    with pytest.raises(UserError, match="unknown model.arch"):
+        load_config("tiny", None, [f"model.arch={value}"])
+    with pytest.raises(UserError, match="model.family"):
+        load_config("tiny", None, [f"model.family={value}"])
+
+
 def test_a_neox_shape_takes_other_head_counts():
     """GPT-NeoX has one key/value head per query head: its n_kv_head follows n_head (was refused)."""
     assert shape_preset("pythia-160m").replace(n_head=4).n_kv_head == 4

@@ -147,3 +147,38 @@ def test_an_export_says_its_rotary_width_to_transformers_4_as_well(tmp_path, pct
     again = transformers.GPTNeoXForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float64).eval()
     with torch.no_grad():
         assert torch.equal(again(X).logits, hf(X).logits)
+
+
+# config.json edits of a GPT-NeoX folder -> the words its one-line refusal must contain (the config.json key): the
+# checks the Llama family got, through the family's record (size checks derived from its name map), not by hand
+NEOX_HOSTILE = {
+    "layers-absurd": (dict(num_hidden_layers=10**6), "num_hidden_layers=1000000, but the weights hold 2 layer"),
+    "hidden-absurd": (dict(hidden_size=2**20), r"hidden_size=1048576, so gpt_neox.embed_in.weight would be"),
+    "vocab-bigger-than-weights": (dict(vocab_size=300), r"vocab_size=300, hidden_size=32, so gpt_neox.embed_in.weight "
+                                                        r"would be \[300, 32\], but the weights hold \[61, 32\]"),
+    "ff-wrong": (dict(intermediate_size=50), r"intermediate_size=50, so gpt_neox.layers.0.mlp.dense_h_to_4h.weight"),
+    "eps-text": (dict(layer_norm_eps="abc"), "layer_norm_eps is str 'abc', expected float or int"),
+    "eps-negative": (dict(layer_norm_eps=-1), "layer_norm_eps=-1 must be a finite number > 0"),
+    "rotary-pct-too-big": (dict(rotary_pct=1.5, rope_parameters=None), r"rotary_pct=1.5 must be a number in \(0, 1\]"),
+    "partial-factor-too-big": (dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, partial_rotary_factor=2)),
+                               r"rope_parameters.partial_rotary_factor=2 must be a number in \(0, 1\]"),
+    "theta-0": (dict(rope_theta=0, rope_parameters=None), "rope_theta=0 must be a finite number > 0"),
+    "parallel-as-text": (dict(use_parallel_residual="yes"), "use_parallel_residual is str 'yes', expected bool"),
+}
+
+
+@pytest.mark.parametrize("case", NEOX_HOSTILE, ids=list(NEOX_HOSTILE))
+def test_a_hostile_neox_config_json_is_one_line_naming_its_key(tmp_path, case):
+    """Each was a traceback after minutes (a million layers: SystemError after 215 s), transformers' message cut
+    mid-word, 're-save it' for a bad epsilon, or an error naming our training setting (model.rot, model.norm_eps)
+    instead of the config.json key: now one line naming the key, before transformers reads the folder."""
+    changes, words = NEOX_HOSTILE[case]
+    neox(tmp_path / "hf", rotary_pct=0.25)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, **changes}))
+    with pytest.raises(Exception) as e:
+        load_any(tmp_path / "hf")
+    assert type(e.value).__name__ == "UserError", e.value
+    assert "\n" not in str(e.value) and "config.json" in str(e.value) and "model." not in str(e.value), e.value
+    import re
+    assert re.search(words, str(e.value)), str(e.value)
