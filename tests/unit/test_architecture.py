@@ -227,3 +227,16 @@ def test_makefile_pins_torch():
     default = re.search(r"^TORCH_PIP \?= (.+)$", make, flags=re.M).group(1)
     assert re.match(r"torch==\d+\.\d+\.\d+", default)
     assert "$(TORCH_PIP)" in make and not re.search(r"pip install[^\n]* torch(\s|$)", make)
+
+
+# ---------------------------------------------------------- what a family is lives in its record, nowhere else
+_FAMILY_TEST = re.compile(r"\b(family|model_type)\b[\w.\]\)\"']*\s*(==|!=|\bnot in\b|\bin\b)\s*[(\[{\"']")
+
+
+def test_no_line_outside_the_records_tests_a_family_s_name():
+    """`family == "qwen2"`, `model_type != "gpt2"`, `family in ("mistral", "qwen2")`: a family's facts belong in its
+    record (config/families.py), which the code asks (`FAMILIES[f].window`); a name test spreads them again."""
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in PACKAGE.rglob("*.py")
+             if path.name != "families.py" for n, line in enumerate(path.read_text().splitlines(), 1)
+             if _FAMILY_TEST.search(line.split("#")[0])]
+    assert not found, "\n".join(found)
