@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import iattention
 from helpers import tiny_overrides, write_corpus
 from iattention.checkpoint import state as ckpt
 from iattention.config import load_config
@@ -67,8 +68,8 @@ def test_the_run_s_files_say_when_it_ran_and_on_which_commit(run):
     """The start record and the summary: UTC start (and end) times inside the run's own, and the commit of the
     checkout the package runs from (None outside one), so a study's runs can be put in order (issue 65)."""
     s, start = run["summary"], run["metrics"][0]
-    head = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True,
-                          text=True)
+    package = Path(iattention.__file__).resolve().parent  # the checkout the package runs from, if it is in one
+    head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
     want = head.stdout.strip() if head.returncode == 0 else None
     assert start["kind"] == "start" and start["commit"] == s["commit"] == want
     assert isinstance(s["commit_dirty"], bool) if want else s["commit_dirty"] is None
