@@ -1,11 +1,16 @@
 """when (issue 40): every number of report.md, the figure, and the verdict blocks of README.md and
-results/README.md, recomputed from the committed runs (runs/*/summary.json, metrics.jsonl) by PLAN.md's
-rules. Usage (repository root): `.venv/bin/python results/when/analyze.py` (needs no data); `--check` only
-says whether the committed files are what the runs give (exit 1 if not).
+results/README.md, recomputed from the committed runs (runs/*/summary.json, metrics.jsonl, steps.jsonl,
+config.yaml's copy in summary.json) and gpu-session/. The decision rules (D1–D5, D1m) are PLAN.md's; the rules of
+report.md's "Why?" section (the shift test, equal fit at canonical's epochs 5–16, "every matched point lower",
+the hypotheses' marks) and D2's Holm correction are this file's own, exploratory, written after the first
+lease's runs (issue 51, issue 65), not declared in PLAN.md. Usage (repository root):
+`.venv/bin/python results/when/analyze.py` (needs no data); `--check` only says whether the committed files are
+what the runs give (exit 1 if not).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -19,10 +24,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from iattention.experiments.stats import paired_difference  # noqa: E402
+from iattention.train.schedule import lr_at  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from study import GROUPS, QUEUE, check_batches, group, run_name  # noqa: E402
+from study import GROUPS, QUEUE, batches, check_batches, group, run_name  # noqa: E402
 
 ROOT = HERE.parent.parent
 # Our own protocol at full size (the paper preset: dropout 0.1, warmup 100, cosine decay), the 2026-11-23 grid
@@ -270,7 +276,8 @@ def hypotheses(runs: dict) -> list[str]:
 def analyses_report(runs: dict) -> list[str]:
     lr, shift, fit = lr_analysis(runs), shift_analysis(runs), fit_analysis(runs)
     seeds = pairs(runs)
-    lines = ["## Why? What the committed runs already show (issue 51 §2)", "",
+    lines = ["## Why? What the committed runs already show (issue 51 §2; exploratory: `analyze.py`'s rules, not "
+             "PLAN.md's)", "",
              "### Learning rate at the best epoch (`lr_at_best.png`)", "",
              "The rate of the best epoch's last step and Σ lr over every step up to it, from `steps.jsonl`.", "",
              "| seed | standard: best epoch, lr, Σ lr | canonical: best epoch, lr, Σ lr |", "| ---: | --- | --- |"]
@@ -314,7 +321,8 @@ def analyses_report(runs: dict) -> list[str]:
                      f"{np.mean(g):+.3f} | {min(rf):+.3f} to {max(rf):+.3f} / "
                      + (f"{min(ra):+.3f} to {max(ra):+.3f}" if ra else "none") + f" | {f['gain_nats']:.3f} | "
                      f"{f['higher']} of {f['common']} |")
-    lines += ["", "![equal_fit](equal_fit.png)", "", "### Hypotheses, marked by the data", ""] + hypotheses(runs)
+    lines += ["", "![equal_fit](equal_fit.png)", "",
+              "### Hypotheses, marked by the data (exploratory rules, in each line)", ""] + hypotheses(runs)
     return lines
 
 
@@ -438,6 +446,87 @@ def started_cut() -> list[str]:
     return [n for n in started if n not in ended and not (HERE / "runs" / n / "summary.json").exists()]
 
 
+def _first_lease_log() -> str:
+    log = HERE / "gpu-session" / "queue.log"
+    return log.read_text() if log.exists() else ""
+
+
+def cut_then_finished() -> dict[str, dict]:
+    """Runs the first lease's queue.log started and never ended (cut by the lease's end) that a later window
+    finished (committed under runs/): {name: {"at": its start time there, "patience": its patience there}}."""
+    text = _first_lease_log()
+    ended = set(re.findall(r"^\S+ end (\S+):", text, flags=re.M))
+    return {m.group(2): dict(at=m.group(1), patience=re.search(r"train\.patience=\d+", m.group(3)).group(0))
+            for m in re.finditer(r"^(\S+) start (\S+): (.*)$", text, flags=re.M)
+            if m.group(2) not in ended and (HERE / "runs" / m.group(2) / "summary.json").exists()}
+
+
+def run_key(name: str) -> tuple[str, int, int]:
+    return next(r for r in QUEUE if run_name(*r) == name)
+
+
+def batch_of(name: str) -> int:
+    return next(i for i, b in enumerate(batches(), 1) if run_key(name) in b)
+
+
+def _keys(d: dict, prefix: str = "") -> set[str]:
+    return {k for key, v in d.items() for k in (_keys(v, f"{prefix}{key}.") if isinstance(v, dict)
+                                                  else {f"{prefix}{key}"})}
+
+
+def newer_code(runs: dict, *names: str) -> str:
+    """What the run files say about the code these reruns ran on against the first lease's finished runs: the
+    config keys theirs have and none of the first lease's has (the files record no commit)."""
+    ended = set(re.findall(r"^\S+ end (\S+):", _first_lease_log(), flags=re.M))
+    first = set.union(*(_keys(runs[run_key(n)]["config"]) for n in ended))
+    new = set.intersection(*(_keys(runs[run_key(n)]["config"]) for n in names)) - first
+    if not new:
+        return "on code whose config keys are the first lease's (the run files record no commit)"
+    return (f"on newer code: {'their' if len(names) > 1 else 'its'} config.yaml has keys that none of the first "
+            f"lease's {len(ended)} finished runs has, {', '.join(f'`{k}`' for k in sorted(new))} (the run files "
+            "record no commit)")
+
+
+def sign_flip(runs: dict, arm: str = "canonical", ref: str = "standard") -> tuple[float, float, int]:
+    """The exact two-sided sign-flip (permutation) test of the paired differences arm − ref: (its p, the smallest p
+    it can give with these pairs, 2 / 2^n, the number of pairs)."""
+    _, _, seeds = compare(runs, ref, arm, 12)
+    d = np.array([runs[(arm, 12, s)]["best_val_ppl"] - runs[(ref, 12, s)]["best_val_ppl"] for s in seeds])
+    flips = np.array(list(itertools.product((1, -1), repeat=len(d))))
+    means = np.abs((flips * d).mean(axis=1))
+    return float(np.mean(means >= abs(d.mean()) - 1e-12)), 2 / 2 ** len(d), len(d)
+
+
+def sign_flip_words(runs: dict) -> str:
+    p, floor, n = sign_flip(runs)
+    return (f"Beside the t interval: with {n} pairs an exact two-sided sign-flip test cannot give p below "
+            f"2/2^{n} = {floor:.4g}; here it gives p = {p:.4g}" + (" (its floor)." if p <= floor else "."))
+
+
+def early_words(runs: dict) -> str:
+    """Canonical against standard after epochs 1 and 6 and at the epoch of best, each counted over the seed pairs."""
+    seeds = pairs(runs)
+    above = {e: sum(runs[("canonical", 12, sd)]["curve"][e] > runs[("standard", 12, sd)]["curve"][e] for sd in seeds)
+             for e in (1, 6)}
+    later = sum(runs[("canonical", 12, sd)]["best_epoch"] > runs[("standard", 12, sd)]["best_epoch"] for sd in seeds)
+    return (f"Canonical's validation perplexity is above standard's after epoch 1 in {above[1]} of {len(seeds)} seeds "
+            f"({_span(runs, 'canonical', 1)} against {_span(runs, 'standard', 1)}) and after epoch 6 in {above[6]} of "
+            f"{len(seeds)} ({_span(runs, 'canonical', 6)} against {_span(runs, 'standard', 6)}); its best epoch is "
+            f"later in {later} of {len(seeds)}")
+
+
+def overfit_words(runs: dict) -> str:
+    """How many S-warm standard runs' validation loss rose at every epoch after their best while their training
+    loss fell at every epoch: the words behind "overfits"."""
+    std = [r for (a, h, _), r in runs.items() if a == "standard" and h == 12]
+    assert all(r["config"]["model"]["dropout"] == 0.0 for r in std)
+    ep = [[e for e in r["epochs"]] for r in std]
+    rose = sum(all(b["val_loss"] > a["val_loss"] for a, b in zip(e[r["best_epoch"] - 1:], e[r["best_epoch"]:])) and
+               all(b["train_loss"] < a["train_loss"] for a, b in zip(e, e[1:])) for r, e in zip(std, ep))
+    return (f"in {rose} of its {len(std)} runs its validation loss rose at every epoch after its best while its "
+            "training loss kept falling")
+
+
 def our_protocol() -> dict[str, dict]:
     """The full-size grid under our own protocol (bf16-evaluated), by run name."""
     return {f.parent.name: json.loads(f.read_text()) for f in sorted(OUR_PROTOCOL.glob("*/summary.json"))}
@@ -459,7 +548,7 @@ def baseline_context(runs: dict) -> tuple[str, dict]:
     up = sorted(100 * (mean / x - 1) for x in std)
     can_up = (100 * (min(can) / max(std) - 1), 100 * (max(can) / min(std) - 1))
     proto = protocol_words(next(s for n, s in ours.items() if n.startswith("standard-h12-")))
-    text = (f"The baseline it beats is poorly regularized: under our own protocol ({proto}; evaluated under bf16 "
+    text = (f"The baseline it beats is not our protocol's: under our own protocol ({proto}; evaluated under bf16 "
             f"autocast, `results/paper/h100-2026-11-23/`) the same 12-head standard reaches "
             f"{std[0]:.2f}–{std[-1]:.2f} ({len(std)} seeds), while S-warm's standard best averages {mean:.2f} "
             f"({len(warm)} seeds), {up[0]:.0f}–{up[-1]:.0f}% higher, and even canonical's S-warm best "
@@ -499,10 +588,11 @@ def why(runs: dict) -> str:
     gaps = [g for f in fit.values() for g in f["gap"].values()]
     higher = all(f["higher"] == f["common"] for f in fit.values())
     if not (gaps and max(gaps) < 0 and higher):
-        return ("The committed runs do not settle better generalization by report.md's rule (every matched point "
-                "lower): " + sign_split(fit) + ".") if gaps and higher else \
+        return ("The committed runs do not settle better generalization by `analyze.py`'s exploratory rule (every "
+                "matched point lower; not PLAN.md's): " + sign_split(fit) + ".") if gaps and higher else \
             "The committed runs do not single out better generalization (report.md, hypotheses)."
-    return (f"The committed runs point to better generalization, not faster optimization: canonical's training loss is "
+    return (f"The committed runs point (exploratory, by `analyze.py`'s rules, not PLAN.md's) to better generalization, "
+            f"not faster optimization: canonical's training loss is "
             f"higher at every epoch, yet at equal training loss its validation loss is {-max(gaps):.3f}–"
             f"{-min(gaps):.3f} nats lower in all {len(fit)} seeds (report.md; whether its different starting "
             "function causes that is open).")
@@ -524,15 +614,18 @@ def verdict(runs: dict) -> str:
     hardware = sorted({r["hardware"] for r in runs.values()})
     rule = d1_rule(d, ref)
     context, _ = baseline_context(runs)
+    flip = sign_flip(runs)
     text = (f"**When it helps:** in the one regime where we have seen it win, GPT-2 small on WikiText-2 at 12 heads "
             f"under S-warm (`results/when/`, {' and '.join(hardware)}, float32 evaluation: {regime(runs)}), "
             f"canonical's best validation perplexity is lower on {lower} of {len(seeds)} seed pairs run so far "
             f"({min(can):.2f}–{max(can):.2f} against {min(std):.2f}–{max(std):.2f}): "
-            f"Δ {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}], {100 * d.mean / ref:+.1f}% of standard's mean, its best "
+            f"Δ {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] (95% t interval; an exact sign-flip test on these "
+            f"{flip[2]} pairs gives p = {flip[0]:.4g}, and none on {flip[2]} pairs can give less than {flip[1]:.4g}), "
+            f"{100 * d.mean / ref:+.1f}% of standard's mean, its best "
             f"{abs(ep.mean):.1f} epochs {'later' if ep.mean > 0 else 'earlier'} on average; by the declared rule, "
             f"\"{rule}\" in this regime ({len(seeds)} of the {n_declared} declared pairs; "
             f"{'; '.join(d1_missing(runs)) or 'all finished'}). {context}: the win is against a baseline without "
-            "dropout that overfits, not against our better-regularized protocol. " + why(runs) + " "
+            f"dropout ({overfit_words(runs)}), not against our own protocol's standard. " + why(runs) + " "
             + d2_sentence(runs) + " " + d1m_sentence(runs) + " Whether it needs the overfitting regime (dropout 0.1) "
             f"or holds at 1, 4 and 8 heads is declared in `results/when/PLAN.md` and not yet run. "
             f"{does_not(our_protocol())}")
@@ -597,20 +690,76 @@ def d1m_report(runs: dict) -> list[str]:
 D2_ARMS = ("standard-lr0.7", "standard-lr0.5")  # PLAN.md D2: standard at a lower peak rate, against canonical ×1.0
 
 
+def reached(s: dict) -> float:
+    """The highest learning rate a run's steps took (steps.jsonl), checked against its config's schedule
+    (train/schedule.py's lr_at over the steps it made): under S-warm no run left the warmup, so it is the last
+    step's, below the configured peak."""
+    o, spe = s["config"]["optim"], s["epochs"][0]["step"]
+    total = s["config"]["train"]["epochs"] * spe
+    want = max(lr_at(i, total, o["lr"], o["warmup_steps"], o["min_lr_ratio"], o.get("schedule", "cosine"))
+               for i in range(s["steps"]))
+    top = max(s["step_lr"])
+    assert abs(top / want - 1) < 1e-9, (top, want)
+    return top
+
+
+def multiplier(runs: dict, s: dict) -> float:
+    """A run's configured peak rate as a multiple of the ×1.0 arms' (standard's and canonical's, one value)."""
+    base = {r["config"]["optim"]["lr"] for (a, _, _), r in runs.items() if a in ("standard", "canonical")}
+    assert len(base) == 1, base
+    return s["config"]["optim"]["lr"] / base.pop()
+
+
+def rate_words(runs: dict, arm: str, seed: int) -> str:
+    """e.g. '×0.7, reached 2.33e-4': the multiplier of the configured peak and the rate the run reached."""
+    s = runs[(arm, 12, seed)]
+    return f"×{multiplier(runs, s):.1f}, reached {sci(reached(s), 3)}"
+
+
+def step_ratio(runs: dict, arm: str, seed: int) -> tuple[int, float]:
+    """Over the steps this run and standard (same seed) both made: how many, and the largest relative deviation of
+    this run's rate from its multiplier times standard's (0 while both are inside the same warmup)."""
+    a, b = runs[("standard", 12, seed)]["step_lr"], runs[(arm, 12, seed)]["step_lr"]
+    m = multiplier(runs, runs[(arm, 12, seed)])
+    return min(len(a), len(b)), max(abs(y / (m * x) - 1) for x, y in zip(a, b))
+
+
 def d2(runs: dict) -> dict[str, tuple]:
     """Each lowered-rate standard arm − canonical (×1.0), paired by seed (PLAN.md D2): (Difference, canonical's
-    mean over those seeds, seeds, PLAN.md's reading or None when there are too few pairs for an interval)."""
+    mean over those seeds, seeds, PLAN.md's reading or None when there are too few pairs for an interval, the
+    reading with "for some multiplier" corrected by Holm over the two arms or None). PLAN.md takes "for some
+    multiplier" uncorrected; for an existence claim over two one-sided tests Holm's first step is Bonferroni's,
+    so the corrected reading of "equivalent to or better" asks the upper end of the 97.5% interval (one-sided
+    1.25%) to be ≤ +2%. "For both above +2%" is an intersection and needs no correction."""
     out = {}
     for arm in D2_ARMS:
         d, ref, seeds = compare(runs, "canonical", arm, 12)
         if not seeds:
             continue
-        reading = None
+        reading = holm = None
         if d.has_ci:
             reading = ("equivalent to or better than canonical" if d.high <= MARGIN * ref else
                        "above canonical by more than the margin" if d.low > MARGIN * ref else "not settled")
-        out[arm] = (d, ref, seeds, reading)
+            a = {sd: runs[("canonical", 12, sd)]["best_val_ppl"] for sd in seeds}
+            b = {sd: runs[(arm, 12, sd)]["best_val_ppl"] for sd in seeds}
+            wide = paired_difference(a, b, level=1 - 0.05 / len(D2_ARMS))
+            holm = ("equivalent to or better than canonical" if wide.high <= MARGIN * ref else
+                    "above canonical by more than the margin" if d.low > MARGIN * ref else "not settled")
+        out[arm] = (d, ref, seeds, reading, holm)
     return out
+
+
+def d2_correction(runs: dict) -> str:
+    """How D2's "for some multiplier" is corrected for, and how many pairs each arm has so far."""
+    res = d2(runs)
+    n = ", ".join(f"`{arm}` {len(r[2])}" for arm, r in res.items())
+    return ("Multiplicity: the two comparisons share canonical's runs, and PLAN.md's \"for some multiplier\" "
+            "(a learning-rate effect if either arm's interval ends at or below +2%) is not corrected in PLAN.md. "
+            "This report (added 2026-11-28, issue 65, before D2 has 2 pairs for any arm) gives, beside PLAN.md's "
+            "uncorrected reading, the reading corrected by Holm over the two comparisons: for \"some\" its first "
+            "step is Bonferroni's, so an arm counts only if its 97.5% interval ends at or below +2%; \"both above "
+            f"+2%\" needs no correction. Pairs so far: {n}"
+            + ("; no interval yet, so neither reading is given." if all(r[3] is None for r in res.values()) else "."))
 
 
 def d2_sentence(runs: dict) -> str:
@@ -619,24 +768,26 @@ def d2_sentence(runs: dict) -> str:
     if not res:
         return "Whether it is a slower effective learning rate (standard at a lower rate) is not yet run."
     parts = []
-    for arm, (d, ref, seeds, reading) in res.items():
-        lr = runs[(arm, 12, seeds[0])]["config"]["optim"]["lr"]
+    for arm, (d, ref, seeds, reading, holm) in res.items():
         if reading is None:
             s = seeds[0]
-            parts.append(f"`{arm}` (lr {sci(lr)}) {runs[(arm, 12, s)]['best_val_ppl']:.2f} at seed {s}")
+            parts.append(f"`{arm}` ({rate_words(runs, arm, s)}) {runs[(arm, 12, s)]['best_val_ppl']:.2f} at seed {s}")
         else:
-            parts.append(f"`{arm}` − canonical {fmt(d, ref)} over seeds {', '.join(map(str, seeds))}: {reading}")
+            parts.append(f"`{arm}` − canonical {fmt(d, ref)} over seeds {', '.join(map(str, seeds))}: {reading} "
+                         f"(PLAN.md, uncorrected; Holm over the two: {holm})")
     one = [arm for arm, r in res.items() if r[3] is None]
     if len(one) == len(res):
         s = res[one[0]][2][0]
         std, can = runs[("standard", 12, s)]["best_val_ppl"], runs[("canonical", 12, s)]["best_val_ppl"]
         lowered = [runs[(a, 12, s)]["best_val_ppl"] for a in one if (a, 12, s) in runs]
-        direction = ("further from canonical than standard at the full rate" if min(lowered) > std else
-                     "closer to canonical than standard at the full rate" if max(lowered) < std else
-                     "in both directions (one rate closer to canonical, one further)")
-        return (f"A slower effective learning rate (D2, standard at a lower peak rate): so far one seed, "
-                f"{'; '.join(parts)}, against standard {std:.2f} and canonical {can:.2f} at the full rate: lowering "
-                f"standard's rate moved its best {direction}, on one seed pair, so no verdict yet (PLAN.md needs 2).")
+        direction = ("further from canonical than standard at ×1.0" if min(lowered) > std else
+                     "closer to canonical than standard at ×1.0" if max(lowered) < std else
+                     "in both directions (one multiplier closer to canonical, one further)")
+        return (f"A slower effective learning rate (D2, standard with its peak rate lowered, and with it every step's "
+                f"rate of the warmup no run left): so far one seed, {'; '.join(parts)}, against standard "
+                f"{std:.2f} ({rate_words(runs, 'standard', s)}) and canonical {can:.2f} "
+                f"({rate_words(runs, 'canonical', s)}): lowering standard's rate moved its best {direction}, on one "
+                "seed pair, so no verdict yet (PLAN.md needs 2).")
     return "A slower effective learning rate (D2): " + "; ".join(parts) + "."
 
 
@@ -653,9 +804,14 @@ def report(runs: dict) -> str:
     cut_epochs = [json.loads(x) for x in cut.read_text().splitlines() if json.loads(x)["kind"] == "epoch"] \
         if cut.exists() else []
     lines = ["# when: when does I-Attention help? (issue 40)", "",
-             "Written by `results/when/analyze.py` from `runs/` (arms, seeds, rules: `PLAN.md`, committed before "
-             "the first run). All numbers ours: GPT-2 small on WikiText-2, best validation perplexity per GPT-2 "
-             "token, evaluated in float32 (TF32 off) on the whole validation split at every epoch end.", "",
+             "Written by `results/when/analyze.py` from `runs/` (arms, seeds and the decision rules D1–D5: "
+             "`PLAN.md`, committed, by its own account, before the first run, whose files record no time or commit; "
+             "D1m: its amendment of 2026-11-26, before any D1m run). The "
+             "section \"Why?\" is **exploratory**: its rules (the shift test, equal fit at canonical's epochs "
+             f"{FIT_EPOCHS.start}–{FIT_EPOCHS.stop - 1}, \"every matched point lower\", the hypotheses' marks) are "
+             "`analyze.py`'s own, written after the first lease's runs (issue 51), not PLAN.md's. All numbers "
+             "ours: GPT-2 small on WikiText-2, best validation perplexity per GPT-2 token, evaluated in float32 "
+             "(TF32 off) on the whole validation split at every epoch end.", "",
              "## Runs", ""] + runs_table(runs) + ["", "## What ran", ""] + progress(runs)
     rerun = runs.get(("canonical", 12, 4))
     if cut_epochs and rerun:
@@ -665,13 +821,25 @@ def report(runs: dict) -> str:
                      "(`gpu-session/canonical-h12-s4-cut.metrics.jsonl`, not a run of the study), ran afresh "
                      f"in batch 1 with patience {rerun['config']['train']['patience']} (the amendment); its validation "
                      f"perplexity at epochs 1–{both[-1][0]} is the cut run's within {rel:.1e} relative (same seed, run "
-                     "again in a later lease on a later commit).")
+                     f"again in a later lease); it ran {newer_code(runs, 'canonical-h12-s4')}.")
     elif cut_epochs:
         last, prev = cut_epochs[-1]["val_ppl"], cut_epochs[-2]["val_ppl"]
         lines.append(f"- canonical-h12-s4 was cut by the end of the lease after epoch {cut_epochs[-1]['epoch']} "
                      f"(validation {last:.2f}, {'still falling' if last < prev else 'rising'}: {prev:.2f} the "
                      "epoch before); its metrics are kept in `gpu-session/canonical-h12-s4-cut.metrics.jsonl` and it "
                      "is not a run of the study.")
+    again = [n for n in cut_then_finished() if n != "canonical-h12-s4"]
+    if again:
+        starts = cut_then_finished()
+        lines.append(f"- {' and '.join(again)} {'were' if len(again) > 1 else 'was'} started in the first lease, when "
+                     "two runs of priority 1 ended, and cut by the lease's end (`gpu-session/queue.log`: started at "
+                     + " and ".join(starts[n]["at"] for n in again) + ", no end line; "
+                     + " and ".join(sorted({f"`{starts[n]['patience']}`" for n in again})) + " on the command line); "
+                     "their metrics were not kept. "
+                     + ("Both" if len(again) > 1 else "It") + " ran afresh in batch "
+                     + " and ".join(sorted({str(batch_of(n)) for n in again})) + " with patience "
+                     + " and ".join(sorted({str(runs[run_key(n)]['config']['train']['patience']) for n in again}))
+                     + f" (the amendment), {newer_code(runs, *again)}. The rows above are those runs.")
     others = [n for n in started_cut() if n != "canonical-h12-s4"]
     if others:
         lines.append(f"- {' and '.join(others)} {'were' if len(others) > 1 else 'was'} started when two runs of "
@@ -679,14 +847,12 @@ def report(runs: dict) -> str:
                      "end line); their metrics were not kept.")
     lines += ["", "## D1: replication (S-warm, 12 heads, canonical − standard, paired by seed)", "",
               f"- Best validation perplexity: {fmt(d, ref)}, seeds {', '.join(map(str, seeds))}. "
-              f"Rule: **{d1_rule(d, ref)}**.",
+              f"Rule: **{d1_rule(d, ref)}**. {sign_flip_words(runs)}",
               f"- Epoch of best: {fmt(ep, float('nan')).split(' (')[0]} ("
               + ("canonical later" if ep.low > 0 else "canonical earlier" if ep.high < 0 else "no direction settled")
               + ").",
-              "- Canonical starts slower and overfits later: validation perplexity after epoch 1 "
-              f"{_span(runs, 'canonical', 1)} against {_span(runs, 'standard', 1)} (standard), after epoch 6 "
-              f"{_span(runs, 'canonical', 6)} against {_span(runs, 'standard', 6)} (the learning rate at each "
-              "arm's best and what the curves say about why: next section).",
+              f"- {early_words(runs)} (the learning rate at each arm's best and what the curves say about why: next "
+              "section).",
               f"- Test perplexity at the best checkpoint: {fmt(test, test_ref)}.", ""] + analyses_report(runs) + ["",
               ] + d2_report(runs) + [""] + d1m_report(runs) + ["", "## D3–D5", "",
               "Not run yet (the queue's later batches); no verdict.", "",
@@ -697,23 +863,40 @@ def report(runs: dict) -> str:
 
 
 def d2_report(runs: dict) -> list[str]:
-    """D2's runs next to the same seed's standard and canonical at the full rate, with the rate at each best."""
-    lines = ["## D2: a learning-rate effect? (S-warm, 12 heads, standard at a lower peak rate)", ""]
+    """D2's runs next to the same seed's standard and canonical at ×1.0: each named by its peak-rate multiplier and
+    the rate it reached (no S-warm run left the warmup, so none reached its configured peak), with the rate at each
+    best."""
+    lines = ["## D2: a learning-rate effect? (S-warm, 12 heads, standard with a lower peak-rate multiplier)", ""]
     done = sorted((r for r in runs if group(r[0], r[1]) == "learning rate"), key=lambda r: (r[2], r[0]))
     if not done:
         return lines + ["Not run yet; no verdict."]
-    lines += ["| run | peak lr | best val ppl (epoch) | steps | lr at the best, Σ lr up to it | same seed: standard, "
-              "canonical at lr 6.0e-4 |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    o = runs[done[0]]["config"]["optim"]
+    ratios = [step_ratio(runs, a, sd) for a, _, sd in done if ("standard", 12, sd) in runs]
+    base = o["lr"] / multiplier(runs, runs[done[0]])
+    lines += [f"Each run is named by its multiplier of the configured peak ({sci(base)} at ×1.0) and the rate it "
+              "reached (its highest step's, from `steps.jsonl`, equal to its config's schedule): the peak comes "
+              f"after the {o['warmup_steps']:,}-step warmup, which no run left, so no run reached it. At every step "
+              "it made, each lowered run's rate is its multiplier times standard's (same seed; over "
+              f"{' and '.join(sorted({f'{n:,}' for n, _ in ratios}))} steps each, within "
+              f"{max(r[1] for r in ratios):.1e} relative): lowering the peak lowered every step's rate.", "",
+              "| run | multiplier (configured peak, not reached) | rate reached (last step) | best val ppl (epoch) | "
+              "steps | lr at the best, Σ lr up to it | same seed at ×1.0: standard, canonical (rate reached) |",
+              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for arm, heads, seed in done:
         s, b = runs[(arm, heads, seed)], at_best(runs[(arm, heads, seed)])
-        ref = [runs.get((a, 12, seed)) for a in ("standard", "canonical")]
-        lines.append(f"| {run_name(arm, heads, seed)} | {sci(s['config']['optim']['lr'])} | {s['best_val_ppl']:.2f} "
-                     f"({s['best_epoch']}) | {s['steps']:,} | {sci(b['lr'], 2)}, {b['lr_sum']:.4f} | "
-                     + ", ".join(f"{r['best_val_ppl']:.2f} ({r['best_epoch']})" if r else "–" for r in ref) + " |")
+        ref = [(a, runs.get((a, 12, seed))) for a in ("standard", "canonical")]
+        lines.append(f"| {run_name(arm, heads, seed)} | ×{multiplier(runs, s):.1f} "
+                     f"({sci(s['config']['optim']['lr'])}) | "
+                     f"{sci(reached(s), 3)} | {s['best_val_ppl']:.2f} ({s['best_epoch']}) | {s['steps']:,} | "
+                     f"{sci(b['lr'], 2)}, {b['lr_sum']:.4f} | "
+                     + ", ".join(f"{r['best_val_ppl']:.2f} ({r['best_epoch']}; {sci(reached(r), 3)})" if r else "–"
+                                 for _, r in ref) + " |")
     lines += ["", d2_sentence(runs)]
-    for arm, (d, ref, _seeds, reading) in d2(runs).items():
+    for arm, (d, ref, _seeds, reading, holm) in d2(runs).items():
         lines.append(f"- `{arm}` − canonical, paired by seed: {fmt(d, ref)}"
-                     + (f"; PLAN.md's reading: **{reading}**." if reading else "; no verdict (fewer than 2 pairs)."))
+                     + (f"; PLAN.md's reading (uncorrected): **{reading}**; Holm over the two: **{holm}**." if reading
+                        else "; no verdict (fewer than 2 pairs)."))
+    lines.append(f"- {d2_correction(runs)}")
     return lines
 
 

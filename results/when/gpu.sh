@@ -4,12 +4,17 @@
 # it SECONDS after the script started (a run still going then is cut, reported as cut, and lost: a fresh machine
 # runs it again afresh in a later window), prints where each run stands and packs the runs' small files and logs into
 # $OUT/when-runs.tgz. The device command limit is 600 s, so the default 540 leaves time to stop and pack.
+# Everything it prints also goes to ROOT/window.log, which starts with the window's UTC start time and the commit
+# it runs (git HEAD and how many tracked files differ from it) and ends with its UTC end time; it is packed too.
+# Each run's own files say the same (the start record of metrics.jsonl and summary.json: started_at, commit;
+# summary.json: finished_at).
 #
 # Here, before the call (../shared does not travel; data-carry/ is git-ignored and travels by `carry`):
 #   mkdir -p data-carry && cp -r /work/shared/data/. data-carry/
 # The device call (run tool): command "bash results/when/gpu.sh 540 data-carry", carry ["data-carry"],
 #   timeout_s 600. Afterwards, here: python results/when/study.py unpack <files_at>/when-runs.tgz, then
-#   python results/when/analyze.py, then commit results/when/runs/ and what analyze.py rewrote.
+#   python results/when/analyze.py, then commit results/when/runs/, the window's log that unpack wrote
+#   (results/when/gpu-session/window-<UTC start>/: window.log, queue.log, logs/) and what analyze.py rewrote.
 # A dry run on a CPU (tiny model, a few seconds a run; unpack into a scratch copy, never into runs/):
 #   PRESET=tiny EXTRA="model.n_embd=48 train.epochs=1 train.compile=false" PYTHON=.venv/bin/python OUT=/tmp/when-out \
 #     ROOT=$(mktemp -d) bash results/when/gpu.sh 120 /work/shared/data
@@ -30,14 +35,23 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" IATTN_CACHE_DIR=$ROOT/cache PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 mkdir -p "$ROOT"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-"$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
-# The runs get what is left of SECONDS now (the set-up above took some); the queue stops them at that deadline.
-"$PY" results/when/study.py queue --root "$ROOT" --data-dir "$DATA" --jobs "${JOBS:-3}" --batch \
-    --deadline $((BUDGET - (SECONDS - start))) --preset "${PRESET:-paper}" ${EXTRA:-} 2>&1 | tee -a "$ROOT/queue.log"
+utc() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+window() {
+    echo "when window: start $(utc) commit $(git rev-parse HEAD 2>/dev/null || echo '?')" \
+        "($(git status --porcelain --untracked-files=no 2>/dev/null | wc -l) tracked files changed)"
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
+    # The runs get what is left of SECONDS now (the set-up above took some); the queue stops them at that deadline.
+    "$PY" results/when/study.py queue --root "$ROOT" --data-dir "$DATA" --jobs "${JOBS:-3}" --batch \
+        --deadline $((BUDGET - (SECONDS - start))) --preset "${PRESET:-paper}" ${EXTRA:-} 2>&1 | tee -a "$ROOT/queue.log"
+    local rc=${PIPESTATUS[0]}
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    "$PY" results/when/study.py status --root "$ROOT"
+    echo "when window: end $(utc), queue exit $rc"
+    return "$rc"
+}
+window 2>&1 | tee -a "$ROOT/window.log"
 rc=${PIPESTATUS[0]}
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-"$PY" results/when/study.py status --root "$ROOT"
 if [ -n "${OUT:-}" ]; then
     "$PY" results/when/study.py pack --root "$ROOT" --out "$OUT/when-runs.tgz" && echo "when: packed $OUT/when-runs.tgz"
 fi

@@ -5,7 +5,8 @@ session needs (run the queue, show where it stands, pack the small files of its 
                                   [KEY=VALUE ...]
     python results/when/study.py status --root ROOT
     python results/when/study.py pack --root ROOT --out FILE.tgz
-    python results/when/study.py unpack FILE.tgz          # finished runs -> results/when/runs/<run>/
+    python results/when/study.py unpack FILE.tgz          # finished runs -> results/when/runs/<run>/, the
+                                                          # window's logs -> results/when/gpu-session/window-<start>/
     python results/when/study.py list                     # the queue, and which runs are committed
     python results/when/study.py batches [--check]        # the queue in batches of three (--check: as PLAN.md)
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 COMMITTED = HERE / "runs"
+SESSIONS = HERE / "gpu-session"  # each window's logs, committed with its runs (window-<its UTC start>/)
 SMALL_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "steps.jsonl")
 
 # Every run of the study: 40 epochs, early stop after PATIENCE epochs without a new best (the schedule stays the
@@ -101,6 +103,11 @@ def group(arm: str, heads: int) -> str:
     return next(name for name, arms, hs in GROUPS if arm in arms and heads in hs)
 
 
+def now() -> str:
+    """The UTC time for a log line: '2026-11-28T03:41:07Z' (the queue's lines say the day too)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def run_name(arm: str, heads: int, seed: int) -> str:
     return f"{arm}-h{heads}-s{seed}"
 
@@ -135,7 +142,7 @@ def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], l
     if batch:
         number, runs = next_batch(root)
         todo = [run_name(*r) for r in runs]
-        print(f"{time.strftime('%H:%M:%S')} batch {number}: {', '.join(todo)}" if todo else "every batch is done",
+        print(f"{now()} batch {number}: {', '.join(todo)}" if todo else "every batch is done",
               flush=True)
     else:
         todo = [run_name(*r) for r in QUEUE if not finished(run_name(*r), root)]
@@ -147,7 +154,7 @@ def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], l
         if deadline > 0 and time.monotonic() - t0 > deadline:
             failed += len(running) + len(todo)
             for name in todo:
-                print(f"{time.strftime('%H:%M:%S')} not started {name}: past the deadline", flush=True)
+                print(f"{now()} not started {name}: past the deadline", flush=True)
             for name, proc in running.items():
                 proc.terminate()
                 try:
@@ -157,7 +164,7 @@ def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], l
                     proc.wait()
                 ep = _epochs(root / "runs" / name)
                 at = f"after epoch {ep[-1]['epoch']} (validation {ep[-1]['val_ppl']:.2f})" if ep else "before epoch 1"
-                print(f"{time.strftime('%H:%M:%S')} cut {name}: the deadline ({deadline:.0f} s) came {at}", flush=True)
+                print(f"{now()} cut {name}: the deadline ({deadline:.0f} s) came {at}", flush=True)
             break
         while todo and len(running) < jobs:
             name = todo.pop(0)
@@ -166,14 +173,14 @@ def queue(root: Path, data_dir: str, jobs: int, preset: str, extra: list[str], l
             cmd = [sys.executable, "-m", "iattention", "train", "--preset", preset, "--quiet", "--out", str(out),
                    "--data-dir", data_dir, *resume, *overrides(*spec[name]), *extra]
             log = open(root / "logs" / f"{name}.log", "a")
-            print(f"{time.strftime('%H:%M:%S')} start {name}: {' '.join(cmd[2:])}", flush=True)
+            print(f"{now()} start {name}: {' '.join(cmd[2:])}", flush=True)
             running[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         time.sleep(2)
         for name, proc in list(running.items()):
             if proc.poll() is not None:
                 del running[name]
                 failed += proc.returncode != 0
-                print(f"{time.strftime('%H:%M:%S')} end {name}: exit {proc.returncode}", flush=True)
+                print(f"{now()} end {name}: exit {proc.returncode}", flush=True)
                 for ckpt in (root / "runs" / name).glob("*.safetensors*"):
                     if ckpt.name.startswith("last"):  # the resumable checkpoint (1.5 GB) of a finished run
                         ckpt.unlink()
@@ -224,15 +231,38 @@ def pack(root: Path, out: Path) -> None:
                     tar.add(run / f, arcname=f"runs/{run.name}/{f}")
         for log in sorted((root / "logs").glob("*.log")) if (root / "logs").exists() else []:
             tar.add(log, arcname=f"logs/{log.name}")
-        if (root / "queue.log").exists():
-            tar.add(root / "queue.log", arcname="queue.log")
+        for log in ("queue.log", "window.log"):  # window.log: gpu.sh's whole output, its start and end lines too
+            if (root / log).exists():
+                tar.add(root / log, arcname=log)
+
+
+def window_folder(log: str) -> str | None:
+    """gpu-session's folder for a window, named by the start line gpu.sh writes first in window.log."""
+    m = re.search(r"^when window: start (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z", log, flags=re.M)
+    return "window-{}{}{}T{}{}{}Z".format(*m.groups()) if m else None
 
 
 def unpack(tgz: Path) -> None:
-    """Copy the finished runs of a pack (those with summary.json) into results/when/runs/; never overwrite."""
+    """Copy the finished runs of a pack (those with summary.json) into results/when/runs/, and the window's logs
+    (window.log, queue.log, logs/) into results/when/gpu-session/window-<start>/; never overwrite."""
     names = {run_name(*r) for r in QUEUE}
     with tarfile.open(tgz) as tar:
         members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        window = members.get("window.log")
+        folder = window_folder(tar.extractfile(window).read().decode()) if window else None
+        if window is None or folder is None:
+            print("no window.log with its start line in the pack: the window's logs are not kept")
+        elif (SESSIONS / folder).exists():
+            print(f"skip the window's logs ({SESSIONS.name}/{folder} already committed)")
+        else:
+            tmp = SESSIONS / f".{folder}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            for name, m in members.items():
+                if name in ("window.log", "queue.log") or name.startswith("logs/") and name.endswith(".log"):
+                    (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                    (tmp / name).write_bytes(tar.extractfile(m).read())
+            os.replace(tmp, SESSIONS / folder)
+            print(f"unpacked the window's logs into {SESSIONS.name}/{folder}")
         done = sorted({n.split("/")[1] for n in members if n.startswith("runs/") and n.endswith("/summary.json")})
         for name in done:
             if name not in names or (COMMITTED / name).exists():

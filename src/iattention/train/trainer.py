@@ -38,6 +38,7 @@ from iattention.train.runtime import Runtime
 from iattention.train.schedule import budget_steps, lr_at
 from iattention.train.validate import Validator
 from iattention.utils.faults import fault_point
+from iattention.utils.provenance import source_commit, utc_now
 
 
 class NonFiniteLoss(UserError):
@@ -102,9 +103,11 @@ class Trainer:
         if finished is not None:  # --resume of a finished run: nothing to do
             return finished
         s, self._t0 = self.state, time.time()
+        # when and on which code this process trains: the start record and the summary say them
+        self._began, self._source = utc_now(), source_commit()
         self.metrics.start_bar(self.total_steps, s.step, self.quiet)
         if s.step == 0 and not self.metrics.records:  # the function it starts from: fresh or given weights
-            self._record("start", 0.0)
+            self._record("start", 0.0, started_at=self._began, **self._source)
             self.metrics.save()
         self.model.train()
         while s.step < self.total_steps and not s.stopped_early:
@@ -200,8 +203,9 @@ class Trainer:
         fault_point("step")
         return loss_val, grad_norm
 
-    def _record(self, kind: str, tokens_per_s: float) -> dict:
-        """Validation now, as one metrics record; a validation loss too large for a perplexity stops the run."""
+    def _record(self, kind: str, tokens_per_s: float, **extra) -> dict:
+        """Validation now, as one metrics record (with `extra`'s keys); a validation loss too large for a perplexity
+        stops the run."""
         s = self.state
         what = {"start": "start", "epoch": f"end of epoch {s.epoch + 1}"}.get(kind, f"step {s.step}")
         val_loss, val_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "valid", what)
@@ -214,7 +218,7 @@ class Trainer:
             train_loss=train_loss, train_ppl=None if train_loss is None else exp_loss(train_loss), val_loss=val_loss,
             val_ppl=val_ppl, val_word_ppl=self.validator.per_unit("valid", val_loss)["word_ppl"],
             eval_dtype=self.runtime.eval_dtype, tokens_per_s=tokens_per_s,
-            wall_time=s.wall_time + time.time() - self._t0))
+            wall_time=s.wall_time + time.time() - self._t0, **extra))
 
     def _end_epoch(self, tokens_per_s: float) -> None:
         """Validation, the best checkpoint, early stopping (in the state), and a resumable checkpoint."""
@@ -242,6 +246,7 @@ class Trainer:
             test_loss, test_ppl = self.validator.loss(self.runtime.eval_model(self.model, self.train_model), "test",
                                                       "best weights")
         s.wall_time += time.time() - self._t0
+        first = next((r for r in self.metrics.records if r["kind"] == "start"), {})
         summary = dict(
             config=_config_dict(self.cfg), attention=self.cfg.model.attention, n_head=self.cfg.model.n_head,
             seed=self.cfg.train.seed, params=self.model.num_params(),
@@ -252,7 +257,10 @@ class Trainer:
             eval_dtype=self.runtime.eval_dtype, tokens_seen=s.tokens_seen,
             train_tokens_per_s=s.tokens_seen / max(s.train_time, 1e-9),
             wall_time_s=s.wall_time, started_from=self.init_source, **self.runtime.describe(),
-            torch=torch.__version__, machine=platform.machine())
+            torch=torch.__version__, machine=platform.machine(),
+            # the run's first start (its start record's; this process's where that record has none), this
+            # process's commit (a resumed run's start record keeps the first one's) and its end, UTC
+            started_at=first.get("started_at", self._began), finished_at=utc_now(), **self._source)
         self.metrics.save()
         self.ckpt.write_summary(summary)
         self.metrics.close()

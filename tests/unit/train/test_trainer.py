@@ -5,10 +5,14 @@ perplexity is that of the best-validation weights, and a finished run is not tra
 import copy
 import json
 import random
+import subprocess
+from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import iattention
 from helpers import tiny_overrides, write_corpus
 from iattention.checkpoint import state as ckpt
 from iattention.config import load_config
@@ -39,9 +43,11 @@ def run(tmp_path_factory):
     cfg = load_config("tiny", None, ov)
     before = cfg.to_dict()
     out = root / "run"
+    began = datetime.now().astimezone()
     summary = train(cfg, out, quiet=True)
+    ended = datetime.now().astimezone()
     assert cfg.to_dict() == before  # the caller's config is left as it was
-    return dict(cfg=cfg, out=out, summary=summary, paths=paths,
+    return dict(cfg=cfg, out=out, summary=summary, paths=paths, began=began, ended=ended,
                 metrics=[json.loads(x) for x in open(out / "metrics.jsonl")],
                 steps=[json.loads(x) for x in open(out / "steps.jsonl")])
 
@@ -56,6 +62,21 @@ def test_the_run_takes_every_whole_batch_of_every_epoch_and_logs_each_step(run):
     kinds = [(r["kind"], r["epoch"], r["step"]) for r in run["metrics"]]
     assert kinds == [("start", 0, 0)] + [("epoch", e, e * per_epoch) for e in range(1, EPOCHS + 1)]
     assert cfg.model.vocab_size == 0 and s["config"]["model"]["vocab_size"] == 256  # resolved in the record
+
+
+def test_the_run_s_files_say_when_it_ran_and_on_which_commit(run):
+    """The start record and the summary: UTC start (and end) times inside the run's own, and the commit of the
+    checkout the package runs from (None outside one), so a study's runs can be put in order (issue 65)."""
+    s, start = run["summary"], run["metrics"][0]
+    package = Path(iattention.__file__).resolve().parent  # the checkout the package runs from, if it is in one
+    head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
+    want = head.stdout.strip() if head.returncode == 0 else None
+    assert start["kind"] == "start" and start["commit"] == s["commit"] == want
+    assert isinstance(s["commit_dirty"], bool) if want else s["commit_dirty"] is None
+    when = [datetime.strptime(t, "%Y-%m-%dT%H:%M:%S%z") for t in (start["started_at"], s["started_at"],
+                                                                  s["finished_at"])]
+    assert start["started_at"] == s["started_at"] and all(t.tzinfo is not None for t in when)
+    assert run["began"].replace(microsecond=0) <= when[0] <= when[2] <= run["ended"]
 
 
 def test_each_step_s_learning_rate_is_the_schedule_s(run):
