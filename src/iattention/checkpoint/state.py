@@ -254,11 +254,47 @@ def check_finite(tensors: dict[str, torch.Tensor], source, fix: str) -> None:
             raise UserError(f"{source} holds non-finite weights ({int(bad.sum())} {kinds} value(s) in {k}); {fix}")
 
 
+# The structural tensors of every variant: a canonical layer's index buffers (rot_perm, k_perm, o_perm; the Llama
+# family's pass_perm, read as k_perm), each row along the last dimension a permutation of range(its length) whose
+# first entries are the fixed block (attention/canonical.py). Every other tensor is a float weight: a test checks
+# that every variant's model holds no other non-float tensor, so a new kind of structural tensor must be named here.
+STRUCTURAL = ("_perm",)
+
+
+def _not_a_permutation(v: torch.Tensor) -> str | None:
+    """Why `v` is not a permutation along its last dimension in every row, or None."""
+    if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool or v.dim() == 0:
+        return f"a {str(v.dtype).replace('torch.', '')} tensor of shape {list(v.shape)}, not integer indices"
+    n = v.shape[-1]
+    rows = v.reshape(-1, n).long()
+    for i, row in enumerate(rows):
+        outside = (row < 0) | (row >= n)
+        if bool(outside.any()):
+            return f"row {i} holds {int(row[outside][0])}, outside 0..{n - 1}"
+        counts = torch.bincount(row, minlength=n)
+        if bool((counts != 1).any()):
+            twice, gone = int(counts.argmax()), int(counts.argmin())
+            return f"row {i} repeats {twice} ({int(counts[twice])} times) and lacks {gone}"
+    return None
+
+
+def check_structure(tensors: dict[str, torch.Tensor], source) -> None:
+    """Refuse a structural tensor (STRUCTURAL) that is not a permutation in every row, naming it: an entry out of
+    range is a traceback wherever the layer is assembled, a repeated one silently another model."""
+    for k, v in tensors.items():
+        if torch.is_tensor(v) and k.endswith(STRUCTURAL) and (problem := _not_a_permutation(v)) is not None:
+            raise UserError(f"{source} holds a damaged {k} ({problem}; each row must be a permutation of the layer's "
+                            "indices): the file was damaged or edited; use another checkpoint (a run's last or "
+                            "best), or convert or train again")
+
+
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
-    """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py)."""
+    """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py): every
+    weight finite, every structural tensor a permutation (check_structure), each of the model's dtype."""
     state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
+    check_structure(state, f"checkpoint {path}")
     state.setdefault(TIED, state.get(EMBEDDING))  # a tied head is its embedding (an untied one was saved in full)
     own = model.state_dict()
     for k, v in state.items():  # load_state_dict would cast silently: an fp16 or int64 file is another model

@@ -319,3 +319,27 @@ def test_a_gpt2_folder_is_refused_in_one_line_not_streamed(tmp_path):
     with pytest.raises(UserError, match="GPT-2 model, which converts whole"):
         stream.hf_to_ours(tmp_path / "hf", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["out-of-range", "repeated"])
+def test_a_damaged_structural_tensor_in_a_streamed_folder_is_one_line_and_nothing_written(tmp_path, kind):
+    """The streamed --to hf reads a canonical folder a layer at a time: a pivot row or permutation out of range was
+    a traceback, a repeated entry another model written silently. Checked as read (checkpoint/state.py's
+    check_structure, the loader's own check), before anything is written."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    path = tmp_path / "c" / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    names = [k for k in tensors if k.endswith("_perm")]
+    assert {k.rsplit(".", 1)[-1] for k in names} == {"rot_perm", "o_perm"}  # Llama: every dim rotary, no k_perm
+    for name in names:
+        bad = tensors[name].clone()
+        n = bad.shape[-1]
+        bad.view(-1, n)[0, 1] = n + 3 if kind == "out-of-range" else bad.view(-1, n)[0, 0]
+        save_file({**tensors, name: bad}, str(path), metadata=metadata)
+        with pytest.raises(UserError) as err:
+            stream.ours_to_hf(tmp_path / "c", tmp_path / "back", say=quiet)
+        tells(err, str(tmp_path / "c"), name, "permutation", "use another checkpoint")
+        assert "\n" not in str(err.value) and not (tmp_path / "back").exists()
