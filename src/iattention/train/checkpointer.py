@@ -155,7 +155,7 @@ class Checkpointer:
 
     def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int = 0) -> Start:
         path = self.folder / LAST
-        meta = ckpt.read_meta(path)
+        meta, tensors = ckpt.read_checkpoint(path)  # one version of the file (another process may be writing it)
         diff = config_mismatch(meta.get("config"), self.config)
         # an extension: this resume's, or one cut off before its first checkpoint (its config.yaml was written,
         # so the folder's config is this one already and check_for sees no extension)
@@ -164,7 +164,6 @@ class Checkpointer:
                             "run's own config or choose another --out")
         self.extending = self.extending or bool(diff)
         self._check_fingerprints(path, meta)
-        tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(model, tensors, path)
         ckpt.load_optimizer_state(optimizer, tensors, meta, path)
         state = ckpt.read_state(path, meta, TrainState)
@@ -244,8 +243,9 @@ class Checkpointer:
         """The best-validation weights into `model` (absent only if no validation loss was ever finite)."""
         best = self.folder / BEST
         if best.exists():
-            self.folder.check_checkpoint(best, ckpt.read_meta(best))
-            ckpt.load_model_state(model, ckpt.load_tensors(best), best)
+            meta, tensors = ckpt.read_checkpoint(best)
+            self.folder.check_checkpoint(best, meta)
+            ckpt.load_model_state(model, tensors, best)
 
     def last_good(self) -> str:
         """Where a stopped run can be taken up again, for its error message."""

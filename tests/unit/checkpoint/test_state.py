@@ -611,3 +611,61 @@ def test_every_tensor_of_every_variant_is_a_float_weight_or_a_checked_structural
         model = make_model(dtype=torch.float32, attention=variant, canonical_halves=half, **kw)
         for k, v in ckpt.model_tensors(model).items():
             assert v.is_floating_point() or k.endswith(ckpt.STRUCTURAL), (variant, family, half, k, v.dtype)
+
+
+# A live run's checkpoint writes, as fast as they come: each version replaces the file atomically (utils/atomic.py,
+# as save_checkpoint does), two versions of different shapes in turn. Prints "ready" once the file exists.
+_REPLACER = """
+import sys
+from pathlib import Path
+from iattention.utils.atomic import write_bytes
+target, versions = Path(sys.argv[1]), [Path(p).read_bytes() for p in sys.argv[2:]]
+write_bytes(target, versions[0])
+print("ready", flush=True)
+for i in range(10**7):  # until the test kills it (bounded all the same)
+    write_bytes(target, versions[i % len(versions)])
+"""
+
+
+@pytest.mark.parametrize("how", ["the open file by name", "its bytes"])
+def test_a_checkpoint_read_while_a_live_run_replaces_it_is_one_whole_version(tmp_path, monkeypatch, how):
+    """A run rewrites last.safetensors while eval, generate, convert, inspect, --init-from or a resume reads it:
+    safetensors' load_file mapped the file by its name a second time ("size ... is smaller than the required
+    mapping size", a traceback), and the metadata and the tensors were read in two opens (a model built from one
+    version, its weights from the other). Every reader goes through read_checkpoint / load_tensors (one open, one
+    version: load_model for eval, generate, convert, inspect and --init-from; the resume's _load_last). Under the
+    race: a bounded number of reads, each whole and of one version; no sleeps. Both ways of reading the open file:
+    safetensors mapping it by a name that is that file (/proc/self/fd/N), and, where a system has no such name,
+    its bytes read once."""
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+    from iattention.interop.load import load_model
+
+    if how == "its bytes":
+        monkeypatch.setattr(ckpt, "_open_file_path", lambda fd: None)
+    versions = []
+    for n_layer in (1, 3):  # shapes differ: tensors of one version never load into the other's model
+        model = make_model(dtype=torch.float32, n_layer=n_layer)
+        path = tmp_path / f"v{n_layer}.safetensors"
+        ckpt.save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}, "state": {"step": n_layer}})
+        versions.append(path)
+    target = tmp_path / "run" / "last.safetensors"
+    writer = subprocess.Popen([sys.executable, "-c", _REPLACER, str(target), *map(str, versions)],
+                              stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    counts, steps = set(), set()
+    try:
+        assert writer.stdout.readline() == "ready\n"  # the file exists and is being replaced from now on
+        for _ in range(2000):  # load_file failed here about 1 read in 200
+            counts.add(len(ckpt.load_tensors(target)))
+        for _ in range(200):  # a two-open read mixed versions far more often
+            model, meta = load_model(target)
+            assert model.config.n_layer == meta["state"]["step"]
+            meta, tensors = ckpt.read_checkpoint(target)
+            assert sum(k.endswith("ln_1.weight") for k in tensors) == meta["state"]["step"]
+            steps.add(meta["state"]["step"])
+    finally:
+        writer.kill()
+        writer.wait()
+    assert len(counts) == 2 and steps == {1, 3}  # both versions were read while the writer ran
