@@ -21,6 +21,7 @@ from iattention.data.tokenizers import (
     kept_copy,
     load_tokenizer,
     tokenizer_from_file,
+    tokenizer_identities,
     tokenizer_identity,
 )
 from iattention.errors import UserError
@@ -225,7 +226,7 @@ def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, overr
     if override and override != (data or {}).get("tokenizer"):
         return
     now = tokenizer_identity(tok)
-    if now != recorded:
+    if recorded not in tokenizer_identities(tok):  # an hf:FOLDER checkpoint of before issue 67: its older identity
         raise UserError(f"{source} was trained with tokenizer {recorded}, but the tokenizer found for it is {now} "
                         "(a tokenizer.json or data spec beside it, or the train data of a bpe:N tokenizer, changed "
                         f"since); restore the model's own tokenizer.json and data spec, or pass {flag} to use "

@@ -16,7 +16,16 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends
-from iattention.data.tokenizers import Tokenizer, keep_hf_tokenizer, save_tokenizer_file, tokenizer_identity
+from iattention.data.tokenizers import (
+    HFFolderTokenizer,
+    Tokenizer,
+    hf_tokenizer_changes,
+    keep_hf_tokenizer,
+    kept_copy,
+    save_tokenizer_file,
+    tokenizer_identities,
+    tokenizer_identity,
+)
 from iattention.errors import UserError
 from iattention.train.distributed import DistContext
 from iattention.train.init_from import load_initial_weights
@@ -83,6 +92,8 @@ class Checkpointer:
         self._tokenizer = tokenizer
         self.total_steps, self.budget = total_steps, budget
         self.extending = self.folder.check_for(config, self.resume)
+        if self.resume:
+            self._check_folder_tokenizer()
         if budget and self.extending and (self.folder / LAST).exists():
             reached = ckpt.read_meta(self.folder / LAST).get("state", {}).get("step", 0)
             if isinstance(reached, int) and reached >= total_steps:
@@ -94,7 +105,7 @@ class Checkpointer:
             budgeted = bool(budget) and not budget.startswith("train.epochs=")
             finished = self.folder.finished(config["train"]["epochs"], total_steps if budgeted else None)
             if finished is not None:
-                if self.ctx.is_main and self._recorded_tokenizer() == self.tokenizer:
+                if self.ctx.is_main and self._recorded_tokenizer() in tokenizer_identities(tokenizer):
                     self._keep_tokenizer()  # a finished run made before the copy gets one too
                 return finished
             self.extending = True  # a summary of fewer epochs: an extension that died before dropping it
@@ -145,6 +156,30 @@ class Checkpointer:
                 except UserError:
                     return None
         return None
+
+    def _check_folder_tokenizer(self) -> None:
+        """A run on hf:FOLDER keeps the tokenizer it started with (HF_KEPT, never replaced): a resume whose FOLDER
+        now holds other tokenizer files (an added_tokens.json, a chat template, ...) would train, and the run be
+        scored, with another tokenizer, so it is refused, naming the files, whatever the token cache holds. A run
+        without a copy (from before runs kept one, or none could be made) is checked against the identity its
+        checkpoint recorded."""
+        tok = self._tokenizer
+        if tok is None or not isinstance(tok._impl, HFFolderTokenizer) or tok._impl.folder is None:
+            return
+        folder, fix = tok._impl.folder, "or start a new run in another --out"
+        kept = kept_copy(self.folder.path)
+        if kept is not None:
+            changed = hf_tokenizer_changes(kept, folder)
+            if changed:
+                raise UserError(f"tokenizer {tok.name}: {', '.join(changed)} in {folder} changed since the run in "
+                                f"{self.out} started (it keeps the tokenizer it started with in {kept}); restore "
+                                f"{'that file' if len(changed) == 1 else 'those files'} from there, {fix}")
+            return
+        recorded = self._recorded_tokenizer()
+        if recorded and recorded not in tokenizer_identities(tok):
+            raise UserError(f"tokenizer {tok.name}: the tokenizer files in {folder} changed since the run in "
+                            f"{self.out} started (its checkpoint records tokenizer {recorded}, they read as "
+                            f"{self.tokenizer} now); restore them, {fix}")
 
     def _keep_tokenizer(self) -> None:
         """An hf:FOLDER run keeps a checked copy of FOLDER's tokenizer (data/tokenizers.py, keep_hf_tokenizer):
