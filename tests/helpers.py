@@ -162,6 +162,35 @@ SWEEP_RUN = "standard-h2-s0"  # the one run of `sweep --arms standard --heads 2 
 SRC = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "src"))
 
 
+def wait_until(reached, proc=None, what: str = "the moment waited for"):
+    """Poll `reached()` until it returns something true, and return that: the way a test synchronises with another
+    process on a file it writes or a state it reaches. No deadline (a busy machine is only slower, never a failure:
+    CI's own timeout stops a real hang); when `proc` exits first, fail at once, with its stderr if it was piped.
+    The poll interval decides nothing but how often to look."""
+    import time
+
+    while not (value := reached()):
+        if proc is not None and proc.poll() is not None:
+            err = proc.stderr.read() if getattr(proc, "stderr", None) else ""
+            raise AssertionError(f"the process exited ({proc.returncode}) before {what}: {str(err)[-2000:]}")
+        time.sleep(0.01)
+    return value
+
+
+def lines_of(path) -> int:
+    """How many whole lines the file at `path` holds (0 if it does not exist): a log's progress."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_lines(path, n: int, proc) -> None:
+    """Until the log at `path` holds `n` lines, or `proc` (the process writing it) has ended: a moment of a run
+    counted in its steps, the same on a busy machine as on an idle one."""
+    wait_until(lambda: lines_of(path) >= n or proc.poll() is not None)
+
+
 def subprocess_env(**extra) -> dict:
     """os.environ with src/ first on PYTHONPATH (a child `python -m iattention` imports this checkout)."""
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -5,12 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from helpers import subprocess_env as _env
-from helpers import tiny_overrides, write_corpus
+from helpers import tiny_overrides, wait_until, write_corpus
 from iattention.errors import UserError
 
 
@@ -113,23 +112,53 @@ def test_many_processes_filling_one_cold_cache_all_read_the_right_tokens(tmp_pat
 
 
 # ------------------------------------------------------------------ signals
-@pytest.mark.parametrize("delay", [0.1, 0.25, 0.5, 0.8, 1.2, 2.0, 3.0])
-def test_ctrl_c_at_any_moment_of_start_up_is_interrupted_130(tmp_path, delay):
-    """Ctrl-C in the first seconds of any command (while `import torch` runs) printed a KeyboardInterrupt
-    traceback: the package imported torch before main() handled signals. SIGINT at each delay must give
-    `iattn: interrupted` and 130 (the command: a long training, so it is still running at every delay)."""
-    import signal
-    import time
+# Moments of start-up, each a line the process prints on reaching it (`python -X importtime`: a module's line comes
+# once its import has run): the package itself (its first statement installs the Ctrl-C handler), the command line's
+# package, numpy and torch being imported, the whole command line imported (main runs), the training under way.
+TRAINING = "eval valid (start)"
+MOMENTS = ["iattention", "iattention.cli", "numpy", "torch", "iattention.cli.app", TRAINING]
 
+
+def _reached(line: str, moment: str) -> bool:
+    if moment == TRAINING:
+        return line.startswith(TRAINING)
+    return line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == moment
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_ctrl_c_at_any_moment_of_start_up_is_interrupted_130(tmp_path, moment):
+    """Ctrl-C in the first seconds of any command (while `import torch` runs) printed a KeyboardInterrupt
+    traceback: the package imported torch before main() handled signals; then, under load, one arriving while
+    iattention/cli/__init__.py still imported `signal` did (the handler is now the package's first statement).
+    SIGINT as the process reaches each moment (read from its own output: no delay, so no machine is too slow or
+    too fast for it) must give `iattn: interrupted` and 130 (the command: a long training, still running)."""
     paths = write_corpus(tmp_path)
     ov = tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1000})
-    proc = subprocess.Popen([sys.executable, "-m", "iattention", "train", "--preset", "tiny", "--quiet", *ov, "--out",
-                             str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == "iattn: interrupted", err[-3000:]
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "iattention", "train", "--preset", "tiny", *ov,
+                             "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=_env())
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if _reached(line, moment) or _reached(line, TRAINING):
+                break
+        assert _reached(seen[-1], moment), f"the process never reached {moment!r}: {''.join(seen[-5:])}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    said = [x for x in ("".join(seen) + err).splitlines() if not x.startswith("import time:")]
+    assert proc.returncode == 130 and not any("Traceback" in x for x in said), said[-40:]
+    assert said[-1] == "iattn: interrupted", said[-40:]
+
+
+def test_importing_the_package_as_a_library_leaves_ctrl_c_alone():
+    """The start-up handler is the command line's (`iattn`, `python -m iattention`): `import iattention` from Python
+    or a notebook keeps Python's KeyboardInterrupt."""
+    code = ("import signal, iattention.cli; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env()).stdout == "True\n"
 
 
 def test_an_interrupt_after_a_caught_one_inside_exec_still_exits_130(tmp_path):
@@ -168,16 +197,6 @@ sys.exit(main())
         proc.stderr
 
 
-def _wait_for(predicate, timeout=90.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.slow
 def test_sigterm_to_a_sweep_stops_its_training_child(corpus, tmp_path):
     """Before: `kill -TERM <sweep pid>` orphaned the child, which kept training and holding the lock
@@ -189,7 +208,7 @@ def test_sigterm_to_a_sweep_stops_its_training_child(corpus, tmp_path):
     sweep = subprocess.Popen([sys.executable, "-m", "iattention", "sweep", "--preset", "tiny", "--arms", "standard",
                               "--heads", "2", "--seeds", "0", "--out", str(out), *corpus["ov"], "train.epochs=200"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env())
-    child = int(_wait_for(lambda: holder(run)))
+    child = int(wait_until(lambda: holder(run), sweep, "its training child held the run"))
     sweep.send_signal(signal.SIGTERM)
     try:
         _, err = sweep.communicate(timeout=60)
@@ -212,7 +231,6 @@ def test_a_sweep_on_submitit_s_local_executor_stops_without_a_traceback(tmp_path
     KeyboardInterrupt traceback from submitit's controller first (it was cancelled with SIGINT). Now the
     controller never sees a SIGINT: the sweep cancels it with SIGTERM, passed on to the training."""
     import signal
-    import time
 
     pytest.importorskip("submitit")
     paths = write_corpus(tmp_path)
@@ -221,9 +239,7 @@ def test_a_sweep_on_submitit_s_local_executor_stops_without_a_traceback(tmp_path
                              "--heads", "2", "--seeds", "0", "--out", str(out), "--launcher", "submitit",
                              *tiny_overrides(paths, tmp_path / "cache", **{"train.epochs": 1000})],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not (out / "standard-h2-s0" / "metrics.jsonl").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until((out / "standard-h2-s0" / "metrics.jsonl").exists, proc, "the training wrote its first record")
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     if how.startswith("SIGTERM"):
         proc.send_signal(signal.SIGTERM)
@@ -232,15 +248,15 @@ def test_a_sweep_on_submitit_s_local_executor_stops_without_a_traceback(tmp_path
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err[-3000:]
     assert proc.returncode == (143 if how.startswith("SIGTERM") else 130), err[-3000:]
-    deadline = time.monotonic() + 30  # the group's last process gone (a leftover training runs for 1000 epochs)
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:  # the group's last process (a leftover training would run for 1000 epochs)
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    with pytest.raises(ProcessLookupError):  # no controller or training left behind
-        os.killpg(proc.pid, 0)
+            return True
+        return False
+
+    wait_until(gone, what="no controller or training left behind")
 
 
 # ------------------------------------------------------------------ a closed pipe

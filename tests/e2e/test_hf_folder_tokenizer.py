@@ -256,9 +256,10 @@ def _run_on_folder_tokenizer(tmp_path, folder, *extra):
 def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folder(tmp_path, capsys):
     """A run on hf:FOLDER keeps a copy of FOLDER's tokenizer files (hf-tokenizer/, added_tokens.json too, which
     transformers reads), so eval, generate and convert --to hf of the run work, alike, once FOLDER has moved
-    (before: 'holds no tokenizer.json'). A copy that no longer reads as the run's tokenizer is replaced by a
-    resume, and is written only after a resume's checks; a symlink named hf-tokenizer is never written through
-    nor read."""
+    (before: 'holds no tokenizer.json'). The copy is written only after a resume's checks; a symlink named
+    hf-tokenizer is never written through nor read. The copy is the run's tokenizer from its start: a resume never
+    replaces it, and a FOLDER whose tokenizer files changed since is refused in one line naming them, whatever the
+    token cache holds."""
     import shutil
 
     from iattention.data.tokenizers import HF_KEPT
@@ -318,18 +319,33 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
     assert json.loads((tmp_path / "exp2" / "config.json").read_text())["eos_token_id"] == eos  # kept on the way
     shutil.move(tmp_path / "moved", folder)
 
-    # a copy that reads otherwise (here: a changed special token) is replaced by a resume, after its checks
-    config = kept / "tokenizer_config.json"
-    original = config.read_bytes()
-    config.write_text(json.dumps({**json.loads(original), "eos_token": "<zork>"}))
-    tampered = config.read_bytes()
-    rc = _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
-                                  "train.max_steps=5", "model.n_layer=3")  # another model: refused
-    assert rc != 0 and config.read_bytes() == tampered
+    # the copy is the run's tokenizer, fixed when it started: a resume never replaces it, and one whose FOLDER now
+    # reads otherwise (added_tokens.json: another token under the same id, as transformers reads it) is refused in
+    # one line naming the file, with a warm token cache or a cold one (a warm one trained on, and eval then scored
+    # the run with FOLDER's new tokenizer: 795 tokens instead of 547)
+    added, kept_files = folder / "added_tokens.json", {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()}
+    original = added.read_bytes()
+    added.write_text(json.dumps({"<frob>": size}))
+    capsys.readouterr()
+    for cache in ("warm", "cold"):
+        if cache == "cold":
+            shutil.rmtree(tmp_path / "c")
+        rc = _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
+                                      "train.max_steps=5")
+        one_line_error(capsys, rc, "added_tokens.json", str(folder), "changed since the run", str(kept), "restore")
+        assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == kept_files
+    added.write_bytes(original)
+    rc = _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume", "train.max_steps=5",
+                                  "model.n_layer=3")  # another model: refused, the copy as it was
+    assert rc != 0 and {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == kept_files
     capsys.readouterr()
     assert _run_on_folder_tokenizer(tmp_path, folder, f"model.vocab_size={size + 1}", "--resume",
                                     "train.max_steps=5") == 0
-    assert config.read_bytes() == original and not [p for p in run.iterdir() if ".iattn-" in p.name]
+    assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == kept_files
+    assert not [p for p in run.iterdir() if ".iattn-" in p.name]
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == before["tokens"]
 
     # a symlink in its place: left as it is, its target untouched, never read as the run's tokenizer
     shutil.rmtree(kept)
@@ -364,8 +380,7 @@ def test_a_run_on_a_folder_tokenizer_keeps_a_checked_copy_and_outlives_the_folde
 
 def test_a_copy_that_does_not_read_as_the_tokenizer_is_not_kept(tmp_path, monkeypatch):
     """The copy is read back and compared before it is kept: with a file transformers reads left out of the
-    copy (added_tokens.json: its identity, a hash of three files, is the same), nothing is kept, nothing is
-    left behind, and the reason is given."""
+    copy (added_tokens.json), nothing is kept, nothing is left behind, and the reason is given."""
     from iattention.data import DataConfig
     from iattention.data import tokenizers as toks
 
@@ -383,6 +398,7 @@ def test_a_copy_that_does_not_read_as_the_tokenizer_is_not_kept(tmp_path, monkey
     why = toks.keep_hf_tokenizer(tok, tmp_path / "run2")
     assert "does not read as the tokenizer the run uses" in why and not list((tmp_path / "run2").iterdir())
     # what is compared beyond identity and size: the pipeline (here a normalizer set in memory, files unchanged)
+    monkeypatch.undo()  # every file counted again
     other = toks.load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
     assert toks.same_hf_tokenizer(other, tok)
     other._impl.tok.backend_tokenizer.normalizer = __import__("tokenizers").normalizers.Lowercase()

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from helpers import tiny_overrides, write_corpus
+from helpers import lines_of, tiny_overrides, wait_for_lines, wait_until, write_corpus
 from iattention.cli import main
 from iattention.train import load_config, train
 
@@ -49,12 +49,10 @@ def test_sigkill_resume_harness_matches_uninterrupted(tmp_path):
         env = dict(os.environ)
         if fault == "random":
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            before = (out / "steps.jsonl").stat().st_mtime_ns if (out / "steps.jsonl").exists() else 0
-            deadline = time.time() + 60
-            while time.time() < deadline and proc.poll() is None and (
-                    not (out / "steps.jsonl").exists() or (out / "steps.jsonl").stat().st_mtime_ns == before):
-                time.sleep(0.01)  # wait until training is under way again
-            time.sleep(rng.uniform(0.0, 0.5))
+            # killed at a random moment of its training, counted in steps (not seconds: the same moments on a
+            # busy machine): once it has logged 1 to 4 steps more than it had
+            before, more = lines_of(out / "steps.jsonl"), rng.randint(1, 4)
+            wait_for_lines(out / "steps.jsonl", before + more, proc)
             proc.send_signal(signal.SIGKILL)
             code = proc.wait()
         else:
@@ -87,9 +85,7 @@ def test_interrupted_sweep_loses_and_duplicates_nothing(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     first = tmp_path / "sw" / "standard-h2-s0" / "summary.json"
     second = tmp_path / "sw" / "canonical-h2-s0"  # the grid is seed-major: the second run to train
-    deadline = time.time() + 300
-    while not (second / "last.safetensors").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)  # polling the file: the second run has checkpointed its first epoch of two
+    wait_until((second / "last.safetensors").exists, proc, "the second run checkpointed its first epoch of two")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert first.exists() and (second / "last.safetensors").exists()
@@ -210,9 +206,7 @@ def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_ov
     out = tmp_path / "run"
     cmd = [*CLI, "train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov]
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 120
-    while not (out / "config.yaml").exists() and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until((out / "config.yaml").exists, first, "the first run wrote its config")
     second = subprocess.run(cmd, capture_output=True, text=True)
     assert second.returncode == 2
     assert second.stderr.strip() == (f"iattn: error: run folder {out} is in use by another process (pid "
@@ -220,9 +214,7 @@ def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_ov
     from iattention.utils.lock import holder
 
     assert holder(out) == str(first.pid)
-    deadline = time.time() + 120
-    while not (out / "last.safetensors").exists() and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until((out / "last.safetensors").exists, first, "the first run wrote a checkpoint")
     evals = [subprocess.run([*CLI, "eval", str(out / "last.safetensors"), "--split", "valid", "--json"],
                             capture_output=True, text=True) for _ in range(2)]  # while checkpoints are rewritten
     for ev in evals:
@@ -233,9 +225,7 @@ def test_second_process_on_a_run_folder_is_refused_and_a_dead_holder_is_taken_ov
     assert holder(out) is None  # the kernel released the dead holder's lock
     third = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
-    deadline = time.time() + 120
-    while holder(out) != str(third.pid) and third.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: holder(out) == str(third.pid) or third.poll() is not None)
     taken = holder(out) == str(third.pid)
     os.killpg(third.pid, signal.SIGKILL)
     third.wait()
@@ -324,12 +314,9 @@ def test_logs_under_random_sigkills_hold_whole_records_and_a_follower_keeps_the_
                         log.write(TORN)
             starting()
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            before = len((out / "steps.jsonl").read_bytes()) if (out / "steps.jsonl").exists() else -1
-            deadline = time.time() + 120
-            while time.time() < deadline and proc.poll() is None and (
-                    not (out / "steps.jsonl").exists() or len((out / "steps.jsonl").read_bytes()) <= before):
-                time.sleep(0.005)  # training under way again: a step appended since
-            time.sleep(rng.uniform(0.0, 0.4))
+            # training under way again, then killed at a random moment counted in steps (1 to 3 more logged)
+            before, more = lines_of(out / "steps.jsonl"), rng.randint(1, 3)
+            wait_for_lines(out / "steps.jsonl", before + more, proc)
             state["kills"] += 1
             proc.send_signal(signal.SIGKILL)
             kills += proc.wait() == -signal.SIGKILL

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from helpers import shared_data_dir, tiny_overrides, write_corpus
+from helpers import lines_of, shared_data_dir, tiny_overrides, wait_until, write_corpus
 from iattention.attention.registry import variant_names
 from iattention.errors import UserError
 from iattention.interop.load import load_model
@@ -79,9 +78,7 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     ref = train(load_config("tiny", None, ov), tmp_path / "ref", quiet=True)
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov))
-    deadline = time.time() + 60
-    while not (out / "last.safetensors").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
+    wait_until((out / "last.safetensors").exists, proc, "its first checkpoint")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     res = subprocess.run(_cli("train", "--preset", "tiny", "--out", str(out), "--resume", "--quiet", *ov),
@@ -503,11 +500,7 @@ def test_ctrl_c_mid_epoch_keeps_the_steps_and_says_how_to_keep_mid_epoch_progres
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli("train", "--preset", "tiny", "--out", str(out), "--quiet", *ov),
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while proc.poll() is None and time.time() < deadline:
-        if (out / "steps.jsonl").exists() and len((out / "steps.jsonl").read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.01)
+    wait_until(lambda: lines_of(out / "steps.jsonl") >= 3, proc, "its log held 3 steps")
     seen = _steps(out)
     assert len(seen) >= 3 and proc.poll() is None
     proc.send_signal(signal.SIGINT)

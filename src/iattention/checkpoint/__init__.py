@@ -6,10 +6,11 @@ from iattention.checkpoint.state import (
     load_model_state,
     load_optimizer_state,
     load_tensors,
+    read_checkpoint,
     read_meta,
     read_state,
     save_checkpoint,
 )
 
-__all__ = ["RunFolder", "load_model_state", "load_optimizer_state", "load_tensors", "read_meta", "read_state",
-           "save_checkpoint"]
+__all__ = ["RunFolder", "load_model_state", "load_optimizer_state", "load_tensors", "read_checkpoint", "read_meta",
+           "read_state", "save_checkpoint"]

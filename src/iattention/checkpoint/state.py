@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load as load_bytes
+from safetensors.torch import load_file, save_file
 
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys
 from iattention.errors import UserError
@@ -86,16 +88,22 @@ def _reading(path: Path):
 
 
 def read_meta(path: str | Path) -> dict:
+    """A checkpoint's metadata, read with plain reads through one open (_read_once): safetensors' safe_open maps the
+    file by its name a second time, which a live run's replacement in between makes a traceback."""
     path = Path(path)
-    check_declared_size(path)  # before safetensors maps the file into memory
-    with _reading(path), safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get("iattention")
+    with _reading(path):
+        metadata, _ = _read_once(path, tensors=False)
+    return _meta_of(path, metadata.get("iattention"))
+
+
+def _meta_of(path: Path, raw) -> dict:
+    """A checkpoint's metadata, from the text its header holds under "iattention", checked (_check_meta)."""
     if not raw:
         raise UserError(f"{path} is a safetensors file but not an iattention checkpoint; "
                         "convert it with `iattn convert`")
     try:
         meta = json.loads(raw)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, TypeError):  # TypeError: a crafted header's value that is not text
         meta = None
     if not isinstance(meta, dict):
         raise UserError(f"checkpoint {path} has corrupt metadata (not a JSON object); resume from another "
@@ -201,9 +209,14 @@ def check_declared_size(path: Path) -> None:
     memory this process can still allocate. Only the header is read, with plain reads: safetensors maps the
     whole file into memory first, which a process under a memory limit (prlimit --as) cannot do for a
     16 GiB declaration (MemoryError)."""
-    with _reading(path):
-        declared = sum(math.prod(t["shape"]) * _BYTES.get(t["dtype"], 8) for t in _header_tensors(path))
-    st = path.stat()
+    with _reading(path), open(path, "rb") as f:
+        tensors = _header_tensors(f, path.stat().st_size)
+    _check_declared(path, tensors, path.stat())
+
+
+def _check_declared(path: Path, tensors: list[dict], st: os.stat_result) -> None:
+    """check_declared_size's test, of the header entries `tensors` of a file whose stat is `st`."""
+    declared = sum(math.prod(t["shape"]) * _BYTES.get(t["dtype"], 8) for t in tensors)
     held = st.st_blocks * 512 if getattr(st, "st_blocks", 0) else st.st_size  # allocated bytes, holes excluded
     gib = 2**30
     if declared > 2 * held + 2**20:
@@ -218,19 +231,24 @@ def check_declared_size(path: Path) -> None:
 _MAX_HEADER = 100_000_000  # bytes: safetensors' own limit on a header
 
 
-def _header_tensors(path: Path) -> list[dict]:
-    """The tensor entries of a safetensors header ({"dtype", "shape", ...}), read with plain reads; a file
-    that cannot hold its header is a ValueError (reported by `_reading` as corrupt or truncated)."""
-    with open(path, "rb") as f:
-        length = f.read(8)
-        if len(length) < 8:
-            raise ValueError("shorter than a safetensors header")
-        n = int.from_bytes(length, "little")
-        if n > min(_MAX_HEADER, path.stat().st_size - 8):
-            raise ValueError(f"header length {n} is beyond the file")
-        header = json.loads(f.read(n))
+def _read_header(f, size: int) -> dict:
+    """The header of the safetensors file open as `f` (at its start), `size` bytes long, read with plain reads; a
+    file that cannot hold its header is a ValueError (reported by `_reading` as corrupt or truncated)."""
+    length = f.read(8)
+    if len(length) < 8:
+        raise ValueError("shorter than a safetensors header")
+    n = int.from_bytes(length, "little")
+    if n > min(_MAX_HEADER, size - 8):
+        raise ValueError(f"header length {n} is beyond the file")
+    header = json.loads(f.read(n))
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
+    return header
+
+
+def _header_tensors(f, size: int, header: dict | None = None) -> list[dict]:
+    """The tensor entries of a safetensors header ({"dtype", "shape", ...}: `header`, else read from `f`)."""
+    header = _read_header(f, size) if header is None else header
     tensors = [t for k, t in header.items() if k != "__metadata__"]
     if not all(isinstance(t, dict) and isinstance(t.get("shape"), list) and isinstance(t.get("dtype"), str)
                and all(isinstance(d, int) and d >= 0 for d in t["shape"]) for t in tensors):
@@ -238,10 +256,80 @@ def _header_tensors(path: Path) -> list[dict]:
     return tensors
 
 
+def _check_layout(header: dict, tensors: list[dict], data_bytes: int) -> None:
+    """The tensors' byte ranges tile the data exactly, each as long as its dtype and shape make it, as safetensors
+    itself checks when it opens a file (a truncated or crafted file is a ValueError)."""
+    spans = []
+    for t in tensors:
+        offsets = t.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise ValueError("header has a tensor entry without its data offsets")
+        size = math.prod(t["shape"]) * _BYTES[t["dtype"]] if t["dtype"] in _BYTES else None
+        if not 0 <= offsets[0] <= offsets[1] or size is not None and offsets[1] - offsets[0] != size:
+            raise ValueError(f"a tensor's data offsets {offsets} do not fit its dtype and shape")
+        spans.append(offsets)
+    end = 0
+    for start, stop in sorted(spans):
+        if start != end:
+            raise ValueError("the tensors' data does not tile the file")
+        end = stop
+    if end != data_bytes:
+        raise ValueError(f"the header accounts for {end} bytes of data, the file holds {data_bytes}")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError("the header's metadata is not a map of text")
+
+
+def _open_file_path(fd: int) -> str | None:
+    """A name of the file open as `fd` that opens that very file again, whatever has been renamed over its own name
+    since (/proc/self/fd/N on Linux, /dev/fd/N on macOS); None where the system has neither."""
+    for name in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}"):
+        if os.path.exists(name):
+            return name
+    return None
+
+
+def _read_once(path: Path, tensors: bool = True) -> tuple[dict, dict[str, torch.Tensor] | None]:
+    """(header metadata, the tensors, or None when not `tensors`) of one version of the file: opened once, its
+    header's declared size checked against what this open file holds and against free memory before the tensors are
+    read, all from that open file. A live run replaces its checkpoints by rename (utils/atomic.py), so an open file
+    stays the whole version it was. safetensors' safe_open and load_file map the file by its name a second time
+    (after reading its header), which a replacement in between makes another file ("size ... is smaller than the
+    required mapping size"), and a read_meta then load_tensors of one path may read two versions (issue 67): here
+    safetensors reads the open file by a name that is that file (_open_file_path), mapped as before (no second
+    copy in memory); where the system gives none, the file's bytes, read once, are parsed. The caller holds
+    `_reading`."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        header = _read_header(f, st.st_size)
+        entries = _header_tensors(f, st.st_size, header)
+        _check_declared(path, entries, st)
+        if not tensors:  # what safetensors would refuse on opening it, refused here (the metadata alone is read)
+            _check_layout(header, entries, st.st_size - f.tell())
+            loaded = None
+        elif (name := _open_file_path(f.fileno())) is not None:
+            loaded = load_file(name)
+        else:
+            f.seek(0)
+            loaded = load_bytes(f.read())
+    metadata = header.get("__metadata__")
+    return metadata if isinstance(metadata, dict) else {}, loaded
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(metadata, tensors) of a checkpoint, both of one version of the file (_read_once): what every reader of a
+    file that a live run may replace uses (eval, generate, convert, inspect, --init-from, a resume)."""
+    path = Path(path)
+    with _reading(path):
+        metadata, tensors = _read_once(path)
+    return _meta_of(path, metadata.get("iattention")), tensors
+
+
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    check_declared_size(Path(path))
-    with _reading(Path(path)):
-        return load_file(str(path))
+    """The tensors of a safetensors file (one version of it: _read_once), ours or not (a shard)."""
+    path = Path(path)
+    with _reading(path):
+        return _read_once(path)[1]
 
 
 def check_finite(tensors: dict[str, torch.Tensor], source, fix: str) -> None:
@@ -254,11 +342,47 @@ def check_finite(tensors: dict[str, torch.Tensor], source, fix: str) -> None:
             raise UserError(f"{source} holds non-finite weights ({int(bad.sum())} {kinds} value(s) in {k}); {fix}")
 
 
+# The structural tensors of every variant: a canonical layer's index buffers (rot_perm, k_perm, o_perm; the Llama
+# family's pass_perm, read as k_perm), each row along the last dimension a permutation of range(its length) whose
+# first entries are the fixed block (attention/canonical.py). Every other tensor is a float weight: a test checks
+# that every variant's model holds no other non-float tensor, so a new kind of structural tensor must be named here.
+STRUCTURAL = ("_perm",)
+
+
+def _not_a_permutation(v: torch.Tensor) -> str | None:
+    """Why `v` is not a permutation along its last dimension in every row, or None."""
+    if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool or v.dim() == 0:
+        return f"a {str(v.dtype).replace('torch.', '')} tensor of shape {list(v.shape)}, not integer indices"
+    n = v.shape[-1]
+    rows = v.reshape(-1, n).long()
+    for i, row in enumerate(rows):
+        outside = (row < 0) | (row >= n)
+        if bool(outside.any()):
+            return f"row {i} holds {int(row[outside][0])}, outside 0..{n - 1}"
+        counts = torch.bincount(row, minlength=n)
+        if bool((counts != 1).any()):
+            twice, gone = int(counts.argmax()), int(counts.argmin())
+            return f"row {i} repeats {twice} ({int(counts[twice])} times) and lacks {gone}"
+    return None
+
+
+def check_structure(tensors: dict[str, torch.Tensor], source) -> None:
+    """Refuse a structural tensor (STRUCTURAL) that is not a permutation in every row, naming it: an entry out of
+    range is a traceback wherever the layer is assembled, a repeated one silently another model."""
+    for k, v in tensors.items():
+        if torch.is_tensor(v) and k.endswith(STRUCTURAL) and (problem := _not_a_permutation(v)) is not None:
+            raise UserError(f"{source} holds a damaged {k} ({problem}; each row must be a permutation of the layer's "
+                            "indices): the file was damaged or edited; use another checkpoint (a run's last or "
+                            "best), or convert or train again")
+
+
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
-    """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py)."""
+    """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py): every
+    weight finite, every structural tensor a permutation (check_structure), each of the model's dtype."""
     state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
+    check_structure(state, f"checkpoint {path}")
     state.setdefault(TIED, state.get(EMBEDDING))  # a tied head is its embedding (an untied one was saved in full)
     own = model.state_dict()
     for k, v in state.items():  # load_state_dict would cast silently: an fp16 or int64 file is another model

@@ -4,21 +4,14 @@ The top layer: it may import any package, and no package imports it.
 
 `main` here is the entry point: it imports the command line (and with it torch, seconds) only once it can
 answer a Ctrl-C, so an interrupt at any moment of start-up is `iattn: interrupted`, exit 130, never a
-KeyboardInterrupt traceback from inside an import."""
+KeyboardInterrupt traceback from inside an import. The package's first statement installed the same handler
+already in the command line's process (iattention/__init__.py), before this module's own imports."""
 
-import os
 import signal
 import sys
 import threading
 
-
-def _interrupted_while_starting(signum, frame) -> None:
-    """SIGINT while the command line is still being imported: nothing has been done yet, so leave at once.
-    A KeyboardInterrupt raised inside numpy's or scipy's import can leave them half-initialised, and the
-    next attribute lookup then recurses until RecursionError (seen under load at 0.25 and 0.5 s)."""
-    sys.stderr.write("iattn: interrupted\n")
-    sys.stderr.flush()
-    os._exit(130)
+from iattention import _interrupted_while_starting
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,8 @@ def _byte_level_bytes() -> dict[str, int]:
 
 # Text the `hf:` tokenizers are checked on when read: every piece of it must come back as its exact bytes.
 _BYTES_PROBE = "Ünïcödé ∑ — naïve café\n = Heading = \n 日本語 text  with   spaces\t\n x😀 <b> 1,234.5\r\n"
-# The files a Hugging Face tokenizer is saved as: what `hf:` tokenizers are fingerprinted (and identified) by.
+# The files a Hugging Face tokenizer is saved as: what `hf:` tokenizers were identified by before every file
+# AutoTokenizer reads was (issue 67); an identity a checkpoint recorded then is still recognised (tokenizer_identities).
 _HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # Every file AutoTokenizer may read from a folder (transformers' tokenizer file names, chat templates, and
 # config.json, where it finds the class when tokenizer_config.json names none): what a run on hf:FOLDER keeps a
@@ -105,6 +106,32 @@ HF_TOKENIZER_FILES = (*_HF_FILES, "added_tokens.json", "tokenizer.model", "spiec
                       "config.json")
 HF_KEPT = "hf-tokenizer"
 HF_CHAT_TEMPLATES = "additional_chat_templates"  # named chat templates, one NAME.jinja each (transformers 5)
+
+
+def hf_tokenizer_files(folder: Path) -> dict[str, bytes]:
+    """Every file AutoTokenizer may read from `folder` that is there (HF_TOKENIZER_FILES, and HF_CHAT_TEMPLATES/
+    NAME.jinja), name -> bytes: what an hf:FOLDER tokenizer is identified by (and its token cache keyed by), what a
+    run keeps a copy of, and what a resume compares with that copy."""
+    files = {name: (folder / name).read_bytes() for name in HF_TOKENIZER_FILES if (folder / name).is_file()}
+    templates = folder / HF_CHAT_TEMPLATES
+    if templates.is_dir():
+        for t in sorted(templates.iterdir()):
+            if t.suffix == ".jinja" and t.is_file():
+                files[f"{HF_CHAT_TEMPLATES}/{t.name}"] = t.read_bytes()
+    return files
+
+
+def _tokenizer_own_files(folder: Path) -> dict[str, bytes]:
+    """hf_tokenizer_files without config.json: the model's config, which AutoTokenizer reads only for the
+    tokenizer's class (identified by its name), and which an export or a converted folder rewrites."""
+    return {name: raw for name, raw in hf_tokenizer_files(folder).items() if name != "config.json"}
+
+
+def hf_tokenizer_changes(kept: Path, folder: Path) -> list[str]:
+    """The names of the tokenizer files (_tokenizer_own_files) that differ between a run's copy `kept` and `folder`:
+    changed, added or removed since the copy was made."""
+    a, b = _tokenizer_own_files(kept), _tokenizer_own_files(folder)
+    return sorted(name for name in {*a, *b} if a.get(name) != b.get(name))
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -121,6 +148,7 @@ class HFFolderTokenizer:
 
         self.tok = tok
         self.folder: Path | None = None  # where it was read from (_hf)
+        self.legacy_identity: str | None = None  # the identity checkpoints recorded before issue 67 (_hf)
         backend = json.loads(tok.backend_tokenizer.to_str())
         kinds = json.dumps([backend.get("decoder"), backend.get("pre_tokenizer")])
         self.byte_level = '"ByteLevel"' in kinds
@@ -184,9 +212,12 @@ def _hf(spec: str) -> Tokenizer:
     finally:
         transformers.logging.set_verbosity(verbosity)
     impl.folder = path
-    h = hashlib.sha256(type(tok).__name__.encode())
+    h, legacy = hashlib.sha256(type(tok).__name__.encode()), hashlib.sha256(type(tok).__name__.encode())
+    for name, raw in _tokenizer_own_files(path).items():  # every file AutoTokenizer reads, the class by its name
+        h.update(name.encode() + b"\0" + raw + b"\0")
     for name in _HF_FILES:
-        h.update(name.encode() + b"\0" + ((path / name).read_bytes() if (path / name).is_file() else b"") + b"\0")
+        legacy.update(name.encode() + b"\0" + ((path / name).read_bytes() if (path / name).is_file() else b"") + b"\0")
+    impl.legacy_identity = f"hf:{legacy.hexdigest()[:16]}"
     size = max([*tok.get_vocab().values(), *impl.added]) + 1  # ids run 0 .. size - 1
     # the fingerprint keys the token cache, so it names the transformers version too (it builds the pipeline)
     return Tokenizer(spec, size, f"hf:{h.hexdigest()[:16]}:{transformers.__version__}", impl)
@@ -372,8 +403,8 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     name and a hash of the normalizer, pre-tokenizer, the BPE model's options, vocabulary and merges (encoding
     adds no special tokens, so a post-processor plays no part), whatever file form holds them (a
     run's tokenizer.json and an export's, which adds `<|endoftext|>` past the vocabulary, agree); for hf:FOLDER
-    "hf:" and a hash of the files it was saved as (whatever folder holds them). Recorded
-    in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
+    "hf:", its class and a hash of every file AutoTokenizer reads (_tokenizer_own_files; whatever folder holds them).
+    Recorded in checkpoints and exports, so that a tokenizer swapped in beside a model is refused, not used."""
     if tok.name in ("byte", "gpt2"):
         return tok.name
     if isinstance(tok._impl, HFFolderTokenizer):  # its files (wherever the folder is), without the version
@@ -389,6 +420,13 @@ def tokenizer_identity(tok: Tokenizer) -> str:
     what = json.dumps([data.get("normalizer"), data.get("pre_tokenizer"), options, vocab, merges],
                       sort_keys=True, ensure_ascii=False)
     return f"{tok.name}:{hashlib.sha256(what.encode('utf-8')).hexdigest()[:16]}"
+
+
+def tokenizer_identities(tok: Tokenizer) -> tuple[str, ...]:
+    """The identities a record of `tok` may hold: tokenizer_identity, and for hf:FOLDER the one a checkpoint written
+    before every tokenizer file counted recorded (a hash of three of them)."""
+    legacy = getattr(tok._impl, "legacy_identity", None)
+    return (tokenizer_identity(tok), legacy) if legacy else (tokenizer_identity(tok),)
 
 
 def same_hf_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:
@@ -437,13 +475,15 @@ def kept_copy(run: Path) -> Path | None:
 
 
 def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
-    """Keep a copy of an hf:FOLDER tokenizer's files (HF_TOKENIZER_FILES and HF_CHAT_TEMPLATES/) in `run`/HF_KEPT,
-    so that the run is read without FOLDER (kept_tokenizer: eval, generate, convert --to hf, load_run). Byte for
-    byte (its identity is a hash of its files), into a temp folder beside it that is read back and compared
-    (same_hf_tokenizer) before it is renamed into place; a copy of ours there that reads as `tok` is kept, one
-    that does not is replaced. Call it once the run is known to be this one (after a resume's checks). Returns
-    None, or why no copy was made (a warning: the run then reads FOLDER, as before): a HF_KEPT there that
-    iattention did not write (_is_kept_copy: a symlink, a file, other files) is left as it is."""
+    """Keep a copy of an hf:FOLDER tokenizer's files (hf_tokenizer_files: HF_TOKENIZER_FILES and
+    HF_CHAT_TEMPLATES/) in `run`/HF_KEPT, so that the run is read without FOLDER (kept_tokenizer: eval, generate,
+    convert --to hf, load_run). Byte for byte (its identity is a hash of its files), into a temp folder beside it
+    that is read back and compared (same_hf_tokenizer) before it is renamed into place. The copy is the run's
+    tokenizer, fixed when the run starts: one of ours already there is never replaced (a resume on a FOLDER that
+    differs from it is refused before this, by Checkpointer.check). Call it once the run is known to be this one
+    (after a resume's checks). Returns None, or why no copy was made (a warning: the run then reads FOLDER, as
+    before): a HF_KEPT there that iattention did not write (_is_kept_copy: a symlink, a file, other files) is left
+    as it is."""
     import shutil
     import tempfile
 
@@ -453,25 +493,13 @@ def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
         return None
     dest, src = run / HF_KEPT, tok._impl.folder
     if os.path.lexists(dest):
-        if not _is_kept_copy(dest):
-            return f"{dest} is not a tokenizer copy iattention wrote; left as it is"
-        try:
-            if same_hf_tokenizer(_hf(f"{HF_SPEC}{dest.absolute()}"), tok):
-                return None
-        except UserError:
-            pass  # unreadable: replaced below
-    tmp = old = None
+        return None if _is_kept_copy(dest) else f"{dest} is not a tokenizer copy iattention wrote; left as it is"
+    tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run))
-        for name in HF_TOKENIZER_FILES:
-            if (src / name).is_file():
-                shutil.copyfile(src / name, tmp / name)
-        templates = src / HF_CHAT_TEMPLATES
-        if templates.is_dir():
-            (tmp / HF_CHAT_TEMPLATES).mkdir()
-            for t in templates.iterdir():
-                if t.suffix == ".jinja" and t.is_file():
-                    shutil.copyfile(t, tmp / HF_CHAT_TEMPLATES / t.name)
+        for name, raw in hf_tokenizer_files(src).items():
+            (tmp / name).parent.mkdir(exist_ok=True)
+            (tmp / name).write_bytes(raw)
         apply_umask(tmp, folder=True)
         try:
             copy = _hf(f"{HF_SPEC}{tmp.absolute()}")
@@ -479,17 +507,13 @@ def keep_hf_tokenizer(tok: Tokenizer, run: Path) -> str | None:
             return f"a copy of {src}'s tokenizer files cannot be read ({e})"
         if not same_hf_tokenizer(copy, tok):
             return f"a copy of {src}'s tokenizer files does not read as the tokenizer the run uses"
-        if os.path.lexists(dest):  # an older copy of ours: moved aside, then removed once the new one is in
-            old = Path(tempfile.mkdtemp(prefix=temp_prefix(dest), suffix=".tmp", dir=run))
-            os.rename(dest, old / HF_KEPT)
         os.rename(tmp, dest)
         tmp = None
     except OSError as e:
         return f"its tokenizer files could not be copied ({e.strerror or e})"
     finally:
-        for leftover in (tmp, old):
-            if leftover is not None:
-                shutil.rmtree(leftover, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return None
 
 

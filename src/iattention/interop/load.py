@@ -22,6 +22,7 @@ from iattention.data.tokenizers import (
     kept_copy,
     load_tokenizer,
     tokenizer_from_file,
+    tokenizer_identities,
     tokenizer_identity,
 )
 from iattention.errors import UserError
@@ -49,15 +50,14 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         if found is None:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
         path = found
-    meta = ckpt.read_meta(path)
+    meta, tensors = ckpt.read_checkpoint(path)  # one version of a file a live run may be replacing
     RunFolder(path.parent).check_checkpoint(path, meta)
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
         raise UserError(f"checkpoint {path} has no model config; it was not written by iattention")
     # the kernel a run trained with says where it ran, not what it computes: here, whatever runs here
     model = GPT(GPTConfig.from_dict({**model_cfg, "attn_kernel": "auto"}))
-    tensors = {}
-    for file in shards or [path]:
+    for file in (shards or [path])[1:]:  # the other shards of a converted folder (no run replaces those)
         if not file.is_file():
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
@@ -234,7 +234,7 @@ def check_tokenizer(tok: Tokenizer, meta: dict, data: dict | None, source, overr
     if override and override != (data or {}).get("tokenizer"):
         return
     now = tokenizer_identity(tok)
-    if now != recorded:
+    if recorded not in tokenizer_identities(tok):  # an hf:FOLDER checkpoint of before issue 67: its older identity
         raise UserError(f"{source} was trained with tokenizer {recorded}, but the tokenizer found for it is {now} "
                         "(a tokenizer.json or data spec beside it, or the train data of a bpe:N tokenizer, changed "
                         f"since); restore the model's own tokenizer.json and data spec, or pass {flag} to use "

@@ -456,7 +456,8 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     meta = ckpt.read_meta(src / files[0])
     cfg = GPTConfig.from_dict(meta["config"]["model"])
     source = Source(src, files)
-    src_dtype = source.float_dtype(allowed_ints=("_perm",))
+    ckpt.check_structure(source.read([k for k in source.shapes if k.endswith(ckpt.STRUCTURAL)]), src)
+    src_dtype = source.float_dtype(allowed_ints=ckpt.STRUCTURAL)
     source.check_against({k: s for k, (s, _) in shapes_of(cfg, "model/").items()},
                          "the config in its checkpoint's metadata")
     out_dtype = DTYPES[dtype] if dtype else src_dtype

@@ -16,7 +16,16 @@ import torch
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import BEST, LAST, METRICS, STEPS, TOKENIZER, RunFolder
 from iattention.config import RunConfig, config_mismatch, extends
-from iattention.data.tokenizers import Tokenizer, keep_hf_tokenizer, save_tokenizer_file, tokenizer_identity
+from iattention.data.tokenizers import (
+    HFFolderTokenizer,
+    Tokenizer,
+    hf_tokenizer_changes,
+    keep_hf_tokenizer,
+    kept_copy,
+    save_tokenizer_file,
+    tokenizer_identities,
+    tokenizer_identity,
+)
 from iattention.errors import UserError
 from iattention.train.distributed import DistContext
 from iattention.train.init_from import load_initial_weights
@@ -83,6 +92,8 @@ class Checkpointer:
         self._tokenizer = tokenizer
         self.total_steps, self.budget = total_steps, budget
         self.extending = self.folder.check_for(config, self.resume)
+        if self.resume:
+            self._check_folder_tokenizer()
         if budget and self.extending and (self.folder / LAST).exists():
             reached = ckpt.read_meta(self.folder / LAST).get("state", {}).get("step", 0)
             if isinstance(reached, int) and reached >= total_steps:
@@ -94,7 +105,7 @@ class Checkpointer:
             budgeted = bool(budget) and not budget.startswith("train.epochs=")
             finished = self.folder.finished(config["train"]["epochs"], total_steps if budgeted else None)
             if finished is not None:
-                if self.ctx.is_main and self._recorded_tokenizer() == self.tokenizer:
+                if self.ctx.is_main and self._recorded_tokenizer() in tokenizer_identities(tokenizer):
                     self._keep_tokenizer()  # a finished run made before the copy gets one too
                 return finished
             self.extending = True  # a summary of fewer epochs: an extension that died before dropping it
@@ -146,6 +157,30 @@ class Checkpointer:
                     return None
         return None
 
+    def _check_folder_tokenizer(self) -> None:
+        """A run on hf:FOLDER keeps the tokenizer it started with (HF_KEPT, never replaced): a resume whose FOLDER
+        now holds other tokenizer files (an added_tokens.json, a chat template, ...) would train, and the run be
+        scored, with another tokenizer, so it is refused, naming the files, whatever the token cache holds. A run
+        without a copy (from before runs kept one, or none could be made) is checked against the identity its
+        checkpoint recorded."""
+        tok = self._tokenizer
+        if tok is None or not isinstance(tok._impl, HFFolderTokenizer) or tok._impl.folder is None:
+            return
+        folder, fix = tok._impl.folder, "or start a new run in another --out"
+        kept = kept_copy(self.folder.path)
+        if kept is not None:
+            changed = hf_tokenizer_changes(kept, folder)
+            if changed:
+                raise UserError(f"tokenizer {tok.name}: {', '.join(changed)} in {folder} changed since the run in "
+                                f"{self.out} started (it keeps the tokenizer it started with in {kept}); restore "
+                                f"{'that file' if len(changed) == 1 else 'those files'} from there, {fix}")
+            return
+        recorded = self._recorded_tokenizer()
+        if recorded and recorded not in tokenizer_identities(tok):
+            raise UserError(f"tokenizer {tok.name}: the tokenizer files in {folder} changed since the run in "
+                            f"{self.out} started (its checkpoint records tokenizer {recorded}, they read as "
+                            f"{self.tokenizer} now); restore them, {fix}")
+
     def _keep_tokenizer(self) -> None:
         """An hf:FOLDER run keeps a checked copy of FOLDER's tokenizer (data/tokenizers.py, keep_hf_tokenizer):
         written here, once the folder is known to be this run's (a refused resume leaves the folder as it was)."""
@@ -155,7 +190,7 @@ class Checkpointer:
 
     def _load_last(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int = 0) -> Start:
         path = self.folder / LAST
-        meta = ckpt.read_meta(path)
+        meta, tensors = ckpt.read_checkpoint(path)  # one version of the file (another process may be writing it)
         diff = config_mismatch(meta.get("config"), self.config)
         # an extension: this resume's, or one cut off before its first checkpoint (its config.yaml was written,
         # so the folder's config is this one already and check_for sees no extension)
@@ -164,7 +199,6 @@ class Checkpointer:
                             "run's own config or choose another --out")
         self.extending = self.extending or bool(diff)
         self._check_fingerprints(path, meta)
-        tensors = ckpt.load_tensors(path)
         ckpt.load_model_state(model, tensors, path)
         ckpt.load_optimizer_state(optimizer, tensors, meta, path)
         state = ckpt.read_state(path, meta, TrainState)
@@ -244,8 +278,9 @@ class Checkpointer:
         """The best-validation weights into `model` (absent only if no validation loss was ever finite)."""
         best = self.folder / BEST
         if best.exists():
-            self.folder.check_checkpoint(best, ckpt.read_meta(best))
-            ckpt.load_model_state(model, ckpt.load_tensors(best), best)
+            meta, tensors = ckpt.read_checkpoint(best)
+            self.folder.check_checkpoint(best, meta)
+            ckpt.load_model_state(model, tensors, best)
 
     def last_good(self) -> str:
         """Where a stopped run can be taken up again, for its error message."""

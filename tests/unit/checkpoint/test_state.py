@@ -561,3 +561,111 @@ def test_token_ids_in_metadata_read_back_and_a_bad_one_is_named(tmp_path):
         ckpt.save_checkpoint(path, model, {"config": {}, "token_ids": bad})
         with pytest.raises(UserError, match=rf"m\.safetensors has bad metadata \({key}"):
             ckpt.read_meta(path)
+
+
+# Every variant that holds structural tensors, on both families (GPT-2: per head; Llama: rotary pivots, GQA groups).
+STRUCTURAL_MODELS = {
+    "gpt2-canonical": dict(attention="canonical"),
+    "gpt2-canonical-one-head": dict(attention="canonical", n_head=1),
+    "gpt2-canonical-vo": dict(attention="canonical", canonical_halves="vo"),
+    "llama-canonical-rope": dict(family="llama", attention="canonical", n_head=4, n_kv_head=2, n_embd=32, rot=4),
+}
+
+
+@pytest.mark.parametrize("variant", STRUCTURAL_MODELS)
+def test_a_structural_tensor_that_is_no_permutation_is_one_line_naming_it(tmp_path, variant):
+    """A canonical layer's index tensors (rot_perm, k_perm, o_perm) are permutations: an entry out of range was a
+    traceback in eval and convert, a repeated one another model, silently (exit 0). Each is refused where the
+    checkpoint is read (load_any: eval, generate, convert, --init-from; a resume), naming the tensor."""
+    from iattention.interop.load import load_any
+
+    model = make_model(dtype=torch.float32, **STRUCTURAL_MODELS[variant])
+    path = tmp_path / "c.safetensors"
+    ckpt.save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}})
+    tensors = ckpt.load_tensors(path)
+    structural = [k for k in tensors if k.endswith(ckpt.STRUCTURAL)]
+    assert structural
+    for key in structural:
+        n = tensors[key].shape[-1]
+        for value, problem in ((n, f"holds {n}, outside 0..{n - 1}"), (-1, "outside"), ("repeat", "times")):
+            bad = tensors[key].clone()
+            bad.view(-1, n)[-1, 1] = bad.view(-1, n)[-1, 0] if value == "repeat" else value
+            save_file({**tensors, key: bad}, str(path), metadata={"iattention": json.dumps(
+                {"config": {"model": model.config.to_dict()}, "format": ckpt.FORMAT})})
+            with pytest.raises(UserError) as err:
+                load_any(path)
+            tells(err, str(path), key.removeprefix("model/"), problem, "permutation", "use another checkpoint")
+    ckpt.save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}})
+    load_any(path)  # the intact file loads
+
+
+@pytest.mark.parametrize("variant", ["standard", "canonical", "identity_q", "identity_ko"])
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_every_tensor_of_every_variant_is_a_float_weight_or_a_checked_structural_tensor(variant, family):
+    """check_structure knows the structural tensors by name (STRUCTURAL): a variant holding another non-float
+    tensor would load unchecked. Every variant, both families, every canonical half."""
+    halves = ("both", "qk", "vo") if variant == "canonical" else ("both",)
+    for half in halves:
+        groups = 4 if variant.startswith("identity") else 2  # the identity variants need a KV head per query head
+        kw = dict(family="llama", n_head=4, n_kv_head=groups, n_embd=32, rot=4) if family == "llama" else {}
+        model = make_model(dtype=torch.float32, attention=variant, canonical_halves=half, **kw)
+        for k, v in ckpt.model_tensors(model).items():
+            assert v.is_floating_point() or k.endswith(ckpt.STRUCTURAL), (variant, family, half, k, v.dtype)
+
+
+# A live run's checkpoint writes, as fast as they come: each version replaces the file atomically (utils/atomic.py,
+# as save_checkpoint does), two versions of different shapes in turn. Prints "ready" once the file exists.
+_REPLACER = """
+import sys
+from pathlib import Path
+from iattention.utils.atomic import write_bytes
+target, versions = Path(sys.argv[1]), [Path(p).read_bytes() for p in sys.argv[2:]]
+write_bytes(target, versions[0])
+print("ready", flush=True)
+for i in range(10**7):  # until the test kills it (bounded all the same)
+    write_bytes(target, versions[i % len(versions)])
+"""
+
+
+@pytest.mark.parametrize("how", ["the open file by name", "its bytes"])
+def test_a_checkpoint_read_while_a_live_run_replaces_it_is_one_whole_version(tmp_path, monkeypatch, how):
+    """A run rewrites last.safetensors while eval, generate, convert, inspect, --init-from or a resume reads it:
+    safetensors' load_file mapped the file by its name a second time ("size ... is smaller than the required
+    mapping size", a traceback), and the metadata and the tensors were read in two opens (a model built from one
+    version, its weights from the other). Every reader goes through read_checkpoint / load_tensors (one open, one
+    version: load_model for eval, generate, convert, inspect and --init-from; the resume's _load_last). Under the
+    race: a bounded number of reads, each whole and of one version; no sleeps. Both ways of reading the open file:
+    safetensors mapping it by a name that is that file (/proc/self/fd/N), and, where a system has no such name,
+    its bytes read once."""
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+    from iattention.interop.load import load_model
+
+    if how == "its bytes":
+        monkeypatch.setattr(ckpt, "_open_file_path", lambda fd: None)
+    versions = []
+    for n_layer in (1, 3):  # shapes differ: tensors of one version never load into the other's model
+        model = make_model(dtype=torch.float32, n_layer=n_layer)
+        path = tmp_path / f"v{n_layer}.safetensors"
+        ckpt.save_checkpoint(path, model, {"config": {"model": model.config.to_dict()}, "state": {"step": n_layer}})
+        versions.append(path)
+    target = tmp_path / "run" / "last.safetensors"
+    writer = subprocess.Popen([sys.executable, "-c", _REPLACER, str(target), *map(str, versions)],
+                              stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    counts, steps = set(), set()
+    try:
+        assert writer.stdout.readline() == "ready\n"  # the file exists and is being replaced from now on
+        for _ in range(2000):  # load_file failed here about 1 read in 200
+            counts.add(len(ckpt.load_tensors(target)))
+        for _ in range(200):  # a two-open read mixed versions far more often
+            model, meta = load_model(target)
+            assert model.config.n_layer == meta["state"]["step"]
+            meta, tensors = ckpt.read_checkpoint(target)
+            assert sum(k.endswith("ln_1.weight") for k in tensors) == meta["state"]["step"]
+            steps.add(meta["state"]["step"])
+    finally:
+        writer.kill()
+        writer.wait()
+    assert len(counts) == 2 and steps == {1, 3}  # both versions were read while the writer ran

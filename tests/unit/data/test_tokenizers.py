@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from helpers import write_corpus
 from iattention.data import DataConfig, load_tokenizer
 from iattention.data.cache import cache_root
@@ -24,20 +26,30 @@ def test_bpe_is_deterministic_and_cached(tmp_path):
 
 
 # ------------------------------------------------------------------ BPE training on text without spaces
-def test_bpe_training_on_text_without_spaces_is_not_quadratic(tmp_path):
+def test_bpe_training_on_text_without_spaces_is_not_quadratic(tmp_path, monkeypatch):
     """160 kB of letters without a space took ~18 s (quadratic in the "word" length: 2 MB ran past 240 s);
-    long runs are now fed to the trainer in pieces."""
+    long runs are now fed to the trainer in pieces. What makes it quadratic is checked, not the seconds it
+    takes (which depend on the machine's load): no piece the trainer is fed is longer than _MAX_RUN, and the
+    pieces are the text."""
     import random
-    import time
 
+    from iattention.data import tokenizers
     from iattention.data.config import DataConfig
     from iattention.data.tokenizers import load_tokenizer
 
+    fed = []
+
+    def pieces(text):
+        for piece in real(text):
+            fed.append(piece)
+            yield piece
+
+    real = tokenizers._training_pieces
+    monkeypatch.setattr(tokenizers, "_training_pieces", pieces)
     rng = random.Random(0)
     text = "".join(rng.choice("abcdefghij") for _ in range(160_000))
-    t0 = time.perf_counter()
     tok = load_tokenizer(DataConfig(tokenizer="bpe:300", cache_dir=str(tmp_path)), text)
-    assert time.perf_counter() - t0 < 6.0
+    assert "".join(fed) == text and max(map(len, fed)) == tokenizers._MAX_RUN
     assert tok.decode(tok.encode(text[:5000])) == text[:5000]
 
 
@@ -98,3 +110,35 @@ def test_an_hf_tokenizer_is_identified_by_its_files_wherever_they_are(tmp_path):
     assert tokenizer_identity(ta) == tokenizer_identity(tb) != tokenizer_identity(tc)
     import transformers
     assert ta.fingerprint.endswith(transformers.__version__) and ta.bos is None and tc.bos == 1
+
+
+def test_a_kept_copy_whose_chat_template_differs_from_the_source_s_is_noticed(tmp_path):
+    """A run's hf-tokenizer copy is checked against FOLDER: a chat template that differs is noticed, as a file
+    (hf_tokenizer_changes: a resume refuses it) and as what transformers reads (same_hf_tokenizer: the copy is
+    not kept), here set in memory with every file unchanged, so that only the template tells them apart."""
+    pytest.importorskip("transformers")
+    from fixtures import hf_folder
+    from iattention.data.config import DataConfig
+    from iattention.data.tokenizers import (
+        HF_KEPT,
+        hf_tokenizer_changes,
+        keep_hf_tokenizer,
+        load_tokenizer,
+        same_hf_tokenizer,
+        tokenizer_identity,
+    )
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    tok = load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    (tmp_path / "run").mkdir()
+    assert keep_hf_tokenizer(tok, tmp_path / "run") is None
+    kept = tmp_path / "run" / HF_KEPT
+    assert hf_tokenizer_changes(kept, folder) == []
+    (kept / "chat_template.jinja").write_text("{{ messages[-1]['content'] }}")
+    assert hf_tokenizer_changes(kept, folder) == ["chat_template.jinja"]
+    assert not same_hf_tokenizer(load_tokenizer(DataConfig(tokenizer=f"hf:{kept}")), tok)
+    other = load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    assert same_hf_tokenizer(other, tok)
+    other._impl.tok.chat_template = "{{ messages[-1]['content'] }}"
+    assert tokenizer_identity(other) == tokenizer_identity(tok) and not same_hf_tokenizer(other, tok)

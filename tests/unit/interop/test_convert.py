@@ -177,3 +177,21 @@ def test_an_hf_source_is_checked_against_its_own_transformers_class(tmp_path):
     with pytest.raises(UserError) as err:
         refuse_or_warn(bad, tmp_path / "out", force=False)
     assert "nothing was written" in str(err.value) and "--force" in str(err.value)
+
+
+def test_a_whole_model_export_s_generation_config_keeps_the_source_s_settings_with_the_export_s_ids(tmp_path):
+    """docs/conversion.md ("Special-token ids"): a whole-model --to hf writes the source's generation_config.json
+    with the export's special-token ids (those its config.json says): where the two disagree, the ids win; the
+    source's sampling defaults are kept. (Merging the other way round passed every test.)"""
+    import json
+
+    pytest.importorskip("transformers")
+    src = make_model(dtype=torch.float32)
+    ids = {"bos_token_id": 3, "eos_token_id": 4}
+    hf, rep = convert(src, "hf", dtype="float32", token_ids=ids)
+    source = {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "bos_token_id": 90, "eos_token_id": [91, 92]}
+    save_converted(hf, tmp_path / "exp", "hf", rep, source="src", generation=source)
+    config = json.loads((tmp_path / "exp" / "config.json").read_text())
+    written = json.loads((tmp_path / "exp" / "generation_config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (3, 4)
+    assert written == {**source, **ids}  # the export's ids over the source's, its sampling defaults as they were

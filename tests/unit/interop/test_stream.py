@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -319,3 +320,67 @@ def test_a_gpt2_folder_is_refused_in_one_line_not_streamed(tmp_path):
     with pytest.raises(UserError, match="GPT-2 model, which converts whole"):
         stream.hf_to_ours(tmp_path / "hf", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["out-of-range", "repeated"])
+def test_a_damaged_structural_tensor_in_a_streamed_folder_is_one_line_and_nothing_written(tmp_path, kind):
+    """The streamed --to hf reads a canonical folder a layer at a time: a pivot row or permutation out of range was
+    a traceback, a repeated entry another model written silently. Checked as read (checkpoint/state.py's
+    check_structure, the loader's own check), before anything is written."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    path = tmp_path / "c" / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    names = [k for k in tensors if k.endswith("_perm")]
+    assert {k.rsplit(".", 1)[-1] for k in names} == {"rot_perm", "o_perm"}  # Llama: every dim rotary, no k_perm
+    for name in names:
+        bad = tensors[name].clone()
+        n = bad.shape[-1]
+        bad.view(-1, n)[0, 1] = n + 3 if kind == "out-of-range" else bad.view(-1, n)[0, 0]
+        save_file({**tensors, name: bad}, str(path), metadata=metadata)
+        with pytest.raises(UserError) as err:
+            stream.ours_to_hf(tmp_path / "c", tmp_path / "back", say=quiet)
+        tells(err, str(tmp_path / "c"), name, "permutation", "use another checkpoint")
+        assert "\n" not in str(err.value) and not (tmp_path / "back").exists()
+
+
+def test_the_streamed_check_is_judged_at_the_output_dtype_s_tolerance_and_names_it(tmp_path):
+    """A float64 folder converted to bfloat16: each layer's rounded check (about 1e-2) is judged at bfloat16's
+    tolerance, not at the source's float64 one (which would refuse every such conversion), and the report says
+    bfloat16; back to HF in float32 from that bfloat16 folder, float32's, and the report says float32."""
+    from iattention.interop.convert import TOLERANCE
+
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    said = []
+    rep = stream.hf_to_ours(tmp_path / "src", tmp_path / "c", dtype="bfloat16", say=said.append)
+    assert rep.dtype == torch.bfloat16 and 1e-9 < rep.worst[1] <= TOLERANCE[torch.bfloat16]
+    assert "-> canonical [bfloat16]" in said[0] and "rounded to bfloat16" in said[1]
+    assert f"tolerance {TOLERANCE[torch.bfloat16]:.0e} for bfloat16" in "\n".join(said)
+    said = []
+    rep = stream.ours_to_hf(tmp_path / "c", tmp_path / "back", dtype="float32", say=said.append)
+    assert rep.dtype == torch.float32 and rep.conversion <= TOLERANCE[torch.float32]
+    assert "-> hf [float32]" in said[0] and f"relative (tolerance {TOLERANCE[torch.float32]:.0e})" in "\n".join(said)
+    assert tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).dtype == torch.float32
+
+
+def test_a_sharded_export_s_index_and_report_count_the_bytes_on_disk(tmp_path):
+    """model.safetensors.index.json's total_size is the tensors' bytes (as save_pretrained writes it, what
+    transformers and the Hub read), and the report's "N file(s), X GB" says the files and bytes written: both
+    agree with the shards on disk, in the output dtype."""
+    hf_folder(tmp_path / "src", num_key_value_heads=2)
+    stream.hf_to_ours(tmp_path / "src", tmp_path / "c", say=quiet)
+    said = []
+    rep = stream.ours_to_hf(tmp_path / "c", tmp_path / "back", dtype="bfloat16", shard_bytes=30_000,
+                            say=said.append)
+    index = json.loads((tmp_path / "back" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    held = 0
+    for name in shards:
+        with safe_open(str(tmp_path / "back" / name), "pt") as f:
+            held += sum(math.prod(f.get_slice(k).get_shape()) * 2 for k in f.keys())  # bfloat16: 2 bytes each
+        assert (tmp_path / "back" / name).stat().st_size > 0
+    assert len(shards) > 1 and index["metadata"]["total_size"] == held == rep.bytes_written
+    assert sum((tmp_path / "back" / n).stat().st_size for n in shards) > held  # headers on top: the data counted
+    assert f": {len(shards)} file(s), {held / 1e9:.3g} GB" in said[0], said[0]

@@ -121,3 +121,48 @@ def test_resume_without_a_checkpoint_starts_fresh(run, tmp_path, capsys):
     assert finished is None and start.resumed is False and start.state == TrainState() and start.records == []
     assert "holds no checkpoint to resume; starting a fresh run there" in capsys.readouterr().err
     assert RunFolder(folder).read_config() == _config_dict(cfg)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("added_tokens.json", None),  # another token under the same id: transformers reads it, the three files hashed
+    ("chat_template.jinja", "{{ messages[0]['content'] }}!"),  # before did not see it
+    ("additional_chat_templates/tool_use.jinja", "{{ messages }}"),
+    ("tokenizer_config.json", None)])
+def test_a_resume_on_a_folder_whose_tokenizer_changed_is_refused_and_the_copy_never_replaced(tmp_path, name, content):
+    """A run on hf:FOLDER keeps the tokenizer it started with (hf-tokenizer/). Its identity (and token cache key)
+    covers every file AutoTokenizer reads, and a resume whose FOLDER now holds another one is refused in one line
+    naming the file, before anything in the run changes: the copy is never replaced (every --resume replaced it
+    with FOLDER's files, and eval then scored the run with a tokenizer it never trained on)."""
+    import json
+
+    pytest.importorskip("transformers")
+    from fixtures import hf_folder
+    from helpers import tells
+    from iattention.data import DataConfig
+    from iattention.data.tokenizers import HF_KEPT, keep_hf_tokenizer, load_tokenizer, tokenizer_identity
+
+    folder = hf_folder(tmp_path / "src", "Qwen2")
+    (folder / "added_tokens.json").write_text(json.dumps({"<zork>": 300}))
+    tok = load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    run = tmp_path / "run"
+    run.mkdir()
+    assert keep_hf_tokenizer(tok, run) is None
+    kept = {p.relative_to(run): p.read_bytes() for p in (run / HF_KEPT).rglob("*") if p.is_file()}
+    resumed = Checkpointer(run, resume=True, ctx=DistContext())
+    resumed._tokenizer = tok
+    resumed._check_folder_tokenizer()  # FOLDER as the run started: goes on
+    path = folder / name
+    path.parent.mkdir(exist_ok=True)
+    if name == "added_tokens.json":
+        content = json.dumps({"<frob>": 300})
+    elif name == "tokenizer_config.json":
+        content = json.dumps({**json.loads(path.read_text()), "chat_template": "{{ 'x' }}"})
+    path.write_text(content)
+    now = load_tokenizer(DataConfig(tokenizer=f"hf:{folder}"))
+    assert tokenizer_identity(now) != tokenizer_identity(tok) and now.fingerprint != tok.fingerprint
+    resumed._tokenizer = now
+    with pytest.raises(UserError) as err:
+        resumed._check_folder_tokenizer()
+    tells(err, name, str(folder), "changed since the run", str(run / HF_KEPT), "restore", "another --out")
+    assert keep_hf_tokenizer(now, run) is None  # never replaced
+    assert {p.relative_to(run): p.read_bytes() for p in (run / HF_KEPT).rglob("*") if p.is_file()} == kept

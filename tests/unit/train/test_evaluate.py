@@ -125,3 +125,23 @@ def test_an_evaluation_not_on_a_terminal_prints_a_line_per_tenth_at_the_rate_all
         lines = out.getvalue().splitlines()
         assert [x.split(" windows")[0] for x in lines[:-1]] == [f"eval valid: {10 * i}/100" for i in range(1, want + 1)]
         assert lines[-1].startswith("eval valid: 100/100 windows in ") and len(lines) == want + 1
+
+
+def test_progress_lines_to_a_file_keep_their_least_interval_after_the_first(monkeypatch):
+    """Each progress line waits LINE_INTERVAL_S after the one before it, the second and later ones too (not only
+    after the start of the pass): on a clock the test moves, tenths done at 31 s and 32 s give one line, at 62 s
+    another, at 63 s none."""
+    import io
+
+    from iattention.utils import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "time", lambda: clock[0])
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 30.0)
+    out = io.StringIO()
+    lines = progress.LineProgress("eval valid", 100, "windows", out)
+    for at, done in ((31.0, 10), (32.0, 20), (33.0, 30), (62.0, 40), (63.0, 50), (64.0, 60), (93.5, 70)):
+        clock[0] = at
+        lines.update(done)
+    said = [x.split(" windows")[0] for x in out.getvalue().splitlines()]
+    assert said == ["eval valid: 10/100", "eval valid: 40/100", "eval valid: 70/100"], said

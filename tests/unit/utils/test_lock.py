@@ -4,10 +4,10 @@ by a killed process taken over; lock files that are links, folders or pipes neve
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from helpers import wait_until
 from iattention.errors import UserError
 
 
@@ -31,11 +31,11 @@ def test_a_symlink_lock_in_a_sweep_run_is_refused_by_the_lock_itself(tmp_path):
 
 
 HOLD = """
-import sys, time
+import sys
 from iattention.utils.lock import RunLock
 lock = RunLock(sys.argv[1]).acquire()
 open(sys.argv[2], "w").close()  # the lock is held
-time.sleep(600)
+sys.stdin.read()  # held until the test is done with it (and kills it)
 """
 
 
@@ -43,12 +43,9 @@ def test_a_held_lock_refuses_another_process_naming_the_holder_and_a_killed_hold
     from iattention.utils.lock import RunLock, holder
 
     run, ready = tmp_path / "run", tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run), str(ready)])
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run), str(ready)], stdin=subprocess.PIPE)
     try:
-        deadline = time.time() + 60
-        while not ready.exists() and child.poll() is None and time.time() < deadline:
-            time.sleep(0.01)  # polling the file the holder writes once it holds the lock
-        assert ready.exists(), "the holder never took the lock"
+        wait_until(ready.exists, child, "the holder took the lock")  # the file it writes once it holds the lock
         assert holder(run) == str(child.pid)
         with pytest.raises(UserError) as err:
             RunLock(run).acquire()
