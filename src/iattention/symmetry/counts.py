@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from iattention.attention.base import CausalSelfAttention
 from iattention.attention.registry import attention_class
+from iattention.config.families import FAMILIES
+from iattention.config.load import model_preset
 from iattention.config.model import GPTConfig
+from iattention.config.shapes import shape_names, shape_preset
 
 
 def redundancy(config) -> int:
@@ -74,3 +77,28 @@ def kv_cache_values_per_token(config, kind: str = "full") -> int | None:
     if kind == "k-only":
         return config.n_layer * per_layer if per_layer == config.n_embd else None
     return 2 * config.n_layer * per_layer
+
+
+def family_table() -> str:
+    """docs/conversion.md's table of the families (between its `family-table` markers), one row per record of
+    config/families.py at its published shape (`Family.default_shape`), every number from the count functions
+    above (tests/unit/symmetry/test_family_table.py says how to regenerate it)."""
+    rows = ["| family | shape | query/key gauge per KV group | value/output gauge per KV group | removed per layer "
+            "(canonical) | K-only cache |", "| --- | --- | --- | --- | ---: | --- |"]
+    for fam in FAMILIES.values():
+        shape = shape_preset(fam.default_shape) if fam.default_shape in shape_names() else \
+            model_preset(fam.default_shape)
+        c = shape.replace(attention="canonical")
+        r, rot, G = c.d_head, c.rot, c.n_kv_head
+        qk = f"GL({r}): {r * r:,} numbers" if rot == 0 else \
+            f"a complex scalar per rotary pair ({rot // 2} pairs) and GL({r - rot}) on the pass dims: " \
+            f"{rot + (r - rot) ** 2:,} numbers" if rot < r else f"a complex scalar per rotary pair ({rot // 2} " \
+            f"pairs): {rot} numbers"
+        split = removed_split(c)
+        per_layer = redundancy(c) // c.n_layer
+        k_only = "yes" if kv_cache_values_per_token(c, "k-only") is not None else \
+            f"no (G r = {G * r} < d = {c.n_embd})"
+        rows.append(f"| {fam.name} | `{fam.default_shape}`: H = {c.n_head}, G = {G}, r = {r}, rot = {rot} | {qk} | "
+                    f"GL({r}): {r * r:,} numbers | {per_layer:,} ({split['query_key'] // c.n_layer:,} + "
+                    f"{split['value_output'] // c.n_layer:,}) | {k_only} |")
+    return "\n".join(rows)
