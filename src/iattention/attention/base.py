@@ -224,6 +224,7 @@ class CausalSelfAttention(nn.Module):
         rebuilt from them and the keys rotated on read (_forward_k_only)."""
         B, T, _ = x.shape
         H, G, r = self.n_head, self.n_kv_head, self.d_head
+        rope = rope if self.rot else None  # a layer without RoPE (GPTConfig.nope_every) in a rotary model
         q, k, v = self.qkv(x)  # (B, T, H r), (B, T, G r), (B, T, G r)
         q = q.reshape(B, T, H, r).transpose(1, 2)  # (B, H, T, r)
         k = k.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r), before RoPE
@@ -250,7 +251,8 @@ class CausalSelfAttention(nn.Module):
         G = self.n_kv_head
         past = cache.length_of(layer)
         k_all = cache.update(layer, k_raw)  # (B, G, past + T, r), pre-RoPE
-        k_rot = k_all if cache.rope is None else apply_rope(k_all, *cache.rope(past + T), self.rope_layout)
+        rotates = cache.rope is not None and self.rot  # not on a layer without RoPE
+        k_rot = apply_rope(k_all, *cache.rope(past + T), self.rope_layout) if rotates else k_all
         mask = causal_mask(T, past + T, q.device, self.window)  # (T, past + T)
         scores = q @ k_rot.repeat_interleave(H // G, dim=1).transpose(-1, -2) / r**0.5  # (B, H, T, past + T)
         p = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past + T)

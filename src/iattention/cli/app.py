@@ -22,6 +22,7 @@ from iattention.symmetry.counts import (
     fully_reduced_count,
     kv_cache_values_per_token,
     param_count,
+    redundancy,
     removed_split,
 )
 from iattention.utils.faults import fault_spec
@@ -106,7 +107,7 @@ def cmd_params(args) -> None:
             if cls.unsupported(base) is not None:
                 continue
             cfg = base.replace(attention=attention)
-            removed = cls.removed_params(cfg)
+            removed = redundancy(cfg)
             # the query/key | value/output split of what canonical removes (the identity variants remove whole maps)
             split = removed_split(cfg) if attention == "canonical" else dict.fromkeys(
                 ("query_key", "value_output"), 0 if not removed else None)

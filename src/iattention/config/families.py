@@ -78,6 +78,7 @@ class Family:
     grouped: bool = True  # may share key/value heads (GQA): a saved config always names n_kv_head
     old_arch: str | None = None  # what the two-family layout's `model.arch` called it ("gpt" or "llama")
     default_shape: str | None = None  # the published shape `iattn params --family NAME` counts (config/shapes.py)
+    nope: bool = False  # its transformers class has layers without RoPE (SmolLM3's no_rope_layers: model.nope_every)
 
     def __post_init__(self):
         assert self.bias_rule in BIAS_RULES and self.window in WINDOW_RULES, self

@@ -125,6 +125,8 @@ class GPTConfig:
     sliding_window: W > 0: query i attends to keys i - W < j <= i only (Mistral's and Qwen2's sliding window, as
         transformers masks it; 0: the whole block). full_attention_layers: the first this many layers attend over the
         whole block and the rest within the window (Qwen2's max_window_layers; 0: every layer has the window).
+    nope_every: N > 0: every N-th layer (indices N-1, 2N-1, ...) has no RoPE (SmolLM3's no_rope_layers): rotary is
+        per-layer data, `layer(i)` is layer i's own config (rot 0 there), and its query/key gauge is the whole GL(r).
     attention: a registered variant (`variant_names()`: attention/registry.py; each class's module docstring says
         what it learns), e.g. "standard" or "canonical" (I-Attention).
     canonical_halves: which halves of a canonical head have their block fixed: "both", "qk" (the query/key half:
@@ -178,6 +180,7 @@ class GPTConfig:
     sliding_window: int = 0
     max_positions: int = 0
     full_attention_layers: int = 0
+    nope_every: int = 0
 
     def __post_init__(self) -> None:
         for name, value in self._derived().items():
@@ -277,7 +280,7 @@ class GPTConfig:
         elif self.rope_scaling:
             raise UserError(f"model.rope_scaling={self.rope_scaling!r} is read only with model.rope_type=llama3; drop "
                             "it or set model.rope_type=llama3")
-        for name in ("sliding_window", "max_positions", "full_attention_layers"):
+        for name in ("sliding_window", "max_positions", "full_attention_layers", "nope_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UserError(f"model.{name} must be an integer >= 0 (0: none), got {value!r}")
@@ -296,9 +299,18 @@ class GPTConfig:
             raise UserError(f"model.full_attention_layers={self.full_attention_layers} applies to model.family="
                             f"{' or '.join(families_with(window='from_layer'))} with a model.sliding_window (its "
                             "max_window_layers); drop it")
+        if self.nope_every and not FAMILIES[self.family].nope:
+            holds = families_with(nope=True)
+            raise UserError(f"model.nope_every={self.nope_every} (layers without RoPE) needs a family whose "
+                            f"transformers class has them ({', '.join(holds) or 'none yet'}); transformers' "
+                            f"{self.family} rotates every layer: drop model.nope_every")
         if self.sliding_window and self.attn_kernel == "triton":
             raise UserError(f"model.attn_kernel=triton has no sliding-window mask (model.sliding_window="
                             f"{self.sliding_window}); use model.attn_kernel=auto, sdpa or math")
+
+    def layer(self, i: int) -> GPTConfig:
+        """Layer i's own config: this one, or without rotary dims (rot 0) on a layer nope_every leaves unrotated."""
+        return self.replace(rot=0) if self.nope_every and (i + 1) % self.nope_every == 0 else self
 
     def window_of(self, layer: int) -> int:
         """Layer `layer`'s sliding window: sliding_window from layer full_attention_layers on, else 0 (none)."""
@@ -375,4 +387,4 @@ _UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else 
 NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
             "parallel_residual",
             "projection", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
-            "sliding_window", "max_positions", "full_attention_layers")
+            "sliding_window", "max_positions", "full_attention_layers", "nope_every")

@@ -259,7 +259,7 @@ def block_conditioning(model) -> dict[str, list]:
     c = model.config
     out: dict[str, list] = {}
     for attn in expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
-        for key, v in layer_conditioning(attn.to_heads().to(torch.float64), c).items():
+        for key, v in layer_conditioning(attn.to_heads().to(torch.float64), attn.rot, c.rope_layout).items():
             out.setdefault(key, []).append(v)
     return out
 
@@ -276,13 +276,14 @@ def conditioning_parts(layer: dict[str, list]) -> list[str]:
     return parts
 
 
-def layer_conditioning(hw, c, known: dict | None = None) -> dict[str, list]:
-    """One layer's block_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64);
-    `known`: {block: select_blocks' answer} already computed (the pivoted QR is the slow part)."""
+def layer_conditioning(hw, rot: int, layout: str, known: dict | None = None) -> dict[str, list]:
+    """One layer's block_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64) of a layer
+    rotating `rot` dims in `layout`; `known`: {block: select_blocks' answer} already computed (the pivoted QR is the
+    slow part)."""
     out = {}
     for block in ("pivoted", "aligned"):
-        blocks = (known or {}).get(block) or transforms.select_blocks(hw, c.rot, c.rope_layout, block)
-        for what, v in transforms.conditioning(hw, c.rot, c.rope_layout, blocks).items():
+        blocks = (known or {}).get(block) or transforms.select_blocks(hw, rot, layout, block)
+        for what, v in transforms.conditioning(hw, rot, layout, blocks).items():
             out[f"{block} {what}"] = v.tolist()
     return out
 

@@ -397,7 +397,8 @@ LLAMA_CONFIG_OPTIONAL = {"num_key_value_heads": (int, _NONE), "head_dim": (int, 
                          "max_position_embeddings": (int,), "rms_norm_eps": (float,), "tie_word_embeddings": (bool,),
                          "attention_bias": (bool,), "mlp_bias": (bool,), "hidden_act": (str,),
                          "rope_parameters": (dict, _NONE), "rope_theta": (float, int), "rope_scaling": (dict, _NONE),
-                         "sliding_window": (int, _NONE), "use_sliding_window": (bool,)}
+                         "sliding_window": (int, _NONE), "use_sliding_window": (bool,),
+                         "no_rope_layers": (list, _NONE), "no_rope_layer_interval": (int,)}
 _POSITIVE = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size",
              "max_position_embeddings", "num_key_value_heads", "head_dim")
 
@@ -418,7 +419,29 @@ def read_llama_config(folder: Path) -> dict:
     if not _finite_positive(theta):
         raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 or 500000 in released "
                         f"models); {_FIX}")
+    nope_every_of(cfg, family_record(cfg["model_type"], path), path)  # layers without RoPE we cannot hold: one line
     return cfg
+
+
+def nope_every_of(cfg, fam: Family, where) -> int:
+    """GPTConfig.nope_every of a family whose class has layers without RoPE (`Family.nope`: SmolLM3's
+    no_rope_layers, 1 = rotary; absent, transformers makes every no_rope_layer_interval-th layer unrotated), 0 for
+    any other; a pattern other than every N-th layer is one line. `cfg` is a config.json dict or a transformers
+    config."""
+    if not fam.nope:
+        return 0
+    get = cfg.get if isinstance(cfg, dict) else lambda k, default=None: getattr(cfg, k, default)
+    n, every = get("num_hidden_layers"), get("no_rope_layer_interval", 4)
+    flags = get("no_rope_layers")
+    if flags is None:
+        flags = [int((i + 1) % every != 0) for i in range(n)] if isinstance(every, int) and every > 0 else None
+    bare = [i for i, f in enumerate(flags or []) if f == 0]
+    every = bare[0] + 1 if bare else 0
+    if not isinstance(flags, list) or len(flags) != n or any(f not in (0, 1) or isinstance(f, bool) for f in flags) \
+            or flags != [int(not every or (i + 1) % every != 0) for i in range(n)]:
+        raise UserError(f"{where}: no_rope_layers {shown(repr(flags), 60)} is not one 0 or 1 per layer with every N-th "
+                        f"layer unrotated (SmolLM3's: 1, 1, 1, 0, ...), which is what iattention holds; {_FIX}")
+    return every
 
 
 def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
@@ -464,7 +487,7 @@ def _llama_shape(cfg: dict, fam: Family) -> GPTConfig:
                      mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
                      **attention_biases(fam, bias),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
-                     family=fam.name)
+                     family=fam.name, nope_every=nope_every_of(cfg, fam, "config.json"))
 
 
 def rotary_of(hf_config, family: str):
@@ -480,12 +503,15 @@ def window_of(c, fam: Family, where: str) -> tuple[int, int]:
     those from max_window_layers on. A window at least as long as the model's positions never binds (0); layer types
     in another order than full layers then windowed ones are one line."""
     window = getattr(c, "sliding_window", None) or 0
+    if not fam.window:  # its class's window, where it has one, is on layers iattention does not window
+        if "sliding_attention" in (getattr(c, "layer_types", None) or []):
+            raise UserError(f"{where} has sliding-window layers (layer_types), which iattention does not model for "
+                            f"{fam.name}; evaluate this model with transformers")
+        return 0, 0
     if not window or window >= c.max_position_embeddings:
         return 0, 0
     if fam.window == "every_layer":
         return window, 0
-    if fam.window != "from_layer":
-        return 0, 0
     types = list(getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers)
     full = next((i for i, t in enumerate(types) if t != "full_attention"), len(types))
     if full == len(types):
@@ -522,7 +548,7 @@ def llama_config_of(c, rotary, tied: bool, fam: Family) -> GPTConfig:
         rope_scaling=rope if rope_type != "default" else {}, norm_eps=float(c.rms_norm_eps),
         **attention_biases(fam, bias),
         tie_embeddings=tied, family=fam.name, sliding_window=window, full_attention_layers=full_layers,
-        max_positions=c.max_position_embeddings)
+        max_positions=c.max_position_embeddings, nope_every=nope_every_of(c, fam, where))
     if not torch.equal(inv_freq_of(cfg), rotary.inv_freq.float().cpu()):
         raise UserError(f"{where}'s RoPE frequencies (rope_type {rope_type!r}) differ from what iattention computes "
                         "for them; iattention reproduces 'default' and 'llama3'")
@@ -548,6 +574,9 @@ def hf_llama_config(cfg: GPTConfig):
         kw["attention_bias"] = cfg.qkv_bias
     if fam.window == "every_layer":
         kw["sliding_window"] = cfg.sliding_window or None
+    if fam.nope:  # SmolLM3: 1 = a rotary layer, 0 = none
+        kw["no_rope_layers"] = [int(not cfg.nope_every or (i + 1) % cfg.nope_every != 0) for i in range(cfg.n_layer)]
+        kw["no_rope_layer_interval"] = cfg.nope_every or cfg.n_layer + 1
     if fam.window == "from_layer" and cfg.sliding_window:  # its window on the layers from max_window_layers on
         kw.update(use_sliding_window=True, sliding_window=cfg.sliding_window,
                   max_window_layers=cfg.full_attention_layers)

@@ -289,16 +289,17 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
             src_attn_names = [k for k in source.where if k.startswith(src_prefix + attn) and not k.endswith(_IGNORED)]
             attn_state = {k.removeprefix(src_prefix + attn): finite_source(v, k, source.folder)
                           for k, v in source.read(src_attn_names).items()}
-            src_attn = _layer_module(src_cfg, attn_state)
+            src_attn = _layer_module(src_cfg.layer(layer), attn_state)  # the layer's own rotary width
             ref, cond = check.reference(src_attn), {}
             if out_cfg.attention == src_cfg.attention:
-                dst = _layer_module(out_cfg, attn_state)
+                dst = _layer_module(out_cfg.layer(layer), attn_state)
             elif out_cfg.attention == "canonical":
-                dst = _layer_module(out_cfg)
+                dst = _layer_module(out_cfg.layer(layer))
                 chosen = {block: transforms.canonicalize_layer(src_attn, dst, out_cfg, block, layer)}
-                cond = layer_conditioning(src_attn.to_heads().to(torch.float64), src_cfg, chosen)
+                cond = layer_conditioning(src_attn.to_heads().to(torch.float64), src_attn.rot, src_cfg.rope_layout,
+                                          chosen)
             else:  # to standard: the assembled matrices
-                dst = _layer_module(out_cfg)
+                dst = _layer_module(out_cfg.layer(layer))
                 dst.load_heads(src_attn.to_heads())
             del src_attn, attn_state  # one float64 copy of the layer fewer while the converted one is checked
             rounded = _cast(dst.state_dict(), dtype)

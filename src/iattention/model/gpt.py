@@ -101,7 +101,7 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = norm(config)
-        self.attn = build_attention(config)
+        self.attn = build_attention(config.layer(layer))  # this layer's own (rot 0 on a layer without RoPE)
         self.attn.window = config.window_of(layer)  # this layer's sliding window (0: none)
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)

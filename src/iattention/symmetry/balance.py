@@ -42,6 +42,6 @@ def balancedness(model) -> dict[str, torch.Tensor]:
         G, r = hw.n_kv_head, hw.W_K.shape[2]
         Q, K, V = _augment(hw.W_Q, hw.b_Q), _augment(hw.W_K, hw.b_K), _augment(hw.W_V, hw.b_V)
         QQ, OO = ((m @ m.mT).reshape(G, -1, r, r).sum(1) for m in (Q.mT, hw.W_O))  # each group's heads summed
-        qk.append(_conserved_norm(QQ - K.mT @ K, c.rot, c.rope_layout))
+        qk.append(_conserved_norm(QQ - K.mT @ K, attn.rot, c.rope_layout))
         vo.append(torch.linalg.matrix_norm(V.mT @ V - OO))
     return {"qk": torch.stack(qk), "vo": torch.stack(vo)}

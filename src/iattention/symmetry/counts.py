@@ -12,10 +12,20 @@ from iattention.config.model import GPTConfig
 from iattention.config.shapes import shape_names, shape_preset
 
 
+def by_layer(config, count) -> int:
+    """A whole-model count whose per-layer part depends on the layer's rotary width: `count(cfg)` (a whole-model
+    count, n_layer times the per-layer one) summed over the layers' own configs (GPTConfig.layer: rot 0 on a layer
+    without RoPE), in two evaluations."""
+    if not config.nope_every:
+        return count(config)
+    bare = config.n_layer // config.nope_every  # the layers without RoPE
+    return (count(config) * (config.n_layer - bare) + count(config.replace(rot=0)) * bare) // config.n_layer
+
+
 def redundancy(config) -> int:
     """Parameters the variant removes relative to standard (minimal_bias's dropped biases included): its
-    class says how many."""
-    return attention_class(config).removed_params(config)
+    class says how many, for each layer's own config."""
+    return by_layer(config, lambda c: attention_class(c).removed_params(c))
 
 
 def standard_param_count(config: GPTConfig) -> int:
@@ -35,9 +45,11 @@ def bias_redundancy(config) -> int:
     """Learned biases that change no function, whole model: per layer, each bias the variant's class names in
     `redundant_biases(config)`: G (r - rot) numbers for b_K (its pass dims), G r for b_V (see
     GPTConfig.minimal_bias)."""
-    G, r = config.n_kv_head, config.d_head
-    width = {"b_K": G * (r - config.rot), "b_V": G * r}
-    return config.n_layer * sum(width[n] for n in attention_class(config).redundant_biases(config))
+    def count(c):
+        G, r = c.n_kv_head, c.d_head
+        width = {"b_K": G * (r - c.rot), "b_V": G * r}
+        return c.n_layer * sum(width[n] for n in attention_class(c).redundant_biases(c))
+    return by_layer(config, count)
 
 
 def param_count(config) -> int:
@@ -65,8 +77,8 @@ def iso_param_mlp_hidden(config: GPTConfig) -> int:
 def removed_split(config) -> dict[str, int]:
     """What canonical attention removes, whole model: per layer and KV group rot + (r - rot)^2 on the query/key
     side (a complex scalar per rotary pair, GL of the pass dims) and r^2 on the value/output side."""
-    r, rot, LG = config.d_head, config.rot, config.n_layer * config.n_kv_head
-    return {"query_key": LG * (rot + (r - rot) ** 2), "value_output": LG * r * r}
+    r, LG = config.d_head, config.n_layer * config.n_kv_head
+    return {"query_key": by_layer(config, lambda c: LG * (c.rot + (r - c.rot) ** 2)), "value_output": LG * r * r}
 
 
 def kv_cache_values_per_token(config, kind: str = "full") -> int | None:

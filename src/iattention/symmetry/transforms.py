@@ -104,8 +104,8 @@ def random_gauge(model, seed: int = 0, spread: float = 2.0):
     c = model.config
     gen = torch.Generator().manual_seed(seed)
     for attn in model.attention_layers:
-        if c.rot:
-            A = random_commuting(c.n_kv_head, c.d_head, c.rot, c.rope_layout, gen, spread)
+        if attn.rot:  # the layer's own rotary width (none on a layer without RoPE)
+            A = random_commuting(c.n_kv_head, c.d_head, attn.rot, c.rope_layout, gen, spread)
         else:
             A = _random_invertible(c.n_kv_head, c.d_head, gen, spread)
         S = _random_invertible(c.n_kv_head, c.d_head, gen, spread)
@@ -225,11 +225,12 @@ def canonicalize_layer(src, dst, c, block: str = "aligned", layer: int = 0) -> d
     say what is fixed) gets the function of `src` (any variant), the algebra in float64 (what `canonicalize` does
     for every layer; a streaming conversion calls it one layer at a time). Returns the blocks it fixed."""
     hw = src.to_heads().to(torch.float64)
-    blocks = select_blocks(hw, c.rot, c.rope_layout, block)
-    A, A_inv_T, S, S_inv = canonical_gauge(hw, c.rot, c.rope_layout, blocks, layer, block, c.canonical_halves)
+    rot = dst.rot  # the layer's own (c.layer(layer)'s): 0 on a layer without RoPE
+    blocks = select_blocks(hw, rot, c.rope_layout, block)
+    A, A_inv_T, S, S_inv = canonical_gauge(hw, rot, c.rope_layout, blocks, layer, block, c.canonical_halves)
     dst.set_blocks(blocks)
     hw = gauge(hw, A, S, A_inv_T, S_inv)
-    dst.load_heads(fold_biases(hw, c.rot) if c.minimal_bias else hw)
+    dst.load_heads(fold_biases(hw, rot) if c.minimal_bias else hw)
     return blocks
 
 
