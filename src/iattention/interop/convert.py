@@ -229,7 +229,7 @@ def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None =
     cond = None
     if to == "canonical":
         out = canonicalize(src64, block=block).to(DTYPES[dtype])
-        cond = block_conditioning(src64)  # per layer and KV group (head), pivoted and aligned
+        cond = layer_conditions(src64)  # per layer and KV group (head), pivoted and aligned
     elif to == "standard":
         out = expand(src64).to(DTYPES[dtype])
     else:
@@ -246,20 +246,27 @@ def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None =
         raise UserError("the source model's logits are all zero on the probe batch (an all-zero or untrained-to-"
                         "nothing model), so the conversion cannot be checked; convert a model with weights")
     after = out.num_params() if to != "hf" else sum(p.numel() for p in out.parameters())
-    layers = [{k: v[i] for k, v in cond.items()} for i in range(src.config.n_layer)] if cond else []
+    layers = cond or []
     return out, ConversionReport(to, DTYPES[dtype], src.config, block=block, params_before=src.num_params(),
                                  params_after=after, layers=layers, conversion=diff / scale, max_abs_logit_diff=diff)
 
 
 @torch.no_grad()
+def layer_conditions(model) -> list[dict[str, list]]:
+    """Each layer's layer_conditioning (its own rotary width: a layer without RoPE has no 'rotary' keys)."""
+    c = model.config
+    layers = expand(model).attention_layers if c.attention != "standard" else model.attention_layers
+    return [layer_conditioning(attn.to_heads().to(torch.float64), attn.rot, c.rope_layout) for attn in layers]
+
+
 def block_conditioning(model) -> dict[str, list]:
     """Per layer and KV group (a head, where each has its own keys), for pivoted and aligned blocks: the smallest
     rotary pivot ratio |c_p| / ||c|| ('rotary', with rotary dims), the key pass block's and the output block's
-    condition numbers ('pass' where rot < d_head, 'output'); keys '<block> <what>', each (L, G) as lists."""
-    c = model.config
+    condition numbers ('pass' where rot < d_head, 'output'); keys '<block> <what>', each (L, G) as lists (a key
+    lists the layers that have it)."""
     out: dict[str, list] = {}
-    for attn in expand(model).attention_layers if c.attention != "standard" else model.attention_layers:
-        for key, v in layer_conditioning(attn.to_heads().to(torch.float64), attn.rot, c.rope_layout).items():
+    for layer in layer_conditions(model):
+        for key, v in layer.items():
             out.setdefault(key, []).append(v)
     return out
 

@@ -96,7 +96,7 @@ def family_table() -> str:
     config/families.py at its published shape (`Family.default_shape`), every number from the count functions
     above (tests/unit/symmetry/test_family_table.py says how to regenerate it)."""
     rows = ["| family | shape | query/key gauge per KV group | value/output gauge per KV group | removed per layer "
-            "(canonical) | K-only cache |", "| --- | --- | --- | --- | ---: | --- |"]
+            "(canonical; mean over layers) | K-only cache |", "| --- | --- | --- | --- | ---: | --- |"]
     for fam in FAMILIES.values():
         shape = shape_preset(fam.default_shape) if fam.default_shape in shape_names() else \
             model_preset(fam.default_shape)
@@ -106,6 +106,8 @@ def family_table() -> str:
             f"a complex scalar per rotary pair ({rot // 2} pairs) and GL({r - rot}) on the pass dims: " \
             f"{rot + (r - rot) ** 2:,} numbers" if rot < r else f"a complex scalar per rotary pair ({rot // 2} " \
             f"pairs): {rot} numbers"
+        if c.nope_every:  # rotary is per-layer data: on the layers without RoPE the whole GL(r)
+            qk += f"; every {c.nope_every}th layer (no RoPE): GL({r}), {r * r:,} numbers"
         split = removed_split(c)
         per_layer = redundancy(c) // c.n_layer
         k_only = "yes" if kv_cache_values_per_token(c, "k-only") is not None else \
