@@ -105,6 +105,9 @@ _RECORDS = (
                 vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
            NEOX_NAMES, file_names={"lm_head.weight": "embed_out.weight"}, grouped=False,
            default_shape="pythia-160m"),
+    # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE
+    Family("smollm3", "SmolLM3", "SmolLM3ForCausalLM", "llama", LLAMA_DEFAULTS, LLAMA_NAMES, nope=True,
+           default_shape="smollm3-3b"),
 )
 FAMILIES: dict[str, Family] = {f.name: f for f in _RECORDS}
 

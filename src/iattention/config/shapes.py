@@ -30,6 +30,11 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     # mistralai/Mistral-7B-v0.1 config.json (its 4096-token sliding window changes no count)
     "mistral-7b": (dict(family="mistral", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, mlp_hidden=14336,
                         vocab_size=32000, block_size=32768, norm_eps=1e-5), 7_241_732_096),
+    # HuggingFaceTB/SmolLM3-3B config.json: no RoPE on every 4th layer (its total is not checked against a
+    # published count: `iattn params --from` of its config.json equals transformers' count, tests/unit/interop)
+    "smollm3-3b": (dict(family="smollm3", n_layer=36, n_head=16, n_kv_head=4, n_embd=2048, mlp_hidden=11008,
+                        vocab_size=128256, block_size=65536, rope_theta=5000000.0, tie_embeddings=True, nope_every=4),
+                   None),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),
