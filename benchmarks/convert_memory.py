@@ -36,6 +36,11 @@ SHAPES = {  # transformers config of each published model's shape (random weight
                                    rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=32.0,
                                                         low_freq_factor=1.0, high_freq_factor=4.0,
                                                         original_max_position_embeddings=8192)), 4),
+    # SmolLM3-3B (issue 64): no RoPE on every 4th layer (transformers' default no_rope_layer_interval)
+    "smollm3-3b": ("SmolLM3", dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
+                                   num_key_value_heads=4, intermediate_size=11008, vocab_size=128256,
+                                   tie_word_embeddings=True, max_position_embeddings=65536, rms_norm_eps=1e-6,
+                                   rope_theta=5000000.0, no_rope_layer_interval=4), 3),
     # One layer's cost at the big published shapes, for the paper estimate (all layers of a shape are alike):
     # Llama-3-8B's layer shape with 2 layers, Llama-3-70B's with 1, their full vocabulary and untied head.
     "llama-3-8b-2layers": ("Llama", dict(hidden_size=4096, num_hidden_layers=2, num_attention_heads=32,

@@ -240,3 +240,18 @@ def test_no_line_outside_the_records_tests_a_family_s_name():
              if path.name != "families.py" for n, line in enumerate(path.read_text().splitlines(), 1)
              if _FAMILY_TEST.search(line.split("#")[0])]
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------- a relayed message is cut at a word, never inside one
+def test_a_relayed_message_is_cut_at_a_word_and_says_so():
+    """transformers' 'look at the above r' (issue 67 §3): errors.first_words cuts the first line at a space."""
+    from iattention.errors import first_words
+
+    text = "Error(s) in loading state_dict: size mismatch for weight, look at the above report for details " * 3
+    cut = first_words(ValueError(text + "\nsecond line"), 100)
+    assert cut.endswith(" ...") and text.startswith(cut.removesuffix(" ...")) and len(cut) <= 104
+    assert text[len(cut.removesuffix(" ..."))] == " "  # the next character was a space: no word was split
+    assert first_words(ValueError("short\nsecond")) == "short" and first_words(KeyError()) == "KeyError"
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in PACKAGE.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"splitlines\(\)\[0\]\[:\d+\]", line)]
+    assert not found, f"a message cut by characters (use errors.first_words): {found}"

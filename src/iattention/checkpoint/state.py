@@ -20,7 +20,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file, save_file
 
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys
-from iattention.errors import UserError
+from iattention.errors import UserError, first_words
 from iattention.model.gpt import available_memory
 from iattention.model.names import upgrade_state
 from iattention.utils.atomic import write_with
@@ -83,7 +83,7 @@ def _reading(path: Path):
         raise UserError(f"checkpoint {path} does not exist; check the path") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(f"checkpoint {path} is corrupt or truncated, or not a safetensors file at all "
-                        f"({str(e).splitlines()[0][:80]}); use an intact checkpoint (a run's last or best "
+                        f"({first_words(e, 80)}); use an intact checkpoint (a run's last or best "
                         "checkpoint, or one saved again), or retrain") from None
 
 
@@ -417,7 +417,7 @@ def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict
     try:
         optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise _bad_meta(path, "optimizer", f"does not fit this model's optimizer: {str(e).splitlines()[0][:80]}") \
+        raise _bad_meta(path, "optimizer", f"does not fit this model's optimizer: {first_words(e, 80)}") \
             from None
     if "rng/torch" in tensors:
         rng = tensors["rng/torch"]
@@ -427,7 +427,7 @@ def load_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict
         try:
             torch.set_rng_state(rng)
         except RuntimeError as e:
-            raise _bad_meta(path, "tensor rng/torch", str(e).splitlines()[0][:80]) from None
+            raise _bad_meta(path, "tensor rng/torch", first_words(e, 80)) from None
 
 
 def _check_optimizer_complete(tensors: dict, state: dict[int, dict], meta: dict, path) -> None:

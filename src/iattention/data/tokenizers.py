@@ -16,7 +16,7 @@ import numpy as np
 from iattention.data.cache import cache_root
 from iattention.data.config import DataConfig
 from iattention.data.sources import data_dir
-from iattention.errors import UserError
+from iattention.errors import UserError, first_words
 from iattention.utils.atomic import write_text
 from iattention.utils.files import expand_user
 
@@ -46,7 +46,7 @@ class Tokenizer:
             if type(e).__name__ != "PanicException":
                 raise
             raise UserError(f"tokenizer {self.name} failed on this text (the tokenizers library panicked: "
-                            f"{str(e).splitlines()[0][:80]}); use the model's own tokenizer") from None
+                            f"{first_words(e, 80)}); use the model's own tokenizer") from None
 
     @property
     def bos(self) -> int | None:
@@ -208,7 +208,7 @@ def _hf(spec: str) -> Tokenizer:
         impl = HFFolderTokenizer(tok)
     except Exception as e:
         raise UserError(f"tokenizer {spec}: transformers cannot read the tokenizer in {path} ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:100] if str(e) else ''}); re-save it with save_pretrained") from None
+                        f"{first_words(e) if str(e) else ''}); re-save it with save_pretrained") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     impl.folder = path
@@ -305,7 +305,7 @@ def _bpe(cfg: DataConfig, size: int, train_text: str) -> Tokenizer:
         try:
             tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # cut short, empty, overwritten: rebuilt, as a damaged token cache is
-            print(f"iattn: tokenizer cache {path} is unreadable ({str(e).splitlines()[0][:60]}); rebuilding it",
+            print(f"iattn: tokenizer cache {path} is unreadable ({first_words(e, 60)}); rebuilding it",
                   file=sys.stderr)
     if tok is None:
         tok = HFTokenizer(models.BPE())
