@@ -335,7 +335,9 @@ def test_optimizer_state_that_cannot_load_names_the_tensor_and_the_fix(tmp_path)
     assert len(quoted) > 80
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {}, {"optimizer": {"param_groups": one}}, "o.safetensors")
-    tells(err, "o.safetensors", "does not fit this model's optimizer", quoted[:80], fix[2:])
+    # quoted up to the last whole word within 80 characters, never cut inside one
+    tells(err, "o.safetensors", "does not fit this model's optimizer", quoted[:80].rsplit(" ", 1)[0] + " ...",
+          fix[2:])
     rng = torch.zeros(3, dtype=torch.uint8)
     try:
         torch.set_rng_state(rng)
@@ -344,7 +346,7 @@ def test_optimizer_state_that_cannot_load_names_the_tensor_and_the_fix(tmp_path)
     assert len(quoted) > 80
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {"rng/torch": rng}, meta, "o.safetensors")
-    tells(err, "o.safetensors", "rng/torch", quoted[:80], fix[2:])
+    tells(err, "o.safetensors", "rng/torch", quoted[:80].rsplit(" ", 1)[0] + " ...", fix[2:])
     with pytest.raises(UserError) as err:
         ckpt.load_optimizer_state(opt, {"rng/torch": torch.zeros(2, 2)}, meta, "o.safetensors")
     tells(err, "o.safetensors", "rng/torch", "float32", "[2, 2]", "1-D uint8", fix[2:])
