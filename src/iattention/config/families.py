@@ -117,10 +117,6 @@ REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM
            "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
 
 
-def family_names() -> tuple[str, ...]:
-    return tuple(FAMILIES)
-
-
 def family_record(model_type, where) -> Family:
     """The record of a `model_type` (config.json's, or `model.family`), else one line naming what is converted;
     `where` names the file or key that said it."""

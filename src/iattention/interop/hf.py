@@ -431,12 +431,13 @@ def nope_every_of(cfg, fam: Family, where) -> int:
     if not fam.nope:
         return 0
     get = cfg.get if isinstance(cfg, dict) else lambda k, default=None: getattr(cfg, k, default)
-    n, every = get("num_hidden_layers"), get("no_rope_layer_interval", 4)
+    n, interval = get("num_hidden_layers"), get("no_rope_layer_interval", 4)
     flags = get("no_rope_layers")
-    if flags is None:
-        flags = [int((i + 1) % every != 0) for i in range(n)] if isinstance(every, int) and every > 0 else None
+    if flags is None:  # transformers makes them from the interval
+        flags = [int((i + 1) % interval != 0) for i in range(n)] if isinstance(interval, int) and interval > 0 \
+            else None
     bare = [i for i, f in enumerate(flags or []) if f == 0]
-    every = bare[0] + 1 if bare else 0
+    every = bare[0] + 1 if bare else 0  # the first layer without RoPE says N; the rest must follow it
     if not isinstance(flags, list) or len(flags) != n or any(f not in (0, 1) or isinstance(f, bool) for f in flags) \
             or flags != [int(not every or (i + 1) % every != 0) for i in range(n)]:
         raise UserError(f"{where}: no_rope_layers {shown(repr(flags), 60)} is not one 0 or 1 per layer with every N-th "
@@ -725,7 +726,8 @@ _EMBEDDINGS = ("transformer.wte.weight", "lm_head.weight")  # padded to vocab_pa
 def shape_from_folder(folder: Path) -> GPTConfig:
     """The shape an HF folder's config.json describes, for counting: no weights read, no transformers needed."""
     fam = FAMILIES[family_of(folder)]
-    return DIALECTS[fam.dialect].shape(DIALECTS[fam.dialect].read_config(folder), fam)
+    dialect = dialect_of(fam.name)
+    return dialect.shape(dialect.read_config(folder), fam)
 
 
 def family_of(path: Path) -> str:

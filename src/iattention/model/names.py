@@ -15,17 +15,9 @@ import re
 from iattention.config.families import FAMILIES
 
 
-def _names(family: str):
-    return FAMILIES[family].names
-
-
-def _file_names(family: str) -> dict[str, str]:
-    return FAMILIES[family].file_names
-
-
 def _rules(family: str, reverse: bool) -> list[tuple[re.Pattern, str]]:
     out = []
-    for ours, theirs in _names(family):
+    for ours, theirs in FAMILIES[family].names:
         src, dst = (theirs, ours) if reverse else (ours, theirs)
         pattern = re.escape(src).replace(re.escape("{i}"), r"(\d+)")
         out.append((re.compile("^" + pattern), dst.replace("{i}", r"\1")))
@@ -50,12 +42,12 @@ def from_family(name: str, family: str) -> str:
 
 def to_file(name: str, family: str) -> str:
     """A family's transformers name -> the name its checkpoint files hold."""
-    return _file_names(family).get(name, name)
+    return FAMILIES[family].file_names.get(name, name)
 
 
 def from_file(name: str, family: str) -> str:
     """The name a family's checkpoint file holds -> its transformers name."""
-    return {v: k for k, v in _file_names(family).items()}.get(name, name)
+    return {v: k for k, v in FAMILIES[family].file_names.items()}.get(name, name)
 
 
 # The two-family layout's Llama canonical layer: W_K's pass dims were `W_K_pass_free` / `pass_perm`.
