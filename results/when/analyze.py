@@ -87,7 +87,7 @@ def d1_rule(d, ref: float) -> str:
 
 def runs_table(runs: dict) -> list[str]:
     lines = ["| run | params | best val ppl (epoch) | epochs run | test ppl | val ppl at epoch 1 / 6 / 12 | "
-             "train tok/s (3 runs on the card) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "train tok/s (runs at once: What ran) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (arm, heads, seed), s in runs.items():
         c = s["curve"]
         at = " / ".join(f"{c[e]:.2f}" if e in c else "–" for e in (1, 6, 12))
@@ -461,6 +461,81 @@ def cut_then_finished() -> dict[str, dict]:
             if m.group(2) not in ended and (HERE / "runs" / m.group(2) / "summary.json").exists()}
 
 
+def windows() -> list[dict]:
+    """Each committed GPU window (gpu-session/window-<UTC start>/, written by study.py unpack): its folder, the
+    card (window.log's nvidia-smi line), the commands it held (one "when window: start" line each), the most runs
+    the queue had going at once, the runs it finished, and the runs cut by a command's deadline with the epoch
+    each was cut after and whether a later command resumed it (queue.log's start/end/cut lines)."""
+    out = []
+    for folder in sorted((HERE / "gpu-session").glob("window-*")):
+        wlog = (folder / "window.log").read_text()
+        card = re.search(r"^when window: start .*\n([^,\n]+),", wlog, flags=re.M)
+        going, most, cuts, resumed, ended, secs, since = set(), 0, {}, set(), [], {}, {}
+        for m in re.finditer(r"^(\S+) (start|end|cut) (\S+):(.*)$", (folder / "queue.log").read_text(), flags=re.M):
+            at, kind, name, rest = m.groups()
+            if kind == "start":
+                since[name] = clock(at)
+            else:
+                secs[name] = secs.get(name, 0) + clock(at) - since[name]
+            if kind == "start":
+                going.add(name)
+                most = max(most, len(going))
+                if "--resume" in rest.split() and name in cuts:
+                    resumed.add(name)
+            else:
+                going.discard(name)
+                if kind == "cut":
+                    cuts[name] = int(re.search(r"after epoch (\d+)", rest).group(1))
+                elif name not in ended:
+                    ended.append(name)
+        out.append(dict(folder=folder.name, card=card.group(1) if card else "?", commands=wlog.count("when window: start"),
+                        most=most, ended=ended, cuts=cuts, resumed=resumed, secs=secs))
+    return out
+
+
+def clock(stamp: str) -> int:
+    """Seconds into the day of a queue line's time (HH:MM:SS, or a UTC stamp ending in HH:MM:SSZ; the windows so
+    far each lie inside one UTC day)."""
+    h, m, sec = map(int, stamp.rstrip("Z")[-8:].split(":"))
+    return 3600 * h + 60 * m + sec
+
+
+def first_lease_at_once() -> str:
+    """How the first lease's queue (gpu-session/queue.log) shared the card: the most runs at once and how long its
+    first runs took from their common start to their end lines."""
+    going, most, start, took = set(), 0, {}, []
+    for at, kind, name in re.findall(r"^(\S+) (start|end) (\S+):", _first_lease_log(), flags=re.M):
+        if kind == "start":
+            going.add(name)
+            start[name] = clock(at)
+            most = max(most, len(going))
+        else:
+            going.discard(name)
+            took.append((name, clock(at) - start[name]))
+    first = [t for n, t in took[:most]]
+    return (f"- the first lease (`gpu-session/queue.log`; batch 1's own log was not kept): at most {most} runs on the "
+            f"card at once; its first {len(first)} runs ended {min(first)}–{max(first)} s after they started.") \
+        if first else ""
+
+
+def window_notes(runs: dict) -> list[str]:
+    """One line per committed GPU window: where, how many runs at once, and what a deadline cut and a resume did."""
+    lines = [first_lease_at_once()] if first_lease_at_once() else []
+    for w in windows():
+        text = (f"- `gpu-session/{w['folder']}/`: {w['card']}, {w['commands']} command(s) in one lease, at most "
+                f"{w['most']} run(s) on the card at once; finished {', '.join(w['ended']) or 'none'}, taking "
+                + ", ".join(f"{w['secs'][n]} s" for n in w["ended"]) + " from start to end line (a cut run's "
+                "commands summed).")
+        for name, epoch in w["cuts"].items():
+            done = (HERE / "runs" / name / "summary.json").exists()
+            text += (f" {name} was cut by a command's deadline after epoch {epoch}; "
+                     + (f"the next command on the same machine resumed it from its last checkpoint (`--resume`)"
+                        + (f", to epoch {runs[run_key(name)]['epochs_run']}" if done else "")
+                        if name in w["resumed"] else "it was not resumed there") + ".")
+        lines.append(text)
+    return lines
+
+
 def run_key(name: str) -> tuple[str, int, int]:
     return next(r for r in QUEUE if run_name(*r) == name)
 
@@ -660,7 +735,9 @@ def d1m_sentence(runs: dict) -> str:
     if not d.has_ci:
         return f"{head}: one seed pair, so no verdict yet (PLAN.md needs 2)."
     reading = "" if rule == "not settled" else f": {D1M_READINGS[rule]}"
-    return f"{head}: Δ against standard {fmt(d, ref)}, by D1's rule \"{rule}\"{reading}."
+    p, floor, n = sign_flip(runs, D1M)
+    return (f"{head}: Δ against standard {fmt(d, ref)} (an exact sign-flip test on these {n} pairs gives p = {p:.4g}, "
+            f"and none on {n} pairs can give less than {floor:.4g}), by D1's rule \"{rule}\"{reading}.")
 
 
 def d1m_report(runs: dict) -> list[str]:
@@ -845,6 +922,7 @@ def report(runs: dict) -> str:
         lines.append(f"- {' and '.join(others)} {'were' if len(others) > 1 else 'was'} started when two runs of "
                      "priority 1 ended and cut by the end of the same lease (`gpu-session/queue.log`: a start line, no "
                      "end line); their metrics were not kept.")
+    lines += window_notes(runs)
     lines += ["", "## D1: replication (S-warm, 12 heads, canonical − standard, paired by seed)", "",
               f"- Best validation perplexity: {fmt(d, ref)}, seeds {', '.join(map(str, seeds))}. "
               f"Rule: **{d1_rule(d, ref)}**. {sign_flip_words(runs)}",

@@ -242,9 +242,15 @@ def window_folder(log: str) -> str | None:
     return "window-{}{}{}T{}{}{}Z".format(*m.groups()) if m else None
 
 
+def extends(kept: Path, packed: bytes) -> bool:
+    """Whether a pack's window.log continues the kept one (same window, a later command on the same machine)."""
+    return kept.is_file() and len(packed) > kept.stat().st_size and packed.startswith(kept.read_bytes())
+
+
 def unpack(tgz: Path) -> None:
     """Copy the finished runs of a pack (those with summary.json) into results/when/runs/, and the window's logs
-    (window.log, queue.log, logs/) into results/when/gpu-session/window-<start>/; never overwrite."""
+    (window.log, queue.log, logs/) into results/when/gpu-session/window-<start>/; never overwrite a run, and
+    replace kept logs only by a later pack of the same window whose window.log continues them."""
     names = {run_name(*r) for r in QUEUE}
     with tarfile.open(tgz) as tar:
         members = {m.name: m for m in tar.getmembers() if m.isfile()}
@@ -252,17 +258,23 @@ def unpack(tgz: Path) -> None:
         folder = window_folder(tar.extractfile(window).read().decode()) if window else None
         if window is None or folder is None:
             print("no window.log with its start line in the pack: the window's logs are not kept")
-        elif (SESSIONS / folder).exists():
+        elif (SESSIONS / folder).exists() and not extends(SESSIONS / folder / "window.log",
+                                                          tar.extractfile(window).read()):
             print(f"skip the window's logs ({SESSIONS.name}/{folder} already committed)")
         else:
+            # A later command on the same warm machine appends to ROOT's logs, so its pack's window.log begins
+            # with the one kept: the kept logs are then replaced by the longer ones (nothing kept is lost).
+            old = SESSIONS / folder if (SESSIONS / folder).exists() else None
             tmp = SESSIONS / f".{folder}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             for name, m in members.items():
                 if name in ("window.log", "queue.log") or name.startswith("logs/") and name.endswith(".log"):
                     (tmp / name).parent.mkdir(parents=True, exist_ok=True)
                     (tmp / name).write_bytes(tar.extractfile(m).read())
+            if old is not None:
+                shutil.rmtree(old)
             os.replace(tmp, SESSIONS / folder)
-            print(f"unpacked the window's logs into {SESSIONS.name}/{folder}")
+            print(f"{'extended' if old else 'unpacked'} the window's logs in {SESSIONS.name}/{folder}")
         done = sorted({n.split("/")[1] for n in members if n.startswith("runs/") and n.endswith("/summary.json")})
         for name in done:
             if name not in names or (COMMITTED / name).exists():
