@@ -15,6 +15,13 @@
 #   timeout_s 600. Afterwards, here: python results/when/study.py unpack <files_at>/when-runs.tgz, then
 #   python results/when/analyze.py, then commit results/when/runs/, the window's log that unpack wrote
 #   (results/when/gpu-session/window-<UTC start>/: window.log, queue.log, logs/) and what analyze.py rewrote.
+# Three at a time (JOBS=3, the default) finishes more runs in a window than one at a time (issue 65, measured):
+# the first lease's first three runs, three at once on an H100, ended 502-558 s after they started; batch 2, one
+# at a time on an H200 (JOBS=1, 2026-11-28), took 272 s and 222 s for two and the third was cut at the deadline
+# (each run's compile, start-up, evaluation and checkpoints leave the card idle; three at once fill it).
+# A 15-minute lease holds about 770 s of commands after the machine's start: a second call on the still-warm
+# machine, "bash results/when/gpu.sh 245 data-carry" (timeout_s 262), resumes from its checkpoint a run the first
+# call's deadline cut (ROOT survives there), and its pack's logs extend the window's (study.py unpack).
 # A dry run on a CPU (tiny model, a few seconds a run; unpack into a scratch copy, never into runs/):
 #   PRESET=tiny EXTRA="model.n_embd=48 train.epochs=1 train.compile=false" PYTHON=.venv/bin/python OUT=/tmp/when-out \
 #     ROOT=$(mktemp -d) bash results/when/gpu.sh 120 /work/shared/data
