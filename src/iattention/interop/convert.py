@@ -208,14 +208,16 @@ def check_exportable(c) -> None:
     structural keys at their values (a gpt2 model with SwiGLU has no GPT2LMHeadModel), GPT-2's heads all
     key/value heads and its head tied."""
     fam = FAMILIES[c.family]
-    fixed = ("pos", "norm", "mlp", "projection", "parallel_residual") + (("tie_embeddings",) if fam.tied_only else ())
-    bad = [k for k in fixed if getattr(c, k) != fam.defaults[k]]
+    fixed = ("pos", "norm", "mlp", "projection", "fused_gate_up", "parallel_residual") + \
+        (("tie_embeddings",) if fam.tied_only else ())
+    holds = {"fused_gate_up": False, **fam.defaults}  # separate gate and up maps unless its record says fused
+    bad = [k for k in fixed if getattr(c, k) != holds[k]]
     if not fam.grouped and c.n_kv_head != c.n_head:
         bad.append("n_kv_head")
     if bad:
         raise UserError(f"transformers' {c.family} class cannot hold this model's "
                         f"{', '.join(f'model.{k}={getattr(c, k)}' for k in bad)} (a {c.family} model has "
-                        f"{', '.join(f'{k}={fam.defaults.get(k, c.n_head)}' for k in bad)}); keep it as an "
+                        f"{', '.join(f'{k}={holds.get(k, c.n_head)}' for k in bad)}); keep it as an "
                         "iattention checkpoint (--to canonical or standard)")
 
 
