@@ -74,7 +74,7 @@ from iattention.interop.hf import (
 )
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
 from iattention.model.gpt import GPT, exact_norms, inv_freq_of
-from iattention.model.names import from_file, to_family, to_file
+from iattention.model.names import from_family, from_file, to_family, to_file
 from iattention.symmetry import transforms
 from iattention.utils.faults import fault_point
 
@@ -287,7 +287,7 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
                 continue
             attn = to_family(f"transformer.h.{layer}.attn.", family)  # model.layers.3.self_attn. (Llama)
             src_attn_names = [k for k in source.where if k.startswith(src_prefix + attn) and not k.endswith(_IGNORED)]
-            attn_state = {k.removeprefix(src_prefix + attn): finite_source(v, k, source.folder)
+            attn_state = {_in_layer(k, src_prefix, family, layer): finite_source(v, k, source.folder)
                           for k, v in source.read(src_attn_names).items()}
             src_attn = _layer_module(src_cfg.layer(layer), attn_state)  # the layer's own rotary width
             ref, cond = check.reference(src_attn), {}
@@ -306,12 +306,18 @@ def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GP
             results.append({**check(ref, dst, rounded), **cond})
             for name, src_name in zip(names, src_names):
                 if name.startswith(out_prefix + attn):
-                    writer.put(name, finite_output(rounded[name.removeprefix(out_prefix + attn)], name, dtype))
+                    writer.put(name, finite_output(rounded[_in_layer(name, out_prefix, family, layer)], name, dtype))
                 else:
                     _copy(source, writer, name, src_name, dtype)
             del dst, rounded
             bar.update(1)
     return results
+
+
+def _in_layer(name: str, prefix: str, family: str, layer: int) -> str:
+    """A side's name of a tensor of layer `layer`'s attention -> its name in our attention module, through the
+    family's name map (Phi-3's self_attn.qkv_proj is our attn.c_attn; the Llama names differ by the prefix only)."""
+    return from_family(_unside(name, prefix, family), family).removeprefix(f"transformer.h.{layer}.attn.")
 
 
 def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: torch.dtype) -> None:

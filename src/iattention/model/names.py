@@ -54,10 +54,15 @@ def from_file(name: str, family: str) -> str:
 OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 
 
-def upgrade_name(name: str) -> str:
+def upgrade_name(name: str, family: str | None = None) -> str:
     """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
-    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours)."""
-    owner = next((f for f in FAMILIES if from_family(name, f) != name), None)  # the family whose names it has
+    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours).
+    `family`: the model's, whose names are read first (Phi-3's `self_attn.qkv_proj` is our `attn.c_attn`, where
+    the Llama names would keep `qkv_proj`); else the first family whose names it has."""
+    if family in FAMILIES and from_family(name, family) != name:
+        owner = family
+    else:
+        owner = next((f for f in FAMILIES if from_family(name, f) != name), None)
     if owner is None:
         return name
     name = from_family(name, owner)
@@ -65,6 +70,6 @@ def upgrade_name(name: str) -> str:
     return f"{head}.{OLD_ATTENTION_NAMES.get(leaf, leaf)}" if ".attn." in name else name
 
 
-def upgrade_state(state: dict) -> dict:
-    """A state dict with every old name (upgrade_name) renamed."""
-    return {upgrade_name(k): v for k, v in state.items()}
+def upgrade_state(state: dict, family: str | None = None) -> dict:
+    """A state dict of a model of `family` with every old name (upgrade_name) renamed."""
+    return {upgrade_name(k, family): v for k, v in state.items()}
