@@ -79,6 +79,9 @@ class Family:
     old_arch: str | None = None  # what the two-family layout's `model.arch` called it ("gpt" or "llama")
     default_shape: str | None = None  # the published shape `iattn params --family NAME` counts (config/shapes.py)
     nope: bool = False  # its transformers class has layers without RoPE (SmolLM3's no_rope_layers: model.nope_every)
+    # its transformers class rotates partial_rotary_factor x d_head of each head's dims (model.rot), read and written
+    # (Phi-3's; the Llama classes accept the key and rotate whole heads)
+    partial_rotary: bool = False
 
     def __post_init__(self):
         assert self.bias_rule in BIAS_RULES and self.window in WINDOW_RULES, self

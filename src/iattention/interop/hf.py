@@ -11,12 +11,15 @@ back on export; the head is tied to it (an untied head is refused unless it equa
 
 Llama family. `LlamaForCausalLM`, `Qwen2ForCausalLM` and `MistralForCausalLM` (SmolLM2 is LlamaForCausalLM) share
 one layout: separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model
-(projection "separate") holds the same tensors under GPT-2's prefixes, so the weights copy one to one. The rotary
-width is read from the model's own `inv_freq` (Llama accepts `partial_rotary_factor` in its config and ignores it),
+(projection "separate") holds the same tensors under GPT-2's prefixes, so the weights copy one to one. A family
+whose record stores them fused (projection "fused", fused_gate_up: Phi-3's qkv_proj and gate_up_proj) holds its
+tensors as they are too, renamed by its name map. The rotary width is read from the model's own `inv_freq` (Llama
+accepts `partial_rotary_factor` in its config and ignores it; a record with `partial_rotary` reads and writes it),
 and our frequencies must equal transformers' bit for bit.
 Out of scope, refused in one line: QK-norm models (Qwen3, Gemma-3, OLMo-2: a norm between the projection and RoPE
-breaks the gauge), fused projections (Phi-3), MLP biases, RoPE types that rescale cos/sin. A sliding window
-(Mistral's on every layer, Qwen2's from max_window_layers on) is the same mask here (GPTConfig.sliding_window).
+breaks the gauge), MLP biases, RoPE types that rescale cos/sin or switch with the length (Phi-3's longrope). A
+sliding window (Mistral's and Phi-3's on every layer, Qwen2's from max_window_layers on) is the same mask here
+(GPTConfig.sliding_window).
 
 GPT-NeoX (the Pythia suite): LayerNorm with biases, exact GELU, a parallel residual, `query_key_value` laid out per
 head (projection "neox"), rotary on the first rotary_pct x d_head dims of each head in the rotate_half layout, an
@@ -419,7 +422,10 @@ def read_llama_config(folder: Path) -> dict:
     if not _finite_positive(theta):
         raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 or 500000 in released "
                         f"models); {_FIX}")
-    nope_every_of(cfg, family_record(cfg["model_type"], path), path)  # layers without RoPE we cannot hold: one line
+    fam = family_record(cfg["model_type"], path)
+    nope_every_of(cfg, fam, path)  # layers without RoPE we cannot hold: one line
+    if fam.partial_rotary:
+        _check_share(cfg, "partial_rotary_factor", path, "1 in Phi-3-mini")
     return cfg
 
 
@@ -479,13 +485,15 @@ def attention_biases(fam: Family, attention_bias: bool) -> dict[str, bool]:
 
 def _llama_shape(cfg: dict, fam: Family) -> GPTConfig:
     """The shape a Llama-family folder's config.json (checked by `read_llama_config`) describes: no weights read, no
-    transformers needed (these families rotate whole heads)."""
+    transformers needed (whole heads rotate, or, where the record says partial_rotary, int(d_head x
+    partial_rotary_factor) dims as transformers computes it)."""
     n_head, d = cfg["num_attention_heads"], cfg["hidden_size"]
     d_head = cfg.get("head_dim") or d // n_head
     bias = bool(cfg.get("attention_bias", False))
+    rot = int(d_head * _rotary_share(cfg, "partial_rotary_factor")) // 2 * 2 if fam.partial_rotary else d_head
     return GPTConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
                      n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
-                     mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
+                     mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=rot,
                      **attention_biases(fam, bias),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
                      family=fam.name, nope_every=nope_every_of(cfg, fam, "config.json"))
@@ -559,9 +567,10 @@ def llama_config_of(c, rotary, tied: bool, fam: Family) -> GPTConfig:
 def hf_llama_config(cfg: GPTConfig):
     fam = FAMILIES[cfg.family]
     config_class = _class(cfg.family).config_class  # LlamaConfig, ...: transformers 5's (rope_parameters)
-    if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
-        raise UserError(f"transformers' {fam.hf_class} rotates all of a head's dims in the 'half' layout; "
-                        f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
+    if cfg.rot != cfg.d_head and not fam.partial_rotary or cfg.rope_layout != "half":
+        raise UserError(f"transformers' {fam.hf_class} rotates {'some' if fam.partial_rotary else 'all'} of a head's "
+                        f"dims in the 'half' layout; this model has rot={cfg.rot} of d_head={cfg.d_head}, layout "
+                        f"{cfg.rope_layout!r}")
     holds = {"qkv_only": (True, False), "none": (False, False)}.get(fam.bias_rule, (cfg.qkv_bias, cfg.qkv_bias))
     if (cfg.qkv_bias, cfg.o_bias) != holds:
         raise UserError(f"transformers' {fam.hf_class} cannot hold qkv_bias={cfg.qkv_bias} with "
@@ -570,7 +579,8 @@ def hf_llama_config(cfg: GPTConfig):
               num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,
               head_dim=cfg.d_head, max_position_embeddings=cfg.max_positions or cfg.block_size,
               rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
-              rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling})
+              rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling,
+                               **({"partial_rotary_factor": cfg.rot / cfg.d_head} if fam.partial_rotary else {})})
     if fam.bias_rule == "attention_bias":
         kw["attention_bias"] = cfg.qkv_bias
     if fam.window == "every_layer":
@@ -607,27 +617,35 @@ def read_neox_config(folder: Path) -> dict:
         if key in cfg and not _finite_positive(cfg[key]):
             raise UserError(f"{path}: {key}={cfg[key]} must be a finite number > 0 ({example} in released models); "
                             f"{_FIX}")
-    if not 0 < _rotary_pct(cfg) <= 1:
-        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (cfg.get("rope_parameters") or {}) \
-            else "rotary_pct"
-        raise UserError(f"{path}: {key}={shown(repr(_rotary_pct(cfg)), 40)} must be a number in (0, 1] (the share of "
-                        f"each head's dims that rotate; 0.25 in Pythia); {_FIX}")
+    _check_share(cfg, "rotary_pct", path, "0.25 in Pythia")
     _, theta, _ = rope_of(cfg, path)  # a rope type we do not reproduce is one line
     if not _finite_positive(theta):
         raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 in released models); {_FIX}")
     return cfg
 
 
-def _rotary_pct(cfg: dict):
-    pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
+def _rotary_share(cfg: dict, legacy: str):
+    """The share of each head's dims that rotate: rope_parameters' partial_rotary_factor, else the older top-level
+    key `legacy` (GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor), else 1; NaN where it is no number."""
+    pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get(legacy, 1.0))
     return pct if isinstance(pct, (int, float)) and not isinstance(pct, bool) else float("nan")
+
+
+def _check_share(cfg: dict, legacy: str, path: Path, example: str) -> None:
+    """`_rotary_share` in (0, 1], else one line naming the config.json key it was read from."""
+    share = _rotary_share(cfg, legacy)
+    if not 0 < share <= 1:
+        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (cfg.get("rope_parameters") or {}) \
+            else legacy
+        raise UserError(f"{path}: {key}={shown(repr(share), 40)} must be a number in (0, 1] (the share of each head's "
+                        f"dims that rotate; {example}); {_FIX}")
 
 
 def _neox_shape(cfg: dict, fam: Family) -> GPTConfig:
     """The shape a GPT-NeoX folder's config.json (checked) describes (no weights, no transformers): its rotary
     width int(d_head x rotary_pct) as transformers computes it."""
     d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
-    pct = _rotary_pct(cfg)
+    pct = _rotary_share(cfg, "rotary_pct")
     bias = bool(cfg.get("attention_bias", True))
     return GPTConfig(family=fam.name, n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                      n_embd=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
@@ -685,7 +703,9 @@ def write_transformers4_keys(folder: Path) -> None:
     if fam is not None and fam.dialect == "neox":
         cfg.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=theta)
     else:
-        rope.pop("partial_rotary_factor", None)
+        share = rope.pop("partial_rotary_factor", None)
+        if fam is not None and fam.partial_rotary:  # 4.x's Phi3Config reads it at the top level
+            cfg["partial_rotary_factor"] = 1.0 if share is None else share
         cfg.update(rope_theta=theta, rope_scaling={"rope_type": rope_type, **rope} if rope_type != "default" else None)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
