@@ -38,6 +38,12 @@ NEOX_NAMES = (
     ("transformer.ln_f.", "gpt_neox.final_layer_norm."),
     ("transformer.rotary_emb.", "gpt_neox.rotary_emb."),
 )
+# Phi-3's: the Llama names, but q, k and v fused (qkv_proj, [H r | G r | G r] outputs: our fused c_attn) and o_proj
+PHI3_NAMES = (
+    ("transformer.h.{i}.attn.c_attn.", "model.layers.{i}.self_attn.qkv_proj."),
+    ("transformer.h.{i}.attn.c_proj.", "model.layers.{i}.self_attn.o_proj."),
+    *LLAMA_NAMES,
+)
 # The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU, separate q/k/v/o, an untied head).
 LLAMA_DEFAULTS = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
                       vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False)
@@ -111,13 +117,17 @@ _RECORDS = (
     # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE
     Family("smollm3", "SmolLM3", "SmolLM3ForCausalLM", "llama", LLAMA_DEFAULTS, LLAMA_NAMES, nope=True,
            default_shape="smollm3-3b"),
+    # Phi-3: the Llama layout with fused qkv_proj and gate_up_proj ([gate | up]), no biases, a sliding window on every
+    # layer, partial_rotary_factor (1 in Phi-3-mini); longrope (the 128k models) is refused where RoPE is read
+    Family("phi3", "Phi-3", "Phi3ForCausalLM", "llama",
+           {**LLAMA_DEFAULTS, "norm_eps": 1e-5, "projection": "fused", "fused_gate_up": True}, PHI3_NAMES,
+           bias_rule="none", window="every_layer", partial_rotary=True, default_shape="phi-3-mini-4k"),
 )
 FAMILIES: dict[str, Family] = {f.name: f for f in _RECORDS}
 
 # model_types iattention does not convert, each with why (one line)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
-REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
-           "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
+REFUSED = dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM)
 
 
 def family_record(model_type, where) -> Family:
