@@ -74,7 +74,7 @@ def _shape_from(folder: str):
     from pathlib import Path
 
     from iattention.checkpoint.run_folder import read_json_object
-    from iattention.interop.hf import shape_from_folder
+    from iattention.interop.folder import shape_from_folder
     from iattention.interop.load import OURS_MODEL_TYPE
 
     path = Path(folder)

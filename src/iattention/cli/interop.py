@@ -25,7 +25,8 @@ from iattention.interop.convert import (
     probe_batch,
     save_converted,
 )
-from iattention.interop.hf import folder_token_ids, generation_settings, hf_logits
+from iattention.interop.folder import folder_token_ids, generation_settings
+from iattention.interop.hf import hf_logits
 from iattention.interop.load import (
     check_tokenizer,
     data_config_for,

@@ -22,7 +22,8 @@ from iattention.config.model import GPTConfig
 from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import GENERATION, add_eos_row, dtype_name, to_hf, write_transformers4_keys
+from iattention.interop.folder import GENERATION, dtype_name
+from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
 from iattention.model.gpt import GPT, exact_norms

@@ -26,7 +26,8 @@ from iattention.data.tokenizers import (
     tokenizer_identity,
 )
 from iattention.errors import UserError
-from iattention.interop.hf import INDEX, _weight_files, from_hf
+from iattention.interop.folder import INDEX, _weight_files
+from iattention.interop.hf import from_hf
 from iattention.model.gpt import GPT
 from iattention.model.names import upgrade_name
 

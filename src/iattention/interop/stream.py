@@ -50,28 +50,22 @@ from iattention.interop.convert import (
     probe_batch,
     staged_folder,
 )
-from iattention.interop.hf import (
+from iattention.interop.dialects import _class, _transformers_v5, dialect_of, rotary_of
+from iattention.interop.folder import (
     _IGNORED,
     _ST,
     FINITE_FIX,
     INDEX,
     Source,
-    _class,
-    _transformers_v5,
     _weight_files,
     check_sizes,
-    dialect_of,
     dtype_name,
     family_of,
-    from_hf_model,
     generation_settings,
     hf_config_from_folder,
-    hf_config_of,
-    hf_logits,
-    rotary_of,
     token_ids_of,
-    write_transformers4_keys,
 )
+from iattention.interop.hf import from_hf_model, hf_config_of, hf_logits, write_transformers4_keys
 from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
 from iattention.model.gpt import GPT, exact_norms, inv_freq_of
 from iattention.model.names import from_file, to_family, to_file

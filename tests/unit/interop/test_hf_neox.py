@@ -13,7 +13,8 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("GPT-NeoX conversion needs transformers 5", allow_module_level=True)
 
 from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf import from_hf_model, hf_logits, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.folder import shape_from_folder  # noqa: E402
+from iattention.interop.hf import from_hf_model, hf_logits, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402

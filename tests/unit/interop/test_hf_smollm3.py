@@ -16,7 +16,8 @@ from helpers import max_rel  # noqa: E402
 from iattention.cli.app import main  # noqa: E402
 from iattention.errors import UserError  # noqa: E402
 from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf import from_hf_model, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.folder import shape_from_folder  # noqa: E402
+from iattention.interop.hf import from_hf_model, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, removed_split, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402

@@ -1,0 +1,292 @@
+"""Reading a Hugging Face model folder: its safetensors files (`Source`), its generation_config.json, its family,
+and its config.json's sizes against the weights' shapes."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, is_token_id
+from iattention.config.families import FAMILIES, Family, family_record
+from iattention.config.model import GPTConfig
+from iattention.errors import UserError, first_words, shown
+from iattention.interop.dialects import _FIX, DIALECTS, _class, _strict_error, _transformers, dialect_of
+from iattention.model.gpt import GPT
+from iattention.model.names import from_family, from_file, to_family, to_file
+
+FINITE_FIX = "use a model with finite weights (it diverged or was damaged)"  # a NaN/Inf weight's refusal
+_RESAVE = "download or copy the model folder again, or re-save it with save_pretrained"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+GENERATION = "generation_config.json"  # sampling defaults (do_sample, temperature, top_p, ...) and special ids
+
+
+def generation_settings(folder: Path) -> dict | None:
+    """An HF folder's generation_config.json as the JSON object it holds, or None where there is none; one line
+    naming the file where it is not a JSON object or transformers refuses it (`max_new_tokens: 0`; greedy with
+    `num_return_sequences: 3`), which transformers does while loading the model, as a traceback or with a
+    message about the weights. Called before a folder is loaded or converted; values transformers only warns
+    about (`temperature` without sampling, common on the Hub) pass."""
+    path = Path(folder) / GENERATION
+    if not path.is_file():
+        return None
+    fix = "fix or remove it"
+    obj = read_json_object(path, "a generation config", fix)
+    try:  # _transformers() has quieted its warnings, as everywhere in interop
+        _transformers().GenerationConfig.from_pretrained(str(folder))
+    except Exception as e:  # ValueError, and AttributeError for a nested config of the wrong type
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{path} is refused by transformers ({why}); {fix}") from None
+    return obj
+
+
+
+INDEX = "model.safetensors.index.json"
+_ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+_OTHER = {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+# old HF checkpoints' saved frequencies and GPT-NeoX's causal-mask buffers: transformers ignores them too
+_IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
+
+
+def _weight_files(path: Path) -> list[str]:
+    """The safetensors files an HF folder's weights live in: its index's shards (each a file inside the
+    folder: a path that leaves it is refused, not followed), else model.safetensors."""
+    index = path / INDEX
+    if not index.exists():
+        return ["model.safetensors"]
+    fix = "re-save the model with save_pretrained"
+    obj = read_json_object(index, "a safetensors index", fix, schema={"weight_map": (dict,)})
+    files = list(dict.fromkeys(obj["weight_map"].values()))
+    for f in files:
+        # lexically, not resolved: a shard symlinked into a cache (as the hub's snapshots are) stays readable
+        if not isinstance(f, str) or not f or os.path.isabs(f) or os.path.normpath(f).split(os.sep)[0] == "..":
+            raise UserError(f"{index} maps tensors to {f!r}, outside the model folder {path}; an index names "
+                            f"files inside its folder only; {fix}")
+    return files
+
+
+class Source:
+    """An HF-layout folder's safetensors files (one, or an index's shards), their headers read at once, their
+    tensors a few at a time: what the whole-model loader checks before transformers reads the folder
+    (transformers casts every tensor to the model's dtype without a word: an int64 or fp16 tensor in a float32
+    file would load as another model), and what the streaming converter (interop/stream.py) reads layer by layer.
+    `files`: by default the folder's (its index's shards, else model.safetensors); `declared`: each file's
+    declared size checked first (a whole load would materialise a crafted header over a sparse file; a streamed
+    one reads a layer at a time, so a model larger than memory is its point)."""
+
+    def __init__(self, folder: Path, files: list[str] | None = None, declared: bool = False):
+        self.folder = folder
+        self.where: dict[str, str] = {}
+        self.shapes: dict[str, list[int]] = {}
+        self.dtypes: dict[str, str] = {}
+        index = folder / INDEX if (folder / INDEX).exists() else None
+        for name in _weight_files(folder) if files is None else files:
+            if not (folder / name).is_file():
+                named = f"{index} names shard {name}, which" if index else f"its weights file {name}"
+                raise UserError(f"{folder}: {named} is missing; {_RESAVE}")
+            if declared:
+                check_declared_size(folder / name)
+            with self._open(name) as f:
+                for k in f.keys():
+                    sl = f.get_slice(k)
+                    self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
+        if index:  # every tensor the index names must be where it says
+            wm = read_json_object(index, "a safetensors index", _RESAVE, schema={"weight_map": (dict,)})["weight_map"]
+            for k, shard in wm.items():
+                if self.where.get(k) != shard:
+                    raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
+
+    def _open(self, name: str):
+        path = self.folder / name
+        try:
+            return safe_open(str(path), framework="pt")
+        except SafetensorError as e:
+            raise UserError(f"cannot read {path} as safetensors ({first_words(e, 80)}): it is truncated "
+                            f"or damaged; {_RESAVE}") from None
+
+    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tensors `names`, each file opened once and closed again (its mapped pages let go)."""
+        files: dict[str, list[str]] = {}
+        for k in names:
+            files.setdefault(self.where[k], []).append(k)
+        out = {}
+        for name, keys in files.items():
+            try:
+                with self._open(name) as f:
+                    for k in keys:
+                        out[k] = f.get_tensor(k)
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / name} ({first_words(e, 80)}); {_RESAVE}") \
+                    from None
+        return out
+
+    def chunks(self, name: str, max_bytes: int):
+        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
+        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
+        shape = self.shapes[name]
+        row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
+        step = max(1, max_bytes // max(row, 1))
+        for start in range(0, max(shape[0], 1) if shape else 1, step):
+            try:
+                with self._open(self.where[name]) as f:
+                    sl = f.get_slice(name)
+                    yield sl[start:start + step] if shape else sl[:]
+            except SafetensorError as e:
+                raise UserError(f"cannot read {self.folder / self.where[name]} ({first_words(e, 80)}); "
+                                f"{_RESAVE}") from None
+
+    def float_dtype(self, skip: tuple[str, ...] = _IGNORED, allowed_ints: tuple[str, ...] = ()) -> torch.dtype:
+        """The one floating dtype of the weights (the tensors named `skip` aside, as transformers ignores them,
+        and int64 ones named `allowed_ints`); another dtype, or two, is one line."""
+        seen: dict[str, str] = {}
+        for k, dt in self.dtypes.items():
+            if k.endswith(skip) or k.endswith(allowed_ints) and dt == "I64":
+                continue
+            if dt not in _ST:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} as {_OTHER.get(dt, dt)}, not floating "
+                                "point; iattention reads float16, bfloat16, float32 and float64 weights only: "
+                                "dequantize the model (load it in transformers and save_pretrained it in bfloat16) "
+                                "and convert that")
+            seen.setdefault(dt, k)
+        if len(seen) > 1:
+            (a, ka), (b, kb) = list(seen.items())[:2]
+            raise UserError(f"{self.folder / self.where[kb]} mixes dtypes ({ka} is {dtype_name(_ST[a])}, {kb} is "
+                            f"{dtype_name(_ST[b])}); transformers would cast them silently: convert the model to one "
+                            "dtype explicitly and re-save it")
+        if not seen:
+            raise UserError(f"{self.folder} holds no floating-point weights; {_RESAVE}")
+        return _ST[next(iter(seen))]
+
+    def check_against(self, expected: dict[str, list[int]], config: str) -> None:
+        """Every tensor a model of this config has, of its shape, and nothing else."""
+        have = {k for k in self.shapes if not k.endswith(_IGNORED)}
+        missing, unexpected = sorted(set(expected) - have), sorted(have - set(expected))
+        if missing:
+            raise UserError(f"{self.folder} lacks tensor {missing[0]}"
+                            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}, which {config} "
+                            f"needs; {_RESAVE}")
+        if unexpected:
+            raise UserError(f"{self.folder / self.where[unexpected[0]]} holds tensor {unexpected[0]}, which {config} "
+                            f"does not have; {_RESAVE}")
+        for k, shape in expected.items():
+            if self.shapes[k] != shape:
+                raise UserError(f"{self.folder / self.where[k]} holds {k} of shape {self.shapes[k]}, but {config} "
+                                f"makes it {shape}; the config and the weights disagree: fix the config's sizes or "
+                                f"{_RESAVE}")
+
+
+def expected_shapes(shape: GPTConfig, fam: Family) -> dict[str, list[int]]:
+    """{the name a family's checkpoint file holds: its shape} of every weight outside the layers and of layer 0,
+    for a model of `shape` (our model built on the meta device, its names mapped by the family's record): the size
+    check of every family, derived from its name map rather than tensor names written by hand."""
+    cfg = shape.replace(n_layer=1, vocab_pad_multiple=1, attention="standard", init="normal", minimal_bias=False)
+    with torch.device("meta"):
+        state = GPT(cfg).state_dict()
+    out = {}
+    for k, v in state.items():
+        name = to_file(to_family(k, fam.name), fam.name)
+        if name.endswith(fam.buffers):
+            continue
+        out[name] = list(v.shape)[::-1] if name.endswith(fam.transposed) else list(v.shape)
+    return out
+
+
+_LAYER = re.compile(r"^transformer\.h\.(\d+)\.")  # our name of a layer's tensor; group 1: its index
+
+
+def _layer_of(name: str, fam: Family) -> int | None:
+    """The layer index of a tensor a family's file names (mapped back to our names), else None."""
+    ours = from_family(from_file(name, fam.name), fam.name)
+    m = _LAYER.match(ours) or _LAYER.match("transformer." + ours)  # old GPT-2 files: no prefix
+    return int(m.group(1)) if m else None
+
+
+def check_sizes(path: Path, fam: Family, cfg: dict, shapes: dict[str, list[int]]) -> None:
+    """config.json's sizes against the tensors' shapes (from the safetensors headers), before transformers builds a
+    model of the config's size (its own message about a mismatch is long, cut short, and names the wrong fix): the
+    layer count, then each tensor outside the layers and of layer 0 (`expected_shapes`); the first disagreement
+    named with the config.json keys that size that tensor (found by moving each key and seeing the shape move)."""
+    dialect = DIALECTS[fam.dialect]
+    where = path / "config.json"
+    layers = {i for k in shapes if (i := _layer_of(k, fam)) is not None}
+    n = cfg[dialect.layers_key]
+    if layers and n != len(layers):
+        raise UserError(f"{where} says {dialect.layers_key}={n}, but the weights hold {len(layers)} layer(s); set "
+                        f"{dialect.layers_key}={len(layers)} or re-save the model with save_pretrained")
+    expected = expected_shapes(dialect.shape(cfg, fam), fam)
+    for name, want in expected.items():
+        have = shapes.get(name, shapes.get(name.removeprefix("transformer.")))  # old GPT-2 files: no prefix
+        if have is None or have == want:
+            continue
+        keys = [k for k in dialect.size_keys if cfg.get(k) is not None and _sizes_of(cfg, k, fam, name) != want]
+        said = ", ".join(f"{k}={cfg[k]}" for k in keys) or "its sizes"
+        raise UserError(f"{where} says {said}, so {name} would be {want}, but the weights hold {have}; the config "
+                        "and the weights disagree: set those keys to what the weights hold, or re-save the model "
+                        "with save_pretrained")
+
+
+def _sizes_of(cfg: dict, key: str, fam: Family, name: str):
+    """The shape of tensor `name` with config.json's `key` moved (doubled, halved or one more: the first that still
+    describes a model), or None where none does."""
+    value = cfg[key]
+    for moved in (2 * value, value // 2, value + 1):
+        try:
+            return expected_shapes(DIALECTS[fam.dialect].shape({**cfg, key: moved}, fam), fam).get(name)
+        except (UserError, ValueError, ZeroDivisionError):
+            continue
+    return None
+
+
+def shape_from_folder(folder: Path) -> GPTConfig:
+    """The shape an HF folder's config.json describes, for counting: no weights read, no transformers needed."""
+    fam = FAMILIES[family_of(folder)]
+    dialect = dialect_of(fam.name)
+    return dialect.shape(dialect.read_config(folder), fam)
+
+
+def family_of(path: Path) -> str:
+    """The family of an HF folder (its config.json's model_type), or a one-line refusal naming what is converted."""
+    model_type = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with "
+                                  "save_pretrained", schema={"model_type": (str,)})["model_type"]
+    return family_record(model_type, path / "config.json").name
+
+
+def token_ids_of(hf_config, folder: Path) -> dict:
+    """The special-token ids the transformers config of `folder` sets (bos, eos, pad; an eos may be a list): what a
+    conversion from Hugging Face records in its checkpoint's metadata ("token_ids") and an export writes back
+    (hf_config_of); one that is no id is one line."""
+    ids = {key: value for key in TOKEN_IDS if (value := getattr(hf_config, key, None)) is not None}
+    for key, value in ids.items():
+        if not is_token_id(value):
+            raise UserError(f"{Path(folder) / 'config.json'}: {key} is {type(value).__name__} {shown(repr(value), 100)}"
+                            f", expected a token id (an integer) or a list of them; {_FIX}")
+    return ids
+
+
+def hf_config_from_folder(folder: Path, family: str):
+    """An HF folder's config.json as its family's transformers config class reads it, or one line."""
+    config_class = _class(family).config_class
+    try:
+        return config_class.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
+        raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
+                        f"({first_words(e)}); fix the key or re-save the model with save_pretrained") \
+            from None
+
+
+def folder_token_ids(folder: Path) -> dict:
+    """token_ids_of an HF folder's config.json, as its family's transformers config reads it."""
+    folder = Path(folder)
+    return token_ids_of(hf_config_from_folder(folder, family_of(folder)), folder)
+
+
