@@ -22,10 +22,10 @@ from iattention.config.model import GPTConfig
 from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.folder import GENERATION, dtype_name
+from iattention.interop.folder import DATA_SPEC_FILE, GENERATION, config_beside, copy_companions, dtype_name
 from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
-from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
+from iattention.interop.load import TOKENIZER_ID
 from iattention.model.gpt import GPT, exact_norms
 from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
@@ -46,27 +46,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # rounding, so 1e-5 would refuse a correct conversion of a random model, and trained ones condition worse.
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 SOURCE_TOLERANCE = 1e-9
-
-
-# What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
-# streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
-# export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
-COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", GENERATION,
-          DATA_SPEC_FILE)
-
-
-def companions(folder: Path) -> list[str]:
-    """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
-    return [name for name in COPIED if (folder / name).is_file()]
-
-
-def copy_companions(src: Path, dst: Path) -> list[str]:
-    """The tokenizer, chat template and generation files beside the weights, copied through."""
-    copied = companions(src)
-    for name in copied:
-        shutil.copyfile(src / name, dst / name)
-    return copied
 
 
 NO_REFERENCE = "not checked: the source is an iattention checkpoint, for which there is no transformers reference"

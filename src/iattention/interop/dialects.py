@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 
-from iattention.checkpoint.run_folder import read_json_object
 from iattention.config.families import BIAS_RULES, FAMILIES, Family, family_record
 from iattention.config.model import LLAMA3_SCALING, ROPE_TYPES, GPTConfig
 from iattention.errors import UserError, shown
@@ -83,12 +82,10 @@ def _finite_positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
-def _read_config(folder: Path, required: dict, optional: dict, positive) -> dict:
-    """A folder's config.json with each key of `required` present, each key of either of its types, and the keys
-    `positive` names (where given) >= 1; else one line naming the key."""
-    path = folder / "config.json"
-    cfg = read_json_object(path, "a Hugging Face config", "re-save the model with save_pretrained",
-                           schema={"model_type": (str,)})
+def _read_config(cfg: dict, path: Path, required: dict, optional: dict, positive) -> dict:
+    """A folder's config.json (`cfg`, read from `path`, its model_type a family's) with each key of `required`
+    present, each key of either of its types, and the keys `positive` names (where given) >= 1; else one line
+    naming the key."""
     missing = [k for k in required if k not in cfg]
     if missing:
         raise UserError(f"{path} lacks {', '.join(missing)}, which a {cfg['model_type']} config needs; {_FIX}")
@@ -116,9 +113,9 @@ GPT2_OPTIONAL = {"n_inner": (int, _NONE), "layer_norm_epsilon": _NUM, "resid_pdr
                  "n_ctx": (int, _NONE), "bos_token_id": (int, _NONE), "eos_token_id": (int, _NONE)}
 
 
-def read_gpt2_config(folder: Path) -> dict:
+def read_gpt2_config(cfg: dict, path: Path) -> dict:
     """A GPT-2 folder's config.json, checked: the keys GPT2Config reads, of its types, the sizes positive."""
-    return _read_config(folder, GPT2_REQUIRED, GPT2_OPTIONAL, [k for k in GPT2_REQUIRED if k != "model_type"])
+    return _read_config(cfg, path, GPT2_REQUIRED, GPT2_OPTIONAL, [k for k in GPT2_REQUIRED if k != "model_type"])
 
 
 def _gpt2_mlp(n_inner, n_embd: int) -> int:
@@ -169,10 +166,9 @@ _POSITIVE = ("num_hidden_layers", "num_attention_heads", "hidden_size", "interme
              "max_position_embeddings", "num_key_value_heads", "head_dim")
 
 
-def read_llama_config(folder: Path) -> dict:
+def read_llama_config(cfg: dict, path: Path) -> dict:
     """A Llama-family folder's config.json, checked as transformers would need it, else one line naming the key."""
-    path = folder / "config.json"
-    cfg = _read_config(folder, CONFIG_SCHEMA, LLAMA_CONFIG_OPTIONAL, _POSITIVE)
+    cfg = _read_config(cfg, path, CONFIG_SCHEMA, LLAMA_CONFIG_OPTIONAL, _POSITIVE)
     family_record(cfg["model_type"], path)
     if cfg.get("rms_norm_eps") is not None and not _finite_positive(cfg["rms_norm_eps"]):
         raise UserError(f"{path}: rms_norm_eps={cfg['rms_norm_eps']} must be a finite number > 0 (1e-5 or 1e-6 in "
@@ -360,11 +356,10 @@ NEOX_CONFIG_OPTIONAL = {"max_position_embeddings": (int,), "layer_norm_eps": _NU
                         "tie_word_embeddings": (bool,), "hidden_act": (str,)}
 
 
-def read_neox_config(folder: Path) -> dict:
+def read_neox_config(cfg: dict, path: Path) -> dict:
     """A GPT-NeoX folder's config.json with the keys our model reads, each of its type and in range (one line naming
     the config.json key, not the training setting it becomes)."""
-    path = folder / "config.json"
-    cfg = _read_config(folder, CONFIG_SCHEMA, NEOX_CONFIG_OPTIONAL,
+    cfg = _read_config(cfg, path, CONFIG_SCHEMA, NEOX_CONFIG_OPTIONAL,
                        [k for k in (*CONFIG_SCHEMA, "max_position_embeddings") if k != "model_type"])
     if cfg["hidden_size"] % cfg["num_attention_heads"]:
         raise UserError(f"{path}: hidden_size={cfg['hidden_size']} is not a multiple of num_attention_heads="
@@ -443,7 +438,7 @@ def hf_neox_config(cfg: GPTConfig):
 class Dialect:
     """How the folders of a config.json dialect (`Family.dialect`) are read and written."""
 
-    read_config: Callable[[Path], dict]  # config.json checked, one line per problem
+    read_config: Callable[[dict, Path], dict]  # config.json (parsed, and its path) checked, one line per problem
     shape: Callable[[dict, Family], GPTConfig]  # a checked config.json -> the shape it describes (no weights)
     config_of: Callable  # (transformers config, its rotary module or None, tied, record) -> our GPTConfig
     hf_config: Callable[[GPTConfig], object]  # our config -> the transformers config an export writes

@@ -6,14 +6,16 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+from functools import cached_property
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
-from iattention.checkpoint.run_folder import read_json_object
+from iattention.checkpoint.run_folder import check_json_object, read_json_object
 from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, is_token_id
-from iattention.config.families import FAMILIES, Family, family_record
+from iattention.config.families import Family, family_record
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError, first_words, shown
 from iattention.interop.dialects import _FIX, DIALECTS, _class, _strict_error, _transformers, dialect_of
@@ -43,12 +45,34 @@ def generation_settings(folder: Path) -> dict | None:
     fix = "fix or remove it"
     obj = read_json_object(path, "a generation config", fix)
     try:  # _transformers() has quieted its warnings, as everywhere in interop
-        _transformers().GenerationConfig.from_pretrained(str(folder))
+        _transformers().GenerationConfig.from_dict(dict(obj))
     except Exception as e:  # ValueError, and AttributeError for a nested config of the wrong type
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"{path} is refused by transformers ({why}); {fix}") from None
     return obj
 
+
+# Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
+DATA_SPEC_FILE = "iattention-data.json"
+# What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
+# streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
+# export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
+COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", GENERATION,
+          DATA_SPEC_FILE)
+
+
+def companions(folder: Path) -> list[str]:
+    """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
+    return [name for name in COPIED if (folder / name).is_file()]
+
+
+def copy_companions(src: Path, dst: Path) -> list[str]:
+    """The tokenizer, chat template and generation files beside the weights, copied through."""
+    copied = companions(src)
+    for name in copied:
+        shutil.copyfile(src / name, dst / name)
+    return copied
 
 
 INDEX = "model.safetensors.index.json"
@@ -58,21 +82,26 @@ _OTHER = {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "u
 _IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
 
-def _weight_files(path: Path) -> list[str]:
-    """The safetensors files an HF folder's weights live in: its index's shards (each a file inside the
-    folder: a path that leaves it is refused, not followed), else model.safetensors."""
+def _weight_map(path: Path) -> dict | None:
+    """An HF folder's index (tensor -> the file holding it, each a file inside the folder: a path that leaves it is
+    refused, not followed), or None where it has none."""
     index = path / INDEX
     if not index.exists():
-        return ["model.safetensors"]
+        return None
     fix = "re-save the model with save_pretrained"
-    obj = read_json_object(index, "a safetensors index", fix, schema={"weight_map": (dict,)})
-    files = list(dict.fromkeys(obj["weight_map"].values()))
-    for f in files:
+    weight_map = read_json_object(index, "a safetensors index", fix, schema={"weight_map": (dict,)})["weight_map"]
+    for f in dict.fromkeys(weight_map.values()):
         # lexically, not resolved: a shard symlinked into a cache (as the hub's snapshots are) stays readable
         if not isinstance(f, str) or not f or os.path.isabs(f) or os.path.normpath(f).split(os.sep)[0] == "..":
             raise UserError(f"{index} maps tensors to {f!r}, outside the model folder {path}; an index names "
                             f"files inside its folder only; {fix}")
-    return files
+    return weight_map
+
+
+def _weight_files(path: Path, weight_map: dict | None = None) -> list[str]:
+    """The safetensors files an HF folder's weights live in: its index's shards, else model.safetensors."""
+    weight_map = _weight_map(path) if weight_map is None else weight_map
+    return ["model.safetensors"] if weight_map is None else list(dict.fromkeys(weight_map.values()))
 
 
 class Source:
@@ -89,8 +118,9 @@ class Source:
         self.where: dict[str, str] = {}
         self.shapes: dict[str, list[int]] = {}
         self.dtypes: dict[str, str] = {}
-        index = folder / INDEX if (folder / INDEX).exists() else None
-        for name in _weight_files(folder) if files is None else files:
+        weight_map = _weight_map(folder)
+        index = folder / INDEX if weight_map is not None else None
+        for name in _weight_files(folder, weight_map) if files is None else files:
             if not (folder / name).is_file():
                 named = f"{index} names shard {name}, which" if index else f"its weights file {name}"
                 raise UserError(f"{folder}: {named} is missing; {_RESAVE}")
@@ -100,11 +130,9 @@ class Source:
                 for k in f.keys():
                     sl = f.get_slice(k)
                     self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
-        if index:  # every tensor the index names must be where it says
-            wm = read_json_object(index, "a safetensors index", _RESAVE, schema={"weight_map": (dict,)})["weight_map"]
-            for k, shard in wm.items():
-                if self.where.get(k) != shard:
-                    raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
+        for k, shard in (weight_map or {}).items():  # every tensor the index names must be where it says
+            if self.where.get(k) != shard:
+                raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
 
     def _open(self, name: str):
         path = self.folder / name
@@ -211,13 +239,13 @@ def _layer_of(name: str, fam: Family) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def check_sizes(path: Path, fam: Family, cfg: dict, shapes: dict[str, list[int]]) -> None:
+def check_sizes(folder: HFFolder, shapes: dict[str, list[int]]) -> None:
     """config.json's sizes against the tensors' shapes (from the safetensors headers), before transformers builds a
     model of the config's size (its own message about a mismatch is long, cut short, and names the wrong fix): the
     layer count, then each tensor outside the layers and of layer 0 (`expected_shapes`); the first disagreement
     named with the config.json keys that size that tensor (found by moving each key and seeing the shape move)."""
+    fam, cfg, where = folder.family, folder.config, folder.where
     dialect = DIALECTS[fam.dialect]
-    where = path / "config.json"
     layers = {i for k in shapes if (i := _layer_of(k, fam)) is not None}
     n = cfg[dialect.layers_key]
     if layers and n != len(layers):
@@ -247,46 +275,128 @@ def _sizes_of(cfg: dict, key: str, fam: Family, name: str):
     return None
 
 
-def shape_from_folder(folder: Path) -> GPTConfig:
-    """The shape an HF folder's config.json describes, for counting: no weights read, no transformers needed."""
-    fam = FAMILIES[family_of(folder)]
-    dialect = dialect_of(fam.name)
-    return dialect.shape(dialect.read_config(folder), fam)
+CONFIG = "config.json"
+# The model_type a converted folder's config.json carries, so that transformers' refusal names what the folder is
+# (before, it said only "Should have a model_type key"); with a note for whoever opens the file.
+OURS_MODEL_TYPE = "iattention"
+OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), or make a "
+             "transformers folder of it with: iattn convert --from THIS_FOLDER --to hf --out NEW_FOLDER")
 
 
-def family_of(path: Path) -> str:
-    """The family of an HF folder (its config.json's model_type), or a one-line refusal naming what is converted."""
-    model_type = read_json_object(path / "config.json", "a Hugging Face config", "re-save the model with "
-                                  "save_pretrained", schema={"model_type": (str,)})["model_type"]
-    return family_record(model_type, path / "config.json").name
+def config_beside(model_config: dict) -> dict:
+    """The config.json written beside a converted checkpoint: the model config, said to be iattention's."""
+    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
 
 
-def token_ids_of(hf_config, folder: Path) -> dict:
-    """The special-token ids the transformers config of `folder` sets (bos, eos, pad; an eos may be a list): what a
-    conversion from Hugging Face records in its checkpoint's metadata ("token_ids") and an export writes back
-    (hf_config_of); one that is no id is one line."""
-    ids = {key: value for key in TOKEN_IDS if (value := getattr(hf_config, key, None)) is not None}
-    for key, value in ids.items():
-        if not is_token_id(value):
-            raise UserError(f"{Path(folder) / 'config.json'}: {key} is {type(value).__name__} {shown(repr(value), 100)}"
-                            f", expected a token id (an integer) or a list of them; {_FIX}")
-    return ids
+class HFFolder:
+    """A Hugging Face model folder as a command reads it, once, where the command meets it (`hf_folder`), and passed
+    down: config.json parsed once (`raw`) and checked by its family's dialect (`config`), generation_config.json
+    (`generation`), its tokenizer and other companion files (`companions`), its safetensors index, shards and their
+    headers (`source`) and the weights' one dtype (`dtype`). Every refusal about what the folder holds is made here,
+    when a part is first asked for (`read` asks for all of them), never again by a consumer; transformers gets the
+    config and generation config built from what was read (`load_options`), not the files again."""
+
+    def __init__(self, path: Path, raw: dict):
+        self.path, self.raw, self.where = Path(path), raw, Path(path) / CONFIG
+        self.source: Source | None = None
+        self.dtype: torch.dtype | None = None
+
+    @classmethod
+    def at(cls, path: str | Path) -> HFFolder:
+        """The folder `path` (refused in one line where it has no config.json); an HFFolder is returned as it is."""
+        if isinstance(path, HFFolder):
+            return path
+        folder = hf_folder(Path(path), ours=True)
+        if folder is None:
+            raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
+                            "save_pretrained")
+        return folder
+
+    @property
+    def model_type(self) -> str:
+        """config.json's model_type, as text (a value of another type is refused as the family is read)."""
+        return str(self.raw.get("model_type"))
+
+    @cached_property
+    def family(self) -> Family:
+        check_json_object(self.raw, self.where, "a Hugging Face config", "re-save the model with save_pretrained",
+                          schema={"model_type": (str,)})
+        return family_record(self.raw["model_type"], self.where)
+
+    @cached_property
+    def config(self) -> dict:
+        """config.json checked as its dialect reads it, one line per problem."""
+        return dialect_of(self.family.name).read_config(self.raw, self.where)
+
+    @cached_property
+    def shape(self) -> GPTConfig:
+        """The shape config.json describes, for counting: no weights read, no transformers needed."""
+        return dialect_of(self.family.name).shape(self.config, self.family)
+
+    @cached_property
+    def generation(self) -> dict | None:
+        return generation_settings(self.path)
+
+    @cached_property
+    def companions(self) -> list[str]:
+        return companions(self.path)
+
+    def read(self, whole: bool) -> HFFolder:
+        """Every part checked, in this order: the family, config.json, generation_config.json (transformers reads it
+        with the model: a bad one is named here, not as the weights), the safetensors files (`whole`: each file's
+        declared size first, for a load of the whole model), the weights' one dtype and their sizes against
+        config.json."""
+        if self.source is None:
+            self.config, self.generation  # noqa: B018 (each checked, once)
+            source = Source(self.path, declared=whole)
+            self.dtype = source.float_dtype(skip=_IGNORED + self.family.buffers)
+            check_sizes(self, source.shapes)
+            self.source = source
+        return self
+
+    @cached_property
+    def hf_config(self):
+        """config.json as its family's transformers config class reads it (from `raw`), or one line."""
+        config_class = _class(self.family.name).config_class
+        try:  # what from_pretrained does with the file's text, as transformers parses it
+            return config_class.from_dict(getattr(config_class, "_decode_special_floats", dict)(dict(self.raw)))
+        except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
+            raise UserError(f"cannot read {self.where} as {config_class.__name__} ({first_words(e)}); {_FIX}") \
+                from None
+
+    @cached_property
+    def token_ids(self) -> dict:
+        """The special-token ids the transformers config sets (bos, eos, pad; an eos may be a list): what a
+        conversion from Hugging Face records in its checkpoint's metadata ("token_ids") and an export writes back
+        (hf_config_of); one that is no id is one line."""
+        ids = {key: value for key in TOKEN_IDS if (value := getattr(self.hf_config, key, None)) is not None}
+        for key, value in ids.items():
+            if not is_token_id(value):
+                raise UserError(f"{self.where}: {key} is {type(value).__name__} {shown(repr(value), 100)}, expected a "
+                                f"token id (an integer) or a list of them; {_FIX}")
+        return ids
+
+    def load_options(self) -> dict:
+        """from_pretrained's keywords that hand transformers what was read (the config, the generation config)
+        instead of its reading the files again; transformers 4.x takes the config only."""
+        tf = _transformers()
+        options = {"config": self.hf_config}
+        if int(tf.__version__.split(".")[0]) >= 5:
+            gen = self.generation
+            options["generation_config"] = tf.GenerationConfig.from_dict(dict(gen)) if gen is not None else \
+                tf.GenerationConfig.from_model_config(self.hf_config)
+        return options
 
 
-def hf_config_from_folder(folder: Path, family: str):
-    """An HF folder's config.json as its family's transformers config class reads it, or one line."""
-    config_class = _class(family).config_class
-    try:
-        return config_class.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError, KeyError, _strict_error()) as e:
-        raise UserError(f"cannot read {folder / 'config.json'} as {config_class.__name__} "
-                        f"({first_words(e)}); fix the key or re-save the model with save_pretrained") \
-            from None
-
-
-def folder_token_ids(folder: Path) -> dict:
-    """token_ids_of an HF folder's config.json, as its family's transformers config reads it."""
-    folder = Path(folder)
-    return token_ids_of(hf_config_from_folder(folder, family_of(folder)), folder)
-
-
+def hf_folder(path: str | Path, ours: bool = False) -> HFFolder | None:
+    """The Hugging Face model folder `path`, its config.json parsed (the one read of it), or None where `path` is
+    none: not a folder, no config.json, or (unless `ours`) ours: beside a converted model.safetensors it says
+    iattention, or, written before, has no model_type."""
+    path = Path(path)
+    config = path / CONFIG
+    if not (path.is_dir() and config.exists()):
+        return None
+    raw = read_json_object(config, "a model config", "re-save the model (save_pretrained or iattn convert)")
+    if not ours and raw.get("model_type", OURS_MODEL_TYPE) == OURS_MODEL_TYPE:
+        return None
+    return HFFolder(path, raw)

@@ -18,7 +18,7 @@ from iattention.config.families import FAMILIES, family_record
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError, first_words
 from iattention.interop.dialects import _EMBEDDINGS, DIALECTS, _class, _strict_error, _transformers, dialect_of
-from iattention.interop.folder import FINITE_FIX, Source, check_sizes, family_of, generation_settings
+from iattention.interop.folder import FINITE_FIX, HFFolder
 from iattention.model.gpt import GPT
 from iattention.model.names import from_family, to_family
 from iattention.symmetry.transforms import expand
@@ -60,28 +60,22 @@ def from_hf_model(hf, family: str, source="the Hugging Face model") -> GPT:
     return model.eval()
 
 
-def from_hf(model_or_path) -> GPT:
+def from_hf(source) -> GPT:
     """A transformers model of any family (the object, or a local folder saved with save_pretrained, read from
-    safetensors only) -> our standard model, same dtype, same logits."""
+    safetensors only: its path or the HFFolder a command read) -> our standard model, same dtype, same logits."""
     tf = _transformers()
-    if isinstance(model_or_path, tf.PreTrainedModel):
-        family = family_record(model_or_path.config.model_type, "the Hugging Face model").name
-        check_finite(model_or_path.state_dict(), "the Hugging Face model", FINITE_FIX)
-        return from_hf_model(model_or_path, family)
-    path = Path(model_or_path)
-    if not (path / "config.json").exists():
-        raise UserError(f"{path} is not a Hugging Face model folder (no config.json); give a folder saved with "
-                        "save_pretrained")
-    fam = FAMILIES[family_of(path)]
-    family, cls = fam.name, _class(fam.name)
-    cfg = DIALECTS[fam.dialect].read_config(path)
-    source = Source(path, declared=True)
-    source.float_dtype(skip=(".attn.bias", ".attn.masked_bias"))  # old GPT-2 files' attention-mask buffers
-    check_sizes(path, fam, cfg, source.shapes)
-    generation_settings(path)  # transformers reads it below: a bad one named here, not as the weights
+    if isinstance(source, tf.PreTrainedModel):
+        family = family_record(source.config.model_type, "the Hugging Face model").name
+        check_finite(source.state_dict(), "the Hugging Face model", FINITE_FIX)
+        return from_hf_model(source, family)
+    folder = HFFolder.at(source)
+    fam, path = folder.family, folder.path
+    cls = _class(fam.name)
+    folder.read(whole=True)
     # use_safetensors: never unpickle a pytorch_model.bin
     try:
-        hf, info = cls.from_pretrained(str(path), use_safetensors=True, output_loading_info=True)
+        hf, info = cls.from_pretrained(str(path), use_safetensors=True, output_loading_info=True,
+                                       **folder.load_options())
     except (OSError, ValueError, RuntimeError, TypeError, KeyError, SafetensorError, _strict_error()) as e:
         raise UserError(f"cannot load {path} as {fam.hf_class} from safetensors ({first_words(e)}); "
                         "re-save it with save_pretrained(safe_serialization=True)") from None
@@ -95,16 +89,17 @@ def from_hf(model_or_path) -> GPT:
             raise UserError(f"{path}: its safetensors has {what} tensor(s) {', '.join(map(str, list(keys)[:3]))} for "
                             f"{fam.hf_class} with its config.json; re-save the model with save_pretrained")
     check_finite(hf.state_dict(), path, FINITE_FIX)  # as a checkpoint's
-    return from_hf_model(hf.eval(), family, path)
+    return from_hf_model(hf.eval(), fam.name, path)
 
 
 @torch.no_grad()
-def hf_logits(path: str | Path, x: torch.Tensor) -> torch.Tensor:
-    """The logits of an HF folder's own transformers class in float64 on tokens x (the reference a conversion's
-    source is checked against; the folder was read by from_hf first)."""
-    cls = _class(family_of(Path(path)))
+def hf_logits(source, x: torch.Tensor) -> torch.Tensor:
+    """The logits of an HF folder's own transformers class (`source`: its path or HFFolder) in float64 on tokens x
+    (the reference a conversion's source is checked against; the folder was read by from_hf first)."""
+    folder = HFFolder.at(source)
     dtype = "dtype" if int(_transformers().__version__.split(".")[0]) >= 5 else "torch_dtype"  # 4.x's name
-    hf = cls.from_pretrained(str(path), use_safetensors=True, **{dtype: torch.float64})
+    hf = _class(folder.family.name).from_pretrained(str(folder.path), use_safetensors=True,
+                                                    **{dtype: torch.float64}, **folder.load_options())
     return hf.eval()(x).logits
 
 

@@ -44,7 +44,6 @@ from iattention.interop.convert import (
     DTYPES,
     NO_REFERENCE,
     ConversionReport,
-    copy_companions,
     judge,
     layer_conditioning,
     probe_batch,
@@ -54,19 +53,20 @@ from iattention.interop.dialects import _class, _transformers_v5, dialect_of, ro
 from iattention.interop.folder import (
     _IGNORED,
     _ST,
+    DATA_SPEC_FILE,
     FINITE_FIX,
     INDEX,
+    HFFolder,
     Source,
     _weight_files,
-    check_sizes,
+    config_beside,
+    copy_companions,
     dtype_name,
-    family_of,
     generation_settings,
-    hf_config_from_folder,
-    token_ids_of,
+    hf_folder,
 )
 from iattention.interop.hf import from_hf_model, hf_config_of, hf_logits, write_transformers4_keys
-from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
+from iattention.interop.load import load_any
 from iattention.model.gpt import GPT, exact_norms, inv_freq_of
 from iattention.model.names import from_file, to_family, to_file
 from iattention.symmetry import transforms
@@ -348,34 +348,29 @@ def _whole_fits(cfg: GPTConfig) -> tuple[bool, str]:
 
 
 @torch.no_grad()
-def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: str = "pivoted",
+def hf_to_ours(src: str | Path | HFFolder, out: str | Path, to: str = "canonical", block: str = "pivoted",
                dtype: str | None = None, shard_bytes: int = SHARD_BYTES, force: bool = False,
                say=print, per_head: bool = False) -> ConversionReport:
     """An HF rotary-family folder -> our canonical (or standard) checkpoint folder, streamed. Prints the report
-    with `say`; a check over its tolerance is a UserError (nothing written) unless `force`."""
+    with `say`; a check over its tolerance is a UserError (nothing written) unless `force`. `src`: the folder's path
+    or the HFFolder a command read."""
     _transformers_v5()
-    src, out = Path(src), Path(out)
-    family = family_of(src)
-    fam = FAMILIES[family]
+    folder, out = HFFolder.at(src), Path(out)
+    src, fam = folder.path, folder.family
+    family = fam.name
     if not fam.streamed:  # GPT-2: Conv1D weights, learned positions: loaded whole (interop/hf.py)
         raise UserError(f"{src} is a {fam.label} model, which converts whole, not streamed: iattn convert --from "
                         f"{src}")
-    dialect = dialect_of(family)
-    cfg_json = dialect.read_config(src)
-    generation_settings(src)  # copied through, and read by transformers for the check: refused here, in one line
-    source = Source(src)
-    src_dtype = source.float_dtype()
-    check_sizes(src, fam, cfg_json, source.shapes)
-    hf_cfg = hf_config_from_folder(src, family)
+    source, src_dtype, hf_cfg = folder.read(whole=False).source, folder.dtype, folder.hf_config
     tied = bool(hf_cfg.tie_word_embeddings) and to_file("lm_head.weight", family) not in source.shapes
-    cfg = dialect.config_of(hf_cfg, rotary_of(hf_cfg, family), tied, fam)
-    source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{src / 'config.json'}")
+    cfg = dialect_of(family).config_of(hf_cfg, rotary_of(hf_cfg, family), tied, fam)
+    source.check_against({k: s for k, (s, _) in shapes_of(cfg).items()}, f"{folder.where}")
     out_dtype = DTYPES[dtype] if dtype else src_dtype
     out_cfg = cfg.replace(attention=to)
     plan = {k: (s, out_dtype if d.is_floating_point else d) for k, (s, d) in shapes_of(out_cfg, "model/").items()}
     meta = {"config": {"model": out_cfg.to_dict()}, "source": str(src),
             "conversion": {"to": to, "max_abs_logit_diff": None}}
-    ids = token_ids_of(hf_cfg, src)  # bos/eos/pad as the source's config says them, for an export to write back
+    ids = folder.token_ids  # bos/eos/pad as the source's config says them, for an export to write back
     if ids:
         meta["token_ids"] = ids
     report = ConversionReport(to, out_dtype, cfg, source=str(src), out=str(out), block=block)
@@ -391,7 +386,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
-            hf = _class(family).from_pretrained(str(src), dtype=torch.float64).eval()
+            hf = _class(family).from_pretrained(str(src), dtype=torch.float64, **folder.load_options()).eval()
             ours = from_hf_model(hf, family)
             x = probe_batch(ours)
             ref = hf(x).logits
@@ -417,7 +412,7 @@ def is_streamed_source(path: str | Path) -> bool:
     (what the streaming converter writes): `--to hf` streams it. One under our names (a whole-model conversion)
     loads whole."""
     path = Path(path)
-    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or hf_model_type(path) is not None:
+    if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or hf_folder(path) is not None:
         return False
     files = _our_files(path)
     if not files:
