@@ -15,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import check_json_object, read_json_object
 from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, is_token_id
+from iattention.checkpoint.writer import DTYPES, INDEX
 from iattention.config.families import Family, family_record
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError, first_words, shown
@@ -75,9 +76,7 @@ def copy_companions(src: Path, dst: Path) -> list[str]:
     return copied
 
 
-INDEX = "model.safetensors.index.json"
-_ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-_OTHER = {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_ST = {name: dtype for name, dtype in DTYPES.items() if dtype.is_floating_point}
 # old HF checkpoints' saved frequencies and GPT-NeoX's causal-mask buffers: transformers ignores them too
 _IGNORED = ("rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
@@ -111,10 +110,12 @@ class Source:
     file would load as another model), and what the streaming converter (interop/stream.py) reads layer by layer.
     `files`: by default the folder's (its index's shards, else model.safetensors); `declared`: each file's
     declared size checked first (a whole load would materialise a crafted header over a sparse file; a streamed
-    one reads a layer at a time, so a model larger than memory is its point)."""
+    one reads a layer at a time, so a model larger than memory is its point); `rename`: the name each tensor is
+    known by, from the name its file holds (a checkpoint of ours: `checkpoint.state.upgrade_key`)."""
 
-    def __init__(self, folder: Path, files: list[str] | None = None, declared: bool = False):
+    def __init__(self, folder: Path, files: list[str] | None = None, declared: bool = False, rename=None):
         self.folder = folder
+        self.stored: dict[str, str] = {}  # a tensor's name -> the name its file holds
         self.where: dict[str, str] = {}
         self.shapes: dict[str, list[int]] = {}
         self.dtypes: dict[str, str] = {}
@@ -127,11 +128,13 @@ class Source:
             if declared:
                 check_declared_size(folder / name)
             with self._open(name) as f:
-                for k in f.keys():
-                    sl = f.get_slice(k)
-                    self.where[k], self.shapes[k], self.dtypes[k] = name, list(sl.get_shape()), sl.get_dtype()
+                for stored in f.keys():
+                    sl, k = f.get_slice(stored), rename(stored) if rename else stored
+                    self.stored[k], self.where[k], self.shapes[k], self.dtypes[k] = \
+                        stored, name, list(sl.get_shape()), sl.get_dtype()
+        held = {stored: self.where[k] for k, stored in self.stored.items()}
         for k, shard in (weight_map or {}).items():  # every tensor the index names must be where it says
-            if self.where.get(k) != shard:
+            if held.get(k) != shard:
                 raise UserError(f"{index} maps {k} to {shard}, which does not hold it; {_RESAVE}")
 
     def _open(self, name: str):
@@ -152,7 +155,7 @@ class Source:
             try:
                 with self._open(name) as f:
                     for k in keys:
-                        out[k] = f.get_tensor(k)
+                        out[k] = f.get_tensor(self.stored[k])
             except SafetensorError as e:
                 raise UserError(f"cannot read {self.folder / name} ({first_words(e, 80)}); {_RESAVE}") \
                     from None
@@ -167,7 +170,7 @@ class Source:
         for start in range(0, max(shape[0], 1) if shape else 1, step):
             try:
                 with self._open(self.where[name]) as f:
-                    sl = f.get_slice(name)
+                    sl = f.get_slice(self.stored[name])
                     yield sl[start:start + step] if shape else sl[:]
             except SafetensorError as e:
                 raise UserError(f"cannot read {self.folder / self.where[name]} ({first_words(e, 80)}); "
@@ -181,7 +184,8 @@ class Source:
             if k.endswith(skip) or k.endswith(allowed_ints) and dt == "I64":
                 continue
             if dt not in _ST:
-                raise UserError(f"{self.folder / self.where[k]} holds {k} as {_OTHER.get(dt, dt)}, not floating "
+                held = dtype_name(DTYPES[dt]) if dt in DTYPES else dt
+                raise UserError(f"{self.folder / self.where[k]} holds {k} as {held}, not floating "
                                 "point; iattention reads float16, bfloat16, float32 and float64 weights only: "
                                 "dequantize the model (load it in transformers and save_pretrained it in bfloat16) "
                                 "and convert that")

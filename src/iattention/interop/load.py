@@ -29,7 +29,6 @@ from iattention.errors import UserError
 from iattention.interop.folder import DATA_SPEC_FILE, INDEX, OURS_MODEL_TYPE, HFFolder, _weight_files, hf_folder
 from iattention.interop.hf import from_hf
 from iattention.model.gpt import GPT
-from iattention.model.names import upgrade_name
 
 # In an export's DATA_SPEC_FILE: the tokenizer_identity of the tokenizer it was exported with (a checkpoint
 # keeps it in its metadata, under "tokenizer").
@@ -62,8 +61,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
                             "folder again, or convert again")
         tensors.update(ckpt.load_tensors(file))
     # the embedding, under our name or its family's (a streamed folder keeps its source's names: model/names.py)
-    wte = next((v for k, v in tensors.items() if upgrade_name(k.removeprefix("model/")) == "transformer.wte.weight"),
-               None)
+    wte = next((v for k, v in tensors.items() if ckpt.upgrade_key(k) == ckpt.MODEL + ckpt.EMBEDDING), None)
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
     ckpt.load_model_state(model, tensors, path)
