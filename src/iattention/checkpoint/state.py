@@ -71,7 +71,8 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
     tensors = {k: v.cpu() for k, v in tensors.items()}
 
     def write(tmp: Path) -> None:
-        ShardWriter.of(tensors, tmp, checkpoint_metadata(meta))
+        plan = {k: (list(v.shape), v.dtype) for k, v in tensors.items()}
+        ShardWriter(tmp.parent, plan, checkpoint_metadata(meta), name=tmp.name, reserve=0).write(tensors.items())
         fault_point("ckpt_write", torn=tmp)
 
     write_with(path, write)

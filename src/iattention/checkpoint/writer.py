@@ -6,7 +6,7 @@ Each file's header is laid out first (the names, dtypes and shapes of a plan, wi
 the end), then each tensor's bytes are appended as it comes, so that peak memory is the largest tensor, not the model:
 `safetensors.save_file` takes every tensor of a file at once, so this writes the documented format (8-byte header
 length, JSON header, data) itself; safetensors' own reader reads it back in the tests. Atomic as a whole: the caller
-writes into a temp file (`utils/atomic.write_with`) or a temp folder (`interop/convert.staged_folder`) renamed at the
+writes into a temp file (`utils/atomic.write_with`) or a temp folder (`staged_folder` there) renamed at the
 end, and every file is fsynced before that.
 """
 
@@ -76,15 +76,18 @@ class ShardWriter:
     def _path(self, shard: int) -> Path:
         return self.folder / self.names[shard]
 
-    def put(self, name: str, tensor: torch.Tensor) -> None:
-        self.put_chunks(name, [tensor], list(tensor.shape), tensor.dtype)
+    def write(self, tensors, metadata: dict[str, str] | None = None) -> None:
+        """Every planned tensor, from `tensors`: (name, the tensor or its row slices in order), in the plan's order,
+        each written as it comes; then the files closed and `finish`ed (with the final `metadata`, where given)."""
+        with self:
+            for name, tensor in tensors:
+                self._put(name, [tensor] if torch.is_tensor(tensor) else tensor)
+        self.finish(metadata)
 
-    def put_chunks(self, name: str, chunks, shape: list[int], dtype: torch.dtype) -> None:
-        """The next planned tensor, given as row slices in order (each written as it comes)."""
-        want, (planned, planned_dtype) = self.plan[self._next]
-        if name != want or shape != planned or dtype != planned_dtype:
-            raise RuntimeError(f"tensor {name} {shape} {dtype} written where {want} {planned} {planned_dtype} was "
-                               "planned")
+    def _put(self, name: str, chunks) -> None:
+        want, (shape, dtype) = self.plan[self._next]
+        if name != want:
+            raise RuntimeError(f"tensor {name} written where {want} was planned")
         shard = next(s for s, idx in enumerate(self.shards) if self._next in idx)
         if self._file is None:
             raw = self._header(shard, self.metadata)
@@ -115,6 +118,12 @@ class ShardWriter:
             self._file.close()
             self._file = None
 
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
     def finish(self, metadata: dict[str, str] | None = None, index_metadata: dict | None = None) -> None:
         """Every shard's header rewritten with the final `metadata` (where given); the index when there are several
         shards."""
@@ -133,15 +142,3 @@ class ShardWriter:
             weight_map = {self.plan[i][0]: self.names[s] for s, idx in enumerate(self.shards) for i in idx}
             obj = {"metadata": {"total_size": self.total, **(index_metadata or {})}, "weight_map": weight_map}
             (self.folder / INDEX).write_text(json.dumps(obj, indent=2) + "\n")
-
-    @classmethod
-    def of(cls, tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-        """`tensors` written as the one file `path` with its final `metadata` (a checkpoint's temp file)."""
-        writer = cls(path.parent, {k: (list(v.shape), v.dtype) for k, v in tensors.items()}, metadata,
-                     name=path.name, reserve=0)
-        try:
-            for name, tensor in tensors.items():
-                writer.put(name, tensor)
-            writer.finish()
-        finally:
-            writer.close()

@@ -1,22 +1,15 @@
 """The config.json dialects (`Family.dialect`: "gpt2", "llama", "neox"): how a folder's config.json is checked,
-the shape it describes, our config of a transformers config and the transformers config an export writes.
+the shape it describes, our config of a transformers config and the transformers config an export writes. What
+differs between the families of a dialect is in their records (config/families.py); a value iattention does not
+reproduce (MLP biases, RoPE types that rescale cos/sin, a layer pattern it does not hold) is refused in one line.
 
-GPT-2. `GPT2LMHeadModel` stores its projections as Conv1D with weight (in, out) where we use nn.Linear (out, in):
-its row transposes them (`Spec.transposed`). Our embedding table is padded (zero rows) to vocab_pad_multiple and cut
-back on export; the head is tied to it (an untied head is refused unless it equals the embedding).
-
-Llama family. `LlamaForCausalLM`, `Qwen2ForCausalLM` and `MistralForCausalLM` (SmolLM2 is LlamaForCausalLM) share
-one layout: separate q/k/v/o projections, RMSNorm, SwiGLU, RoPE in the rotate_half layout. Our standard model
-(projection "separate") holds the same tensors under GPT-2's prefixes, so the weights copy one to one. The rotary
-width is read from the model's own `inv_freq` (Llama accepts `partial_rotary_factor` in its config and ignores it),
-and our frequencies must equal transformers' bit for bit.
-Out of scope, refused in one line: QK-norm models (Qwen3, Gemma-3, OLMo-2: a norm between the projection and RoPE
-breaks the gauge), fused projections (Phi-3), MLP biases, RoPE types that rescale cos/sin. A sliding window
-(Mistral's on every layer, Qwen2's from max_window_layers on) is the same mask here (GPTConfig.sliding_window).
-
-GPT-NeoX (the Pythia suite): LayerNorm with biases, exact GELU, a parallel residual, `query_key_value` laid out per
-head (projection "neox"), rotary on the first rotary_pct x d_head dims of each head in the rotate_half layout, an
-untied head (`embed_out` in older checkpoints; transformers 5 renames it on load).
+GPT-2: Conv1D weights (in, out), transposed by its record; our embedding padded to vocab_pad_multiple and cut back on
+export; the head tied (an untied head is refused unless it equals the embedding). The Llama layout: separate q/k/v/o,
+RMSNorm, SwiGLU, RoPE in the rotate_half layout, our standard model holding the same tensors under GPT-2's prefixes;
+the rotary width read from transformers' own inv_freq, our frequencies equal to it bit for bit; a sliding window
+(Mistral's on every layer, Qwen2's from max_window_layers on) is GPTConfig.sliding_window. GPT-NeoX: LayerNorm with
+biases, exact GELU, a parallel residual, query_key_value laid out per head, rotary on the first rotary_pct x d_head
+dims of each head, an untied head (`embed_out` in its files).
 """
 
 from __future__ import annotations
@@ -100,7 +93,6 @@ def _read_config(cfg: dict, path: Path, required: dict, optional: dict, positive
     return cfg
 
 
-
 # -------------------------------------------------------------------------------------------------------- GPT-2
 
 GPT2_REQUIRED = {"model_type": (str,), "n_layer": (int,), "n_head": (int,), "n_embd": (int,), "vocab_size": (int,),
@@ -177,10 +169,7 @@ def read_llama_config(cfg: dict, path: Path) -> dict:
     if heads % kv:
         raise UserError(f"{path}: num_key_value_heads={kv} does not divide num_attention_heads={heads} (each key/value "
                         f"head serves the same number of query heads); {_FIX}")
-    rope_type, theta, _ = rope_of(cfg, path)
-    if not _finite_positive(theta):
-        raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 or 500000 in released "
-                        f"models); {_FIX}")
+    rope_of(cfg, path)  # a rope type or theta we do not reproduce is one line
     nope_every_of(cfg, family_record(cfg["model_type"], path), path)  # layers without RoPE we cannot hold: one line
     return cfg
 
@@ -209,7 +198,8 @@ def nope_every_of(cfg, fam: Family, where) -> int:
 
 def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
     """(rope_type, rope_theta, the scaling numbers) of a config.json, in transformers 5's `rope_parameters` or the
-    older top-level `rope_theta` / `rope_scaling`; a type iattention does not reproduce is one line."""
+    older top-level `rope_theta` / `rope_scaling`; a type iattention does not reproduce, or a theta that is no finite
+    number > 0, is one line."""
     params = cfg.get("rope_parameters") or {}
     legacy = cfg.get("rope_scaling") or {}
     where = "rope_parameters" if params else "rope_scaling"
@@ -218,6 +208,9 @@ def rope_of(cfg: dict, path: Path) -> tuple[str, object, dict]:
     if rope_type not in ROPE_TYPES:
         raise UserError(f"{path}: {where} has rope_type {shown(repr(rope_type), 100)}; iattention reproduces "
                         f"{' and '.join(map(repr, ROPE_TYPES))} only: evaluate this model with transformers")
+    if not _finite_positive(theta):
+        raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 or 500000 in released "
+                        f"models); {_FIX}")
     given = {**legacy, **params}
     # transformers fills original_max_position_embeddings from max_position_embeddings when it is absent
     defaults = {"original_max_position_embeddings": cfg.get("max_position_embeddings")}
@@ -373,9 +366,7 @@ def read_neox_config(cfg: dict, path: Path) -> dict:
             else "rotary_pct"
         raise UserError(f"{path}: {key}={shown(repr(_rotary_pct(cfg)), 40)} must be a number in (0, 1] (the share of "
                         f"each head's dims that rotate; 0.25 in Pythia); {_FIX}")
-    _, theta, _ = rope_of(cfg, path)  # a rope type we do not reproduce is one line
-    if not _finite_positive(theta):
-        raise UserError(f"{path}: rope_theta={theta!r} must be a finite number > 0 (10000 in released models); {_FIX}")
+    rope_of(cfg, path)  # a rope type or theta we do not reproduce is one line
     return cfg
 
 

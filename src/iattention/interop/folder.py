@@ -14,9 +14,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from iattention.checkpoint.run_folder import check_json_object, read_json_object
-from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, is_token_id
+from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, check_finite, is_token_id
 from iattention.checkpoint.writer import DTYPES, INDEX
-from iattention.config.families import Family, family_record
+from iattention.config.families import FAMILIES, Family, family_record
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError, first_words, shown
 from iattention.interop.dialects import _FIX, DIALECTS, _class, _strict_error, _transformers, dialect_of
@@ -68,9 +68,9 @@ def companions(folder: Path) -> list[str]:
     return [name for name in COPIED if (folder / name).is_file()]
 
 
-def copy_companions(src: Path, dst: Path) -> list[str]:
-    """The tokenizer, chat template and generation files beside the weights, copied through."""
-    copied = companions(src)
+def copy_companions(src: Path, dst: Path, names: list[str] | None = None) -> list[str]:
+    """The tokenizer, chat template and generation files beside the weights (`names`: as listed already), copied."""
+    copied = companions(src) if names is None else names
     for name in copied:
         shutil.copyfile(src / name, dst / name)
     return copied
@@ -145,8 +145,17 @@ class Source:
             raise UserError(f"cannot read {path} as safetensors ({first_words(e, 80)}): it is truncated "
                             f"or damaged; {_RESAVE}") from None
 
-    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
-        """The tensors `names`, each file opened once and closed again (its mapped pages let go)."""
+    def _finite(self, tensor: torch.Tensor, name: str, layer: int | None) -> torch.Tensor:
+        """`tensor` (tensor `name` of `layer`, or a slice of it), refused in one line naming it and its layer if it
+        holds a NaN or Inf (the checkpoint loader's check_finite), as it is read: a copied NaN was written silently,
+        and the streamed conversion's per-layer check sees the attention weights only."""
+        where = f"{self.folder}{f' (layer {layer})' if layer is not None else ''}"
+        check_finite({name: tensor}, where, f"{FINITE_FIX}; nothing was written")
+        return tensor
+
+    def read(self, names: list[str], layer: int | None = None) -> dict[str, torch.Tensor]:
+        """The tensors `names` (of `layer`), each checked finite, each file opened once and closed again (its mapped
+        pages let go)."""
         files: dict[str, list[str]] = {}
         for k in names:
             files.setdefault(self.where[k], []).append(k)
@@ -155,15 +164,16 @@ class Source:
             try:
                 with self._open(name) as f:
                     for k in keys:
-                        out[k] = f.get_tensor(self.stored[k])
+                        out[k] = self._finite(f.get_tensor(self.stored[k]), k, layer)
             except SafetensorError as e:
                 raise UserError(f"cannot read {self.folder / name} ({first_words(e, 80)}); {_RESAVE}") \
                     from None
         return out
 
-    def chunks(self, name: str, max_bytes: int):
-        """One tensor in slices of whole rows of at most `max_bytes` (one row if a row is bigger), the file opened
-        for each slice and closed again: copying the embedding of a big model holds a slice, not the table."""
+    def chunks(self, name: str, max_bytes: int, layer: int | None = None):
+        """One tensor (of `layer`) in slices of whole rows of at most `max_bytes` (one row if a row is bigger), each
+        checked finite, the file opened for each slice and closed again: copying the embedding of a big model holds a
+        slice, not the table."""
         shape = self.shapes[name]
         row = math.prod(shape[1:]) * _ST.get(self.dtypes[name], torch.float32).itemsize
         step = max(1, max_bytes // max(row, 1))
@@ -171,7 +181,8 @@ class Source:
             try:
                 with self._open(self.where[name]) as f:
                     sl = f.get_slice(self.stored[name])
-                    yield sl[start:start + step] if shape else sl[:]
+                    chunk = sl[start:start + step] if shape else sl[:]
+                yield self._finite(chunk, name, layer)
             except SafetensorError as e:
                 raise UserError(f"cannot read {self.folder / self.where[name]} ({first_words(e, 80)}); "
                                 f"{_RESAVE}") from None
@@ -320,6 +331,12 @@ class HFFolder:
     def model_type(self) -> str:
         """config.json's model_type, as text (a value of another type is refused as the family is read)."""
         return str(self.raw.get("model_type"))
+
+    @property
+    def read_with(self) -> str | None:
+        """The tokenizer spec its family's folders are read with (GPT-2's BPE, its record says), None where its own
+        tokenizer reads it (or the model_type is no family: loading it refuses it in one line)."""
+        return getattr(FAMILIES.get(self.model_type), "tokenizer", None)
 
     @cached_property
     def family(self) -> Family:

@@ -68,7 +68,11 @@ def from_hf(source) -> GPT:
         family = family_record(source.config.model_type, "the Hugging Face model").name
         check_finite(source.state_dict(), "the Hugging Face model", FINITE_FIX)
         return from_hf_model(source, family)
-    folder = HFFolder.at(source)
+    return from_hf_folder(HFFolder.at(source))
+
+
+def from_hf_folder(folder: HFFolder) -> GPT:
+    """An HF folder, read and checked (HFFolder.read) before transformers loads it -> our standard model."""
     fam, path = folder.family, folder.path
     cls = _class(fam.name)
     folder.read(whole=True)

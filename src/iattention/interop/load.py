@@ -10,7 +10,6 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
-from iattention.config.families import FAMILIES
 from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
@@ -27,7 +26,7 @@ from iattention.data.tokenizers import (
 )
 from iattention.errors import UserError
 from iattention.interop.folder import DATA_SPEC_FILE, INDEX, OURS_MODEL_TYPE, HFFolder, _weight_files, hf_folder
-from iattention.interop.hf import from_hf
+from iattention.interop.hf import from_hf_folder
 from iattention.model.gpt import GPT
 
 # In an export's DATA_SPEC_FILE: the tokenizer_identity of the tokenizer it was exported with (a checkpoint
@@ -60,7 +59,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
         tensors.update(ckpt.load_tensors(file))
-    # the embedding, under our name or its family's (a streamed folder keeps its source's names: model/names.py)
+    # the embedding, under today's name whatever the layout it was written in (checkpoint/state.py upgrade_key)
     wte = next((v for k, v in tensors.items() if ckpt.upgrade_key(k) == ckpt.MODEL + ckpt.EMBEDDING), None)
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
@@ -94,18 +93,11 @@ def folder_tokenizer(path: str | Path) -> str | None:
     if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
         return None
     if (folder := hf_folder(path)) is not None:
-        return None if _family_tokenizer(folder.model_type) else own_tokenizer_spec(path)["tokenizer"]
+        return None if folder.read_with else own_tokenizer_spec(path)["tokenizer"]
     found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
     if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
         return None
     return own_tokenizer_spec(path)["tokenizer"]
-
-
-def _family_tokenizer(model_type: str) -> str | None:
-    """The tokenizer spec a family's HF folders are read with (GPT-2's BPE for GPT-2, its record says), None where
-    the folder's own tokenizer reads it (or the model_type is no family: from_hf refuses it in one line)."""
-    fam = FAMILIES.get(model_type)
-    return fam.tokenizer if fam is not None else None
 
 
 def load_any(path: str | Path | HFFolder, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
@@ -122,15 +114,15 @@ def load_any(path: str | Path | HFFolder, flag: str = CLI_TOKENIZER) -> tuple[GP
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
     if (folder := folder or hf_folder(path)) is not None:  # read once, passed down
-        if not _family_tokenizer(folder.model_type):  # read with its own tokenizer (or a one-line refusal)
-            spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
-            return from_hf(folder), spec, {"source": str(path)}
         spec = _data_spec_beside(path, flag)
-        recorded = spec.pop(TOKENIZER_ID, None) if spec else None
+        gpt2 = folder.read_with  # GPT-2's BPE, else the folder's own (or a one-line refusal)
+        recorded = spec.pop(TOKENIZER_ID, None) if spec and gpt2 else None
         if recorded is not None and not isinstance(recorded, str):
             raise UserError(f"{path / DATA_SPEC_FILE} is corrupt (the model's data spec: key {TOKENIZER_ID!r}: "
                             f"{type(recorded).__name__}, expected str); convert the model again")
-        model = from_hf(folder).eval()
+        model = from_hf_folder(folder)
+        if not gpt2:
+            return model, spec or own_tokenizer_spec(path), {"source": str(path)}
         if spec is None and model.config.vocab_size != GPT2_VOCAB:  # not GPT-2's BPE: the tokenizer saved with it
             spec = own_tokenizer_spec(path)  # (an export of a run on hf:FOLDER, or a GPT-2 trained on another BPE)
         return model, spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}

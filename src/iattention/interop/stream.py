@@ -9,7 +9,7 @@ source's, so untouched). The output is written as it is made, by the one writer 
 (checkpoint/writer.py: headers first, then each tensor's bytes), under the one layout of our checkpoints (our
 names under `model/`; a folder written before under its source's names is read through checkpoint.state.upgrade_key);
 peak memory is one layer plus the largest tensor (the embedding), not the model. The output lands in a temp sibling
-folder renamed at the end (`convert.staged_folder`).
+folder renamed at the end (`utils/atomic.staged_folder`).
 
 Exactness: every layer's attention output on a random float64 probe, converted layer against source layer, both in
 float64 (the algebra's error) and with the converted weights rounded to the output dtype (what the rounding
@@ -42,15 +42,12 @@ from iattention.interop.convert import (
     NO_REFERENCE,
     ConversionReport,
     judge,
-    layer_conditioning,
     probe_batch,
-    staged_folder,
 )
 from iattention.interop.dialects import _class, _transformers_v5, dialect_of, rotary_of
 from iattention.interop.folder import (
     _IGNORED,
     DATA_SPEC_FILE,
-    FINITE_FIX,
     INDEX,
     HFFolder,
     Source,
@@ -66,6 +63,8 @@ from iattention.interop.load import load_any
 from iattention.model.gpt import GPT, exact_norms, inv_freq_of
 from iattention.model.names import to_family, to_file
 from iattention.symmetry import transforms
+from iattention.symmetry.conditioning import layer_conditioning
+from iattention.utils.atomic import staged_folder
 
 SHARD_BYTES = 2 * 10**9  # default --shard-size, as save_pretrained counts it (decimal GB)
 WHOLE_CHECK_BYTES = 2**30  # whole-model logits are compared when the float64 model is at most this big
@@ -160,74 +159,64 @@ def _progress(n: int):
     return tqdm(total=n, desc="converting", unit="layer", file=sys.stderr, disable=None, leave=False)
 
 
-def _convert_layers(source: Source, writer: ShardWriter, plan: dict, src_cfg: GPTConfig, out_cfg: GPTConfig,
-                    src_name, out_name, dtype: torch.dtype, block: str) -> list[dict]:
-    """Write every planned tensor (`plan`: our names, in order) one layer at a time, read under the name
-    `src_name(ours, family)` gives and written under `out_name`'s; the per-layer checks."""
+def _write(tmp: Path, report: ConversionReport, source: Source, plan: dict, out_cfg: GPTConfig, src_name, out_name,
+           metadata: dict[str, str], shard_bytes: int) -> ShardWriter:
+    """Every tensor of `plan` (our names) converted (`_converted`) and written into `tmp` with `metadata` (final unless
+    `finish` rewrites it). Returns the writer, its files closed."""
+    writer = ShardWriter(tmp, {out_name(k, out_cfg.family): v for k, v in plan.items()}, metadata, shard_bytes,
+                         fault="convert_write")
+    writer.write(_converted(report, source, plan, out_cfg, src_name, out_name))
+    report.files, report.bytes_written = writer.names, writer.total
+    return writer
+
+
+def _converted(report: ConversionReport, source: Source, plan: dict, out_cfg: GPTConfig, src_name, out_name):
+    """Every tensor of `plan` (our names, in order) converted one layer at a time, as (the name `out_name(ours,
+    family)` gives it, the tensor or its row slices), read under the name `src_name` gives; each layer's checks in the
+    report. Attention layers are converted in float64 (and checked on a probe), the rest (embedding, norms, MLPs) only
+    cast to the output dtype, copied in slices of at most COPY_BYTES; every tensor checked finite as read
+    (Source.read, Source.chunks) and as written."""
+    src_cfg, dtype, block, family = report.config, report.dtype, report.block, report.config.family
     check = LayerCheck(src_cfg)
-    family = src_cfg.family
-    results = []
     with _progress(src_cfg.n_layer) as bar:
         for layer, names in _groups(plan):
-            if layer is None:
-                for name in names:
-                    _copy(source, writer, out_name(name, family), src_name(name, family), dtype)
-                continue
-            attn = f"transformer.h.{layer}.attn."
-            src_attn = src_name(attn, family)  # model.layers.3.self_attn. (a Llama folder), model/transformer... (ours)
-            src_attn_names = [k for k in source.where if k.startswith(src_attn) and not k.endswith(_IGNORED)]
-            attn_state = {k.removeprefix(src_attn): finite_source(v, k, source.folder, layer)
-                          for k, v in source.read(src_attn_names).items()}
-            src_layer = _layer_module(src_cfg.layer(layer), attn_state)  # the layer's own rotary width
-            ref, cond = check.reference(src_layer), {}
-            if out_cfg.attention == src_cfg.attention:
-                dst = _layer_module(out_cfg.layer(layer), attn_state)
-            elif out_cfg.attention == "canonical":
-                dst = _layer_module(out_cfg.layer(layer))
-                chosen = {block: transforms.canonicalize_layer(src_layer, dst, out_cfg, block, layer)}
-                cond = layer_conditioning(src_layer.to_heads().to(torch.float64), src_layer.rot, src_cfg.rope_layout,
-                                          chosen)
-            else:  # to standard: the assembled matrices
-                dst = _layer_module(out_cfg.layer(layer))
-                dst.load_heads(src_layer.to_heads())
-            del src_layer, attn_state  # one float64 copy of the layer fewer while the converted one is checked
-            rounded = _cast(dst.state_dict(), dtype)
-            results.append({**check(ref, dst, rounded), **cond})
+            attn, rounded = f"transformer.h.{layer}.attn.", {}
+            if layer is not None:
+                src_attn = src_name(attn, family)  # model.layers.3.self_attn. (a Llama folder), model/transformer...
+                src_attn_names = [k for k in source.where if k.startswith(src_attn) and not k.endswith(_IGNORED)]
+                attn_state = {k.removeprefix(src_attn): v for k, v in source.read(src_attn_names, layer).items()}
+                src_layer = _layer_module(src_cfg.layer(layer), attn_state)  # the layer's own rotary width
+                ref, cond = check.reference(src_layer), {}
+                if out_cfg.attention == src_cfg.attention:
+                    dst = _layer_module(out_cfg.layer(layer), attn_state)
+                elif out_cfg.attention == "canonical":
+                    dst = _layer_module(out_cfg.layer(layer))
+                    chosen = {block: transforms.canonicalize_layer(src_layer, dst, out_cfg, block, layer)}
+                    cond = layer_conditioning(src_layer.to_heads().to(torch.float64), src_layer.rot,
+                                              src_cfg.rope_layout, chosen)
+                else:  # to standard: the assembled matrices
+                    dst = _layer_module(out_cfg.layer(layer))
+                    dst.load_heads(src_layer.to_heads())
+                del src_layer, attn_state  # one float64 copy of the layer fewer while the converted one is checked
+                rounded = _cast(dst.state_dict(), dtype)
+                report.layers.append({**check(ref, dst, rounded), **cond})
+                del dst
             for name in names:
                 written = out_name(name, family)
-                if name.startswith(attn):
-                    writer.put(written, finite_output(rounded[name.removeprefix(attn)], written, dtype, layer))
+                if layer is not None and name.startswith(attn):
+                    yield written, finite_output(rounded[name.removeprefix(attn)], written, dtype, layer)
                 else:
-                    _copy(source, writer, written, src_name(name, family), dtype, layer)
-            del dst, rounded
-            bar.update(1)
-    return results
-
-
-def _copy(source: Source, writer: ShardWriter, name: str, src_name: str, dtype: torch.dtype, layer=None) -> None:
-    """An untouched tensor (embedding, norm, MLP), cast to dtype, copied in slices of at most COPY_BYTES, each
-    checked finite as read and as cast."""
-    chunks = (finite_output(finite_source(c, src_name, source.folder, layer).to(dtype), name, dtype, layer)
-              for c in source.chunks(src_name, COPY_BYTES))
-    writer.put_chunks(name, chunks, source.shapes[src_name], dtype)
-
-
-def _in_layer(layer: int | None) -> str:
-    return f" (layer {layer})" if layer is not None else ""
-
-
-def finite_source(tensor: torch.Tensor, name: str, folder: Path, layer: int | None = None) -> torch.Tensor:
-    """`tensor` (source tensor `name` of `layer`, or a slice of it), refused in one line naming it and its layer if it
-    holds a NaN or Inf (the checkpoint loader's check_finite): a copied NaN was written silently, and the per-layer
-    check sees the attention weights only."""
-    check_finite({name: tensor}, f"{folder}{_in_layer(layer)}", f"{FINITE_FIX}; nothing was written")
-    return tensor
+                    yield written, (finite_output(c.to(dtype), written, dtype, layer)
+                                    for c in source.chunks(src_name(name, family), COPY_BYTES, layer))
+            if layer is not None:
+                bar.update(1)
 
 
 def finite_output(tensor: torch.Tensor, name: str, dtype: torch.dtype, layer: int | None = None) -> torch.Tensor:
     """`tensor` as written (output tensor `name` of `layer`, in `dtype`), refused in one line if the gauge algebra (a
     block near singular) or the cast (a weight past the dtype's range) made a NaN or Inf of finite source weights."""
-    check_finite({name: tensor}, f"the conversion{_in_layer(layer)}", f"a fixed block of this layer is near singular "
+    where = f"the conversion{f' (layer {layer})' if layer is not None else ''}"
+    check_finite({name: tensor}, where, f"a fixed block of this layer is near singular "
                  f"or a weight overflows {dtype_name(dtype)}: try --block pivoted or --dtype float32; nothing was "
                  "written")
     return tensor
@@ -272,15 +261,10 @@ def hf_to_ours(src: str | Path | HFFolder, out: str | Path, to: str = "canonical
     report.params_before = sum(math.prod(s) for s, _ in shapes_of(cfg).values())
     report.params_after = sum(math.prod(s) for k, (s, d) in plan.items() if d.is_floating_point)
     with staged_folder(out) as tmp:
-        writer = ShardWriter(tmp, {in_checkpoint(k, family): v for k, v in plan.items()}, checkpoint_metadata(meta),
-                             shard_bytes, fault="convert_write")
-        try:
-            report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, in_hf_files, in_checkpoint, out_dtype,
-                                            block)
-        finally:
-            writer.close()
+        writer = _write(tmp, report, source, plan, out_cfg, in_hf_files, in_checkpoint, checkpoint_metadata(meta),
+                        shard_bytes)
         (tmp / "config.json").write_text(json.dumps(config_beside(out_cfg.to_dict()), indent=2) + "\n")
-        report.copied = copy_companions(src, tmp)
+        report.copied = copy_companions(src, tmp, folder.companions)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
             hf = _class(family).from_pretrained(str(src), dtype=torch.float64, **folder.load_options()).eval()
@@ -299,7 +283,6 @@ def hf_to_ours(src: str | Path | HFFolder, out: str | Path, to: str = "canonical
         layer, worst = report.worst
         meta["conversion"].update(worst_layer=layer, worst_layer_rel_diff=worst)
         writer.finish(checkpoint_metadata(meta))
-        report.files, report.bytes_written = writer.names, writer.total
         judge(report, force, say, per_head)
     return report
 
@@ -353,14 +336,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     report.params_before = sum(math.prod(s) for s, d in shapes_of(cfg).values() if d.is_floating_point)
     report.params_after = sum(math.prod(s) for s, _ in plan.values())
     with staged_folder(out) as tmp:
-        writer = ShardWriter(tmp, {in_hf_files(k, cfg.family): v for k, v in plan.items()}, {"format": "pt"},
-                             shard_bytes, fault="convert_write")
-        try:
-            report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, in_checkpoint, in_hf_files, out_dtype,
-                                            "")
-        finally:
-            writer.close()
-        writer.finish({"format": "pt"})
+        _write(tmp, report, source, plan, out_cfg, in_checkpoint, in_hf_files, {"format": "pt"}, shard_bytes)
         hf_cfg.save_pretrained(str(tmp))
         write_transformers4_keys(tmp)
         report.copied = copy_companions(src, tmp)
@@ -373,7 +349,6 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
             mine = ours(x)[0]
             theirs = hf_logits(tmp, x)
             report.conversion, report.max_abs_logit_diff = relative(theirs, mine), (theirs - mine).abs().max().item()
-        report.files, report.bytes_written = writer.names, writer.total
         report.source_note = NO_REFERENCE
         judge(report, force, say, per_head)
     return report
