@@ -4,8 +4,9 @@ rule matches is the same in both.
 
 GPT-2's own export (interop/hf.py) also transposes its Conv1D weights and splits nothing; the Llama family's names
 differ only by these prefixes. Checkpoints written before the one family (a Llama-family model named its
-parameters as transformers does, and its canonical layer called two of them otherwise) are read through
-`upgrade_state` (checkpoint/state.py, interop/load.py).
+parameters as transformers does, and its canonical layer called two of them otherwise) and folders the streaming
+converter wrote before issue 64 (its source's transformers names) are read through `upgrade_name`, which
+checkpoint/state.py's `upgrade_key` applies for every reader of a checkpoint.
 """
 
 from __future__ import annotations
@@ -63,8 +64,3 @@ def upgrade_name(name: str) -> str:
     name = from_family(name, owner)
     head, _, leaf = name.rpartition(".")
     return f"{head}.{OLD_ATTENTION_NAMES.get(leaf, leaf)}" if ".attn." in name else name
-
-
-def upgrade_state(state: dict) -> dict:
-    """A state dict with every old name (upgrade_name) renamed."""
-    return {upgrade_name(k): v for k, v in state.items()}
