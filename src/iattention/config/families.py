@@ -2,13 +2,13 @@
 
 A family is a configuration of the one model (`model/gpt.py`), named by the transformers `model_type` its export
 writes. Its record holds everything that differs between families: the transformers class, which config.json
-dialect its folders speak (`dialect`: the readers and writers in `interop/hf.py`), the structural defaults of
+dialect its folders speak (`dialect`: the readers and writers in `interop/dialects.py`), the structural defaults of
 `GPTConfig`, the tensor-name map (our names, GPT-2's, against transformers'), the names its checkpoint files use,
 the bias rule, the sliding-window rule, which tensors transformers stores transposed, the buffers that are not
 weights, and how the CLI, the loader and the reports treat it. Code outside this file asks a record (`FAMILIES[f]
 .window`, `.bias_rule`, ...), never a family's name.
 
-Adding a family is a record here (and, for a config.json dialect not yet read, its reader in `interop/hf.py`):
+Adding a family is a record here (and, for a config.json dialect not yet read, its reader in `interop/dialects.py`):
 docs/architecture.md, "Adding a model family".
 """
 
@@ -44,9 +44,11 @@ PHI3_NAMES = (
     ("transformer.h.{i}.attn.c_proj.", "model.layers.{i}.self_attn.o_proj."),
     *LLAMA_NAMES,
 )
-# The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU, separate q/k/v/o, an untied head).
+# The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU with separate gate and up maps, separate q/k/v/o,
+# an untied head).
 LLAMA_DEFAULTS = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
-                      vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False)
+                      vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False,
+                      fused_gate_up=False)
 
 BIAS_RULES = {  # how a family's transformers config holds attention biases -> GPTConfig's qkv_bias / o_bias
     "bias": "one switch for every bias (GPT-2: always on)",
@@ -68,7 +70,7 @@ class Family:
     name: str
     label: str  # how a report or a message says it ("Qwen2")
     hf_class: str  # the transformers class an export writes and a folder of this family is read with
-    dialect: str  # its config.json's dialect: "gpt2", "llama" or "neox" (interop/hf.py's readers and writers)
+    dialect: str  # its config.json's dialect: "gpt2", "llama" or "neox" (interop/dialects.py's readers and writers)
     defaults: dict  # the GPTConfig keys it sets unless given (positions, norm, MLP, biases, head, projection, ...)
     names: tuple[tuple[str, str], ...] = ()  # (ours, theirs) name prefixes, {i}: the layer index
     file_names: dict = field(default_factory=dict)  # transformers name -> the name its checkpoint files hold
@@ -96,7 +98,7 @@ class Family:
 _RECORDS = (
     Family("gpt2", "GPT-2", "GPT2LMHeadModel", "gpt2",
            dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
-                vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False),
+                vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False, fused_gate_up=False),
            bias_rule="bias", transposed=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                          "mlp.c_proj.weight"),
            buffers=(".attn.bias", ".attn.masked_bias"), tied_only=True, v5=False, streamed=False, tokenizer="gpt2",
@@ -111,7 +113,7 @@ _RECORDS = (
     # query_key_value, an untied head (`embed_out` in its files); its shapes set rot (rotary_pct x d_head)
     Family("gpt_neox", "GPT-NeoX", "GPTNeoXForCausalLM", "neox",
            dict(pos="rope", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True, tie_embeddings=False,
-                vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
+                vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True, fused_gate_up=False),
            NEOX_NAMES, file_names={"lm_head.weight": "embed_out.weight"}, grouped=False,
            default_shape="pythia-160m"),
     # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE

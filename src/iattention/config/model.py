@@ -198,8 +198,6 @@ class GPTConfig:
         for name in ("qkv_bias", "o_bias"):  # the family's, else as `bias`
             if getattr(self, name) is None:
                 out.setdefault(name, bias)
-        if self.fused_gate_up is None:  # the family's, else separate gate and up maps
-            out.setdefault("fused_gate_up", False)
         if not self.n_kv_head:
             out["n_kv_head"] = self.n_head
         if not self.d_head and _positive(self.n_embd) and _positive(self.n_head):

@@ -4,8 +4,9 @@ rule matches is the same in both.
 
 GPT-2's own export (interop/hf.py) also transposes its Conv1D weights and splits nothing; the Llama family's names
 differ only by these prefixes. Checkpoints written before the one family (a Llama-family model named its
-parameters as transformers does, and its canonical layer called two of them otherwise) are read through
-`upgrade_state` (checkpoint/state.py, interop/load.py).
+parameters as transformers does, and its canonical layer called two of them otherwise) and folders the streaming
+converter wrote before issue 64 (its source's transformers names) are read through `upgrade_name`, which
+checkpoint/state.py's `upgrade_key` applies for every reader of a checkpoint.
 """
 
 from __future__ import annotations
@@ -55,21 +56,13 @@ OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 
 
 def upgrade_name(name: str, family: str | None = None) -> str:
-    """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
-    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours).
+    """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter wrote
+    before issue 64 (it kept its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours).
     `family`: the model's, whose names are read first (Phi-3's `self_attn.qkv_proj` is our `attn.c_attn`, where
     the Llama names would keep `qkv_proj`); else the first family whose names it has."""
-    if family in FAMILIES and from_family(name, family) != name:
-        owner = family
-    else:
-        owner = next((f for f in FAMILIES if from_family(name, f) != name), None)
+    owner = next((f for f in (family, *FAMILIES) if f in FAMILIES and from_family(name, f) != name), None)
     if owner is None:
         return name
     name = from_family(name, owner)
     head, _, leaf = name.rpartition(".")
     return f"{head}.{OLD_ATTENTION_NAMES.get(leaf, leaf)}" if ".attn." in name else name
-
-
-def upgrade_state(state: dict, family: str | None = None) -> dict:
-    """A state dict of a model of `family` with every old name (upgrade_name) renamed."""
-    return {upgrade_name(k, family): v for k, v in state.items()}

@@ -18,7 +18,8 @@ from iattention.cli.app import main  # noqa: E402
 from iattention.config.shapes import shape_preset  # noqa: E402
 from iattention.errors import UserError  # noqa: E402
 from iattention.interop.convert import convert  # noqa: E402
-from iattention.interop.hf import from_hf_model, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.folder import HFFolder  # noqa: E402
+from iattention.interop.hf import from_hf_model, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -66,8 +67,8 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(kw):
 
 def test_float32_folders_round_trip_within_1e_5_and_the_count_is_transformers(tmp_path):
     hf = phi3(tmp_path / "hf", dtype=torch.float32, **CASES["partial-rotary"], sliding_window=8)
-    assert standard_param_count(shape_from_folder(tmp_path / "hf")) == hf.num_parameters()  # no weights read
-    assert shape_from_folder(tmp_path / "hf").rot == 4
+    assert standard_param_count(HFFolder.at(tmp_path / "hf").shape) == hf.num_parameters()  # no weights read
+    assert HFFolder.at(tmp_path / "hf").shape.rot == 4
     assert folders_round_trip(tmp_path, "float32") <= 1e-5  # hf -> canon -> back
     saved = json.loads((tmp_path / "back" / "config.json").read_text())
     assert saved["partial_rotary_factor"] == 0.5 and saved["sliding_window"] == 8  # 4.x reads the top-level key
@@ -82,7 +83,7 @@ def test_the_streamed_conversion_both_ways_and_params_from_the_folder(tmp_path, 
     assert main(["convert", "--from", str(tmp_path / "hf"), "--to", to, "--out", str(tmp_path / "ours")]) == 0
     assert main(["convert", "--from", str(tmp_path / "ours"), "--to", "hf", "--out", str(tmp_path / "back")]) == 0
     capsys.readouterr()
-    ours = load_any(tmp_path / "ours")[0].double()  # a streamed folder keeps Phi-3's names: read as ours
+    ours = load_any(tmp_path / "ours")[0].double()  # a streamed folder holds our names (the one layout)
     back = transformers.Phi3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
     with torch.no_grad():
         ref = hf(X).logits
@@ -91,6 +92,33 @@ def test_the_streamed_conversion_both_ways_and_params_from_the_folder(tmp_path, 
     assert main(["params", "--from", str(tmp_path / "hf"), "--json"]) == 0
     rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["standard"]["params"] == hf.num_parameters()
+
+
+@pytest.mark.parametrize("to", ["canonical", "standard"])
+def test_a_streamed_folder_under_phi3_s_names_the_layout_before_issue_64_reads_through_its_family(tmp_path, to):
+    """A streamed conversion written before the one key layout kept its source's names (model/model.layers.0.
+    self_attn.qkv_proj.weight); read through the model's family first (checkpoint/state.py upgrade_key), qkv_proj
+    is our c_attn, not the Llama names' attn.qkv_proj: loaded whole and streamed back with the logits it gives."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from iattention.interop.stream import hf_to_ours, ours_to_hf
+    from iattention.model.names import to_family
+
+    hf = phi3(tmp_path / "hf", **CASES["partial-rotary"])
+    hf_to_ours(tmp_path / "hf", tmp_path / "ours", to, say=lambda *_: None)
+    path = tmp_path / "ours" / "model.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    old = {"model/" + to_family(k.removeprefix("model/"), "phi3"): v for k, v in tensors.items()}
+    assert "model/model.layers.0.self_attn.qkv_proj.weight" in old or to == "canonical"
+    save_file(old, str(path), metadata=meta)
+    ours_to_hf(tmp_path / "ours", tmp_path / "back", say=lambda *_: None)
+    back = transformers.Phi3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
+    with torch.no_grad():
+        ref = hf(X).logits
+        assert max_rel(load_any(tmp_path / "ours")[0].double()(X)[0], ref) <= 1e-9
+        assert max_rel(back(X).logits, ref) <= 1e-9
 
 
 @pytest.mark.parametrize("kw", [CASES["gqa"], CASES["mha-tied-window"]], ids=["gqa", "mha-window"])

@@ -17,7 +17,8 @@ from helpers import max_rel  # noqa: E402
 from iattention.cli.app import main  # noqa: E402
 from iattention.errors import UserError  # noqa: E402
 from iattention.interop.convert import convert  # noqa: E402
-from iattention.interop.hf import from_hf_model, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.folder import HFFolder  # noqa: E402
+from iattention.interop.hf import from_hf_model, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, removed_split, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -62,7 +63,7 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(kw):
 
 def test_float32_folders_round_trip_within_1e_5_and_the_count_is_transformers(tmp_path):
     hf = smollm3(tmp_path / "hf", dtype=torch.float32)
-    assert standard_param_count(shape_from_folder(tmp_path / "hf")) == hf.num_parameters()  # no weights read
+    assert standard_param_count(HFFolder.at(tmp_path / "hf").shape) == hf.num_parameters()  # no weights read
     assert folders_round_trip(tmp_path, "float32") <= 1e-5  # hf -> canon -> back
     again = transformers.SmolLM3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
     assert again.config.no_rope_layers == hf.config.no_rope_layers
