@@ -24,7 +24,7 @@ from iattention.errors import UserError
 from iattention.interop.card import model_card
 from iattention.interop.hf import GENERATION, add_eos_row, dtype_name, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
-from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
+from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, write_beside
 from iattention.model.gpt import GPT, exact_norms
 from iattention.symmetry import transforms
 from iattention.symmetry.transforms import canonicalize, expand
@@ -364,7 +364,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             if keep is not None and (why := keep_hf_tokenizer(keep, tmp)):
                 print(f"iattn: warning: {out} keeps no copy of its tokenizer ({why}); it reads {keep.name}",
                       file=sys.stderr)
-            (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
+            write_beside(tmp, model.config.to_dict())
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")

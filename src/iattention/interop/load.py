@@ -4,6 +4,7 @@ Hugging Face model folders, each with the data/tokenizer spec it was trained wit
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         if found is None:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
         path = found
-    meta, tensors = ckpt.read_checkpoint(path)  # one version of a file a live run may be replacing
+    theirs = _saved_by_transformers(path)
+    meta, tensors = theirs or ckpt.read_checkpoint(path)  # one version of a file a live run may be replacing
     RunFolder(path.parent).check_checkpoint(path, meta)
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
@@ -61,7 +63,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         if not file.is_file():
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
-        tensors.update(ckpt.load_tensors(file))
+        tensors.update({("model/" if theirs else "") + k: v for k, v in ckpt.load_tensors(file).items()})
     # the embedding, under our name or its family's (a streamed folder keeps its source's names: model/names.py)
     wte = next((v for k, v in tensors.items() if upgrade_name(k.removeprefix("model/")) == "transformer.wte.weight"),
                None)
@@ -74,13 +76,47 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
 # The model_type a converted folder's config.json carries, so that transformers' refusal names what the folder is
 # (before, it said only "Should have a model_type key"); with a note for whoever opens the file.
 OURS_MODEL_TYPE = "iattention"
-OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), or make a "
-             "transformers folder of it with: iattn convert --from THIS_FOLDER --to hf --out NEW_FOLDER")
+OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), with "
+             "transformers (AutoModelForCausalLM.from_pretrained(THIS_FOLDER, trust_remote_code=True), iattention "
+             "installed), or make a standard transformers folder of it: iattn convert --from THIS_FOLDER --to hf")
+# The shim beside it that config.json's auto_map names: transformers (trust_remote_code=True) imports the classes
+# through it from iattention (hf_model), or says in one line that iattention is not installed.
+SHIM = "iattention_hf.py"
+AUTO_MAP = {"AutoConfig": "iattention_hf.IAttentionConfig",
+            "AutoModelForCausalLM": "iattention_hf.IAttentionForCausalLM"}
+SHIM_TEXT = '''"""Written by iattention: transformers loads this folder through it (trust_remote_code=True)."""
+try:
+    from iattention.hf_model import IAttentionConfig, IAttentionForCausalLM  # noqa: F401
+except ModuleNotFoundError as e:
+    if e.name not in ("iattention", "iattention.hf_model"):
+        raise
+    raise ImportError("this folder holds an iattention model, and iattention (0.1 with hf_model, or later) is "
+                      "not installed: pip install iattention; or load its standard export (iattn convert --to hf)") \
+        from None
+'''
 
 
 def config_beside(model_config: dict) -> dict:
     """The config.json written beside a converted checkpoint: the model config, said to be iattention's."""
-    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
+    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, "auto_map": AUTO_MAP, **model_config}
+
+
+def write_beside(folder: Path, model_config: dict) -> None:
+    """config.json (config_beside) and the shim its auto_map names, beside a converted checkpoint."""
+    (folder / "config.json").write_text(json.dumps(config_beside(model_config), indent=2) + "\n")
+    (folder / SHIM).write_text(SHIM_TEXT)
+
+
+def _saved_by_transformers(path: Path) -> tuple[dict, dict] | None:
+    """(metadata, tensors under our "model/" names) of a file IAttentionForCausalLM.save_pretrained wrote (no metadata
+    of ours; its config.json holds the model config under "iattention", hf_model/config.py), else None."""
+    beside = path.parent / "config.json"
+    if not beside.is_file() or "iattention" in ckpt.read_metadata(path):
+        return None
+    obj = read_json_object(beside, "a model config", "re-save the model (save_pretrained or iattn convert)")
+    if obj.get("model_type") != OURS_MODEL_TYPE or not isinstance(obj.get("iattention"), dict):
+        return None
+    return {"config": {"model": obj["iattention"]}}, {f"model/{k}": v for k, v in ckpt.load_tensors(path).items()}
 
 
 def hf_model_type(path: Path) -> str | None:
@@ -178,8 +214,9 @@ def _check_beside(folder: Path, meta: dict) -> None:
                                       f"delete {name} (the checkpoint carries its own) or convert again")
             own = config[key]
             if name == "config.json":
-                if beside.get("model_type") == OURS_MODEL_TYPE:
-                    beside = {k: v for k, v in beside.items() if k not in ("model_type", "note")}
+                if beside.get("model_type") == OURS_MODEL_TYPE:  # save_pretrained's holds it under "iattention"
+                    beside = beside["iattention"] if isinstance(beside.get("iattention"), dict) else \
+                        {k: v for k, v in beside.items() if k not in ("model_type", "note", "auto_map")}
                 # a folder written before the one family says its Llama-family config in the old names
                 beside, own = normal_form(beside), normal_form(own)
             if beside != own:

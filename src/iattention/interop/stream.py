@@ -72,7 +72,7 @@ from iattention.interop.hf import (
     token_ids_of,
     write_transformers4_keys,
 )
-from iattention.interop.load import DATA_SPEC_FILE, config_beside, hf_model_type, load_any
+from iattention.interop.load import DATA_SPEC_FILE, hf_model_type, load_any, write_beside
 from iattention.model.gpt import GPT, exact_norms, inv_freq_of
 from iattention.model.names import from_file, to_family, to_file
 from iattention.symmetry import transforms
@@ -393,7 +393,7 @@ def hf_to_ours(src: str | Path, out: str | Path, to: str = "canonical", block: s
             report.layers = _convert_layers(source, writer, plan, cfg, out_cfg, "", "model/", out_dtype, block)
         finally:
             writer.close()
-        (tmp / "config.json").write_text(json.dumps(config_beside(out_cfg.to_dict()), indent=2) + "\n")
+        write_beside(tmp, out_cfg.to_dict())
         report.copied = copy_companions(src, tmp)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:
