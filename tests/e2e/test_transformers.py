@@ -51,12 +51,12 @@ out = {}
 for folder in sys.argv[2:]:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float64)
     out[folder] = [type(model).__name__, model(torch.tensor(json.loads(sys.argv[1]))).logits.tolist()]
-assert not any(m.split(".")[0] == "iattention" for m in sys.modules if m != "iattention" and "hf_model" not in m) or 1
 print(json.dumps(out))
 """
 IDS = [[5, 9, 14, 3, 22, 7, 11, 2], [1, 17, 4, 30, 8, 12, 6, 19]]
 
 
+@pytest.mark.slow
 def test_a_converted_folder_loads_with_trust_remote_code_in_a_fresh_interpreter(folders, tmp_path):
     """Bit for bit in float64 the model iattention's loader reads from the same folder, for every family and variant;
     and a folder save_pretrained wrote too."""
@@ -90,6 +90,7 @@ AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)
 """
 
 
+@pytest.mark.slow
 def test_without_iattention_installed_the_shim_says_so_in_one_line(folders, tmp_path):
     env = subprocess_env(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
     done = subprocess.run([sys.executable, "-c", NOT_INSTALLED, str(folders["gpt2", "canonical"])], env=env,

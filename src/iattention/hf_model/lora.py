@@ -18,15 +18,16 @@ PEFT_PARAMETER_DIMS = (2, 3)  # what peft's LoRA adapts of a bare nn.Parameter (
 
 def lora_targets(model) -> dict[str, list[str]]:
     """{"target_modules": [...], "target_parameters": [...]} naming, as suffixes of the model's names, the learned
-    maps of its attention (layer 0's, as every layer's: `attn.<name>`) and MLP (`mlp.<name>`) that LoRA can adapt."""
+    maps of its attention (`attn.<name>`) and MLP (`mlp.<name>`) that LoRA can adapt, over every layer (a layer without
+    RoPE, SmolLM3's every 4th, learns W_K_free where the rotary layers learn W_K_rot_free)."""
     gpt = getattr(model, "gpt", model)
-    block = gpt.transformer.h[0]
-    modules, parameters = [], []
-    for name in block.attn.head_blocks():  # each learned matrix of the attention layer, in any variant
-        owner, _, leaf = name.rpartition(".")
-        if owner and isinstance(block.attn.get_submodule(owner), nn.Linear):
-            modules.append(f"attn.{owner}")
-        elif not owner and block.attn.get_parameter(leaf).dim() in PEFT_PARAMETER_DIMS:
-            parameters.append(f"attn.{leaf}")
-    modules += [f"mlp.{n}" for n, m in block.mlp.named_children() if isinstance(m, nn.Linear)]
-    return {"target_modules": modules, "target_parameters": parameters}
+    modules, parameters = {}, {}
+    for block in gpt.transformer.h:
+        for name in block.attn.head_blocks():  # each learned matrix of the attention layer, in any variant
+            owner, _, leaf = name.rpartition(".")
+            if owner and isinstance(block.attn.get_submodule(owner), nn.Linear):
+                modules[f"attn.{owner}"] = True
+            elif not owner and block.attn.get_parameter(leaf).dim() in PEFT_PARAMETER_DIMS:
+                parameters[f"attn.{leaf}"] = True
+        modules.update((f"mlp.{n}", True) for n, m in block.mlp.named_children() if isinstance(m, nn.Linear))
+    return {"target_modules": list(modules), "target_parameters": list(parameters)}

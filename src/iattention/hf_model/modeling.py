@@ -181,8 +181,7 @@ class IAttentionForCausalLM(PreTrainedModel, GenerationMixin):
         dtype = kwargs.pop("dtype", None) or kwargs.pop("torch_dtype", None)
         device = kwargs.pop("device_map", None)
         config = kwargs.pop("config", None)
-        for key in _HARMLESS:
-            kwargs.pop(key, None)
+        kwargs = {k: v for k, v in kwargs.items() if k not in _HARMLESS and v is not None}  # None asks nothing
         if args or kwargs:
             raise UserError(f"{folder} is an iattention checkpoint, read by iattention's loader, which takes dtype and "
                             f"device_map only; drop {', '.join(sorted(kwargs)) or 'the positional arguments'}")

@@ -38,6 +38,7 @@ def quiet(fn, *args, **kw):
         return fn(*args, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,variant", CASES)
 def test_left_padded_batched_greedy_equals_each_prompt_alone(family, variant):
     model = hf_model(family, variant)
@@ -95,6 +96,7 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_keeps_fewer_activat
     assert grads()[1] == kept_plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,variant", CASES)
 @pytest.mark.parametrize("shard", [None, "20KB"])
 def test_save_pretrained_then_from_pretrained_is_bit_identical(tmp_path, family, variant, shard):
