@@ -158,3 +158,59 @@ def test_lm_eval_loglikelihood_of_a_canonical_folder_is_iattn_eval_s(tmp_path, c
         ours = r["loss"] * r["tokens"]
         print(f"lm-eval {lm_eval.__version__}: {theirs:.7f}, iattn eval {ours:.7f} ({abs(theirs - ours) / ours:.1e})")
         assert abs(theirs - ours) <= 1e-6 * ours
+
+
+FSDP = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+import iattention.hf_model as h
+
+def model():
+    torch.manual_seed(0)
+    return h.IAttentionForCausalLM(h.IAttentionConfig(family=sys.argv[1], n_layer=2, n_head=4, n_embd=32,
+                                                      vocab_size=100, block_size=32, attention="canonical"))
+
+def train(m, rows):
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    for step in range(3):
+        x = torch.randint(0, 100, (8, 16), generator=torch.Generator().manual_seed(step))[rows]
+        m(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach() for k, v in m.state_dict().items()}
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+sharded = model()
+for block in sharded.transformer.h:
+    fully_shard(block)
+fully_shard(sharded)
+kinds = {type(p).__name__ for p in sharded.parameters()}
+got = train(sharded, slice(4 * rank, 4 * rank + 4))
+if rank == 0:
+    want = train(model(), slice(None))
+    scale = max(want[k].abs().max().item() for k in want if want[k].is_floating_point())
+    worst = max((got[k] - want[k]).abs().max().item() for k in want if want[k].is_floating_point()) / scale
+    start = model().state_dict()
+    moved = max((want[k] - start[k]).abs().max().item() for k in want if want[k].is_floating_point()) / scale
+    print(json.dumps({"kinds": sorted(kinds), "worst": worst, "moved": moved}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_fsdp_fully_shard_on_two_cpu_processes_trains_as_one_process_does(tmp_path, family):
+    """torch's FSDP2 (fully_shard per block and the model) on gloo: the parameters are DTensor shards, and three
+    AdamW steps on half the batch each equal one process on the whole batch to float32 rounding (against the largest
+    weight: GPT-2's redundant b_K moves by AdamW-scaled rounding noise, as in the accelerate test). (Trainer's
+    fsdp="full_shard" under accelerate launch --use_fsdp on the CPU ran unsharded: accelerate 1.15, use_cpu=True.)"""
+    (tmp_path / "fsdp.py").write_text(FSDP)
+    env = subprocess_env(OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(tmp_path / "fsdp.py"), family], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"FSDP2 {family}: 2 processes vs 1 after 3 AdamW steps, worst weight difference {got['worst']:.2e} of the "
+          "largest weight")
+    assert got["kinds"] == ["DTensor"] and got["worst"] < 1e-4 < 1e-2 < got["moved"]
