@@ -34,7 +34,7 @@ def windows(tokens, block: int) -> list[dict]:
     out = []
     for start, length in eval_windows(len(tokens), block - 1):
         if length == block - 1:
-            ids = torch.as_tensor(tokens[start: start + block], dtype=torch.long)
+            ids = torch.tensor(tokens[start: start + block], dtype=torch.long)  # a copy: the cache is read-only
             out.append({"input_ids": ids, "labels": ids})
     return out
 
