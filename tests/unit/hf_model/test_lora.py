@@ -31,6 +31,7 @@ def rows() -> dict[tuple[str, str], tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_docs_table_is_what_lora_targets_gives_for_every_family():
     block = DOC.read_text().split("<!-- lora-targets -->")[1].split("<!-- /lora-targets -->")[0]
     table = {}
