@@ -29,6 +29,39 @@ def hf_gpt2(dtype=torch.float64, **shape):
     return hf.to(dtype)
 
 
+def hf_random(family: str, folder=None, dtype=torch.float64, seed=0, **config):
+    """A transformers model of `family`'s class (its record's hf_class) and config class with these keys, every
+    weight N(0, 0.3) so attention shapes the logits, in float64 eval mode; saved with save_pretrained (in `dtype`)
+    where `folder` is given. Needs transformers: call it after `pytest.importorskip`."""
+    import transformers as tf
+
+    from iattention.config.families import FAMILIES
+
+    cls = getattr(tf, FAMILIES[family].hf_class)
+    torch.manual_seed(seed)
+    hf = cls(cls.config_class(**config)).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3)
+    if folder is not None:
+        hf.to(dtype).save_pretrained(str(folder))
+        hf.to(torch.float64)
+    return hf
+
+
+def folders_round_trip(tmp_path, dtype: str = "float32") -> float:
+    """tmp_path/hf (an HF folder) -> tmp_path/canon (whole-model --to canonical) -> tmp_path/back (--to hf), in
+    `dtype`; returns the canonical conversion's checked difference."""
+    from iattention.interop.convert import convert, save_converted
+    from iattention.interop.load import load_any
+
+    canon, rep = convert(load_any(tmp_path / "hf")[0], "canonical", block="pivoted", dtype=dtype)
+    save_converted(canon, tmp_path / "canon", "canonical", rep, source=str(tmp_path / "hf"))
+    exported, rep2 = convert(load_any(tmp_path / "canon")[0], "hf", dtype=dtype)
+    save_converted(exported, tmp_path / "back", "hf", rep2, source=str(tmp_path / "canon"))
+    return rep.conversion
+
+
 def hf_tokens():
     """A (3, 24) batch of token ids for hf_gpt2's models."""
     return torch.randint(0, 211, (3, 24), generator=torch.Generator().manual_seed(1))

@@ -42,12 +42,13 @@ def model_tensors(model) -> dict[str, torch.Tensor]:
     return {MODEL + k: v.detach().contiguous() for k, v in state.items() if not (tied and k == TIED)}
 
 
-def upgrade_key(key: str) -> str:
+def upgrade_key(key: str, family: str | None = None) -> str:
     """A checkpoint's tensor name under today's layout, the one place every layout written before is read: a model
     tensor of the two-family layout (a Llama-family model named its parameters as transformers does) or of a folder
     the streaming converter wrote before issue 64 (its source's transformers names) as MODEL + today's name
-    (model/names.py upgrade_name); every other name as it is."""
-    return MODEL + upgrade_name(key[len(MODEL):]) if key.startswith(MODEL) else key
+    (model/names.py upgrade_name, through the names of `family`, the checkpoint's model's, first: Phi-3's
+    qkv_proj is our c_attn); every other name as it is."""
+    return MODEL + upgrade_name(key[len(MODEL):], family) if key.startswith(MODEL) else key
 
 
 def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -393,7 +394,8 @@ def check_structure(tensors: dict[str, torch.Tensor], source) -> None:
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py): every
     weight finite, every structural tensor a permutation (check_structure), each of the model's dtype."""
-    state = {key[len(MODEL):]: v for k, v in tensors.items() if (key := upgrade_key(k)).startswith(MODEL)}
+    family = getattr(getattr(model, "config", None), "family", None)
+    state = {key[len(MODEL):]: v for k, v in tensors.items() if (key := upgrade_key(k, family)).startswith(MODEL)}
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
     check_structure(state, f"checkpoint {path}")

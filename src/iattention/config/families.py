@@ -38,9 +38,17 @@ NEOX_NAMES = (
     ("transformer.ln_f.", "gpt_neox.final_layer_norm."),
     ("transformer.rotary_emb.", "gpt_neox.rotary_emb."),
 )
-# The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU, separate q/k/v/o, an untied head).
+# Phi-3's: the Llama names, but q, k and v fused (qkv_proj, [H r | G r | G r] outputs: our fused c_attn) and o_proj
+PHI3_NAMES = (
+    ("transformer.h.{i}.attn.c_attn.", "model.layers.{i}.self_attn.qkv_proj."),
+    ("transformer.h.{i}.attn.c_proj.", "model.layers.{i}.self_attn.o_proj."),
+    *LLAMA_NAMES,
+)
+# The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU with separate gate and up maps, separate q/k/v/o,
+# an untied head).
 LLAMA_DEFAULTS = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
-                      vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False)
+                      vocab_pad_multiple=1, init="normal", projection="separate", parallel_residual=False,
+                      fused_gate_up=False)
 
 BIAS_RULES = {  # how a family's transformers config holds attention biases -> GPTConfig's qkv_bias / o_bias
     "bias": "one switch for every bias (GPT-2: always on)",
@@ -79,6 +87,9 @@ class Family:
     old_arch: str | None = None  # what the two-family layout's `model.arch` called it ("gpt" or "llama")
     default_shape: str | None = None  # the published shape `iattn params --family NAME` counts (config/shapes.py)
     nope: bool = False  # its transformers class has layers without RoPE (SmolLM3's no_rope_layers: model.nope_every)
+    # its transformers class rotates partial_rotary_factor x d_head of each head's dims (model.rot), read and written
+    # (Phi-3's; the Llama classes accept the key and rotate whole heads)
+    partial_rotary: bool = False
 
     def __post_init__(self):
         assert self.bias_rule in BIAS_RULES and self.window in WINDOW_RULES, self
@@ -87,7 +98,7 @@ class Family:
 _RECORDS = (
     Family("gpt2", "GPT-2", "GPT2LMHeadModel", "gpt2",
            dict(pos="learned", norm="layernorm", norm_eps=1e-5, mlp="gelu_tanh", bias=True, tie_embeddings=True,
-                vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False),
+                vocab_pad_multiple=64, init="gpt2", projection="fused", parallel_residual=False, fused_gate_up=False),
            bias_rule="bias", transposed=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                          "mlp.c_proj.weight"),
            buffers=(".attn.bias", ".attn.masked_bias"), tied_only=True, v5=False, streamed=False, tokenizer="gpt2",
@@ -102,19 +113,23 @@ _RECORDS = (
     # query_key_value, an untied head (`embed_out` in its files); its shapes set rot (rotary_pct x d_head)
     Family("gpt_neox", "GPT-NeoX", "GPTNeoXForCausalLM", "neox",
            dict(pos="rope", norm="layernorm", norm_eps=1e-5, mlp="gelu", bias=True, tie_embeddings=False,
-                vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
+                vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True, fused_gate_up=False),
            NEOX_NAMES, file_names={"lm_head.weight": "embed_out.weight"}, grouped=False,
            default_shape="pythia-160m"),
     # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE
     Family("smollm3", "SmolLM3", "SmolLM3ForCausalLM", "llama", LLAMA_DEFAULTS, LLAMA_NAMES, nope=True,
            default_shape="smollm3-3b"),
+    # Phi-3: the Llama layout with fused qkv_proj and gate_up_proj ([gate | up]), no biases, a sliding window on every
+    # layer, partial_rotary_factor (1 in Phi-3-mini); longrope (the 128k models) is refused where RoPE is read
+    Family("phi3", "Phi-3", "Phi3ForCausalLM", "llama",
+           {**LLAMA_DEFAULTS, "norm_eps": 1e-5, "projection": "fused", "fused_gate_up": True}, PHI3_NAMES,
+           bias_rule="none", window="every_layer", partial_rotary=True, default_shape="phi-3-mini-4k"),
 )
 FAMILIES: dict[str, Family] = {f.name: f for f in _RECORDS}
 
 # model_types iattention does not convert, each with why (one line)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
-REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
-           "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
+REFUSED = dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM)
 
 
 def family_record(model_type, where) -> Family:

@@ -111,9 +111,10 @@ class GPTConfig:
     parallel_residual: x + attn(ln_1(x)) + mlp(ln_2(x)) (GPT-NeoX) instead of two residual steps.
     norm: "layernorm" (with a bias iff `bias`) or "rmsnorm" (statistics in float32, as transformers); norm_eps.
     mlp: "gelu_tanh" (GPT-2: c_fc, GELU tanh, c_proj), "gelu" (the same with exact GELU: GPT-NeoX) or "swiglu"
-        (gate_proj, up_proj, down_proj); mlp_hidden its
-        hidden width (0: 4 x n_embd). `symmetry.iso_param_mlp_hidden` gives the width that spends the parameters a
-        reduced attention saves on the MLP instead.
+        (gate_proj, up_proj, down_proj); mlp_hidden its hidden width (0: 4 x n_embd).
+        `symmetry.iso_param_mlp_hidden` gives the width that spends the parameters a reduced attention saves on the
+        MLP instead. fused_gate_up: a SwiGLU stores its gate and up maps as one `gate_up_proj` with [gate | up]
+        outputs (Phi-3's layout; false: separate gate_proj and up_proj), the same function.
     bias: biases on the norms and the MLP, and the default of qkv_bias (query/key/value, Qwen2's) and o_bias
         (the output projection; Llama's attention_bias sets both).
     projection: how a standard layer stores q, k, v: "fused" (one `c_attn`, [H r | G r | G r] outputs, and
@@ -176,6 +177,7 @@ class GPTConfig:
     o_bias: bool | None = None
     parallel_residual: bool | None = None
     projection: str = ""
+    fused_gate_up: bool | None = None
     tie_embeddings: bool | None = None
     sliding_window: int = 0
     max_positions: int = 0
@@ -229,7 +231,8 @@ class GPTConfig:
                               ("canonical_halves", CANONICAL_HALVES)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"unknown model.{name} {getattr(self, name)!r}; choose one of {', '.join(allowed)}")
-        for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias", "parallel_residual"):
+        for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias", "parallel_residual",
+                     "fused_gate_up"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.rot, int) or self.rot < 0 or self.rot % 2 or self.rot > self.d_head:
@@ -238,6 +241,9 @@ class GPTConfig:
         if self.rot and self.pos != "rope":
             raise UserError(f"model.rot={self.rot} rotates dims but model.pos={self.pos}; set model.pos=rope or drop "
                             "model.rot")
+        if self.fused_gate_up and self.mlp != "swiglu":
+            raise UserError(f"model.fused_gate_up=true stores a SwiGLU's gate and up maps as one; model.mlp={self.mlp} "
+                            "has neither: drop model.fused_gate_up or set model.mlp=swiglu")
         if self.projection == "neox" and self.n_kv_head != self.n_head:
             raise UserError(f"model.projection=neox lays out one key/value head per query head; n_kv_head="
                             f"{self.n_kv_head} of n_head={self.n_head} needs model.projection=separate or fused")
@@ -386,5 +392,5 @@ def _positive(value) -> bool:
 _UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default) for f in fields(GPTConfig)}
 NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
             "parallel_residual",
-            "projection", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
+            "projection", "fused_gate_up", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
             "sliding_window", "max_positions", "full_attention_layers", "nope_every")

@@ -35,6 +35,11 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     "smollm3-3b": (dict(family="smollm3", n_layer=36, n_head=16, n_kv_head=4, n_embd=2048, mlp_hidden=11008,
                         vocab_size=128256, block_size=65536, rope_theta=5000000.0, tie_embeddings=True, nope_every=4),
                    None),
+    # microsoft/Phi-3-mini-4k-instruct config.json: fused qkv_proj and gate_up_proj, 32 KV heads (a K-only cache
+    # applies); its 2047-token sliding window changes no count (the total, 3,821,079,552, is arithmetic and
+    # transformers' count of its config on the meta device: tests/unit/interop/test_hf_phi3.py)
+    "phi-3-mini-4k": (dict(family="phi3", n_layer=32, n_head=32, n_kv_head=32, n_embd=3072, mlp_hidden=8192,
+                           vocab_size=32064, block_size=4096, norm_eps=1e-5, sliding_window=2047), None),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),

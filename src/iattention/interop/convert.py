@@ -182,7 +182,8 @@ def check_exportable(c) -> None:
     structural keys at their values (a gpt2 model with SwiGLU has no GPT2LMHeadModel), GPT-2's heads all
     key/value heads and its head tied."""
     fam = FAMILIES[c.family]
-    fixed = ("pos", "norm", "mlp", "projection", "parallel_residual") + (("tie_embeddings",) if fam.tied_only else ())
+    fixed = ("pos", "norm", "mlp", "projection", "fused_gate_up", "parallel_residual") + \
+        (("tie_embeddings",) if fam.tied_only else ())
     bad = [k for k in fixed if getattr(c, k) != fam.defaults[k]]
     if not fam.grouped and c.n_kv_head != c.n_head:
         bad.append("n_kv_head")

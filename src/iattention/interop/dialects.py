@@ -4,12 +4,13 @@ differs between the families of a dialect is in their records (config/families.p
 reproduce (MLP biases, RoPE types that rescale cos/sin, a layer pattern it does not hold) is refused in one line.
 
 GPT-2: Conv1D weights (in, out), transposed by its record; our embedding padded to vocab_pad_multiple and cut back on
-export; the head tied (an untied head is refused unless it equals the embedding). The Llama layout: separate q/k/v/o,
-RMSNorm, SwiGLU, RoPE in the rotate_half layout, our standard model holding the same tensors under GPT-2's prefixes;
-the rotary width read from transformers' own inv_freq, our frequencies equal to it bit for bit; a sliding window
-(Mistral's on every layer, Qwen2's from max_window_layers on) is GPTConfig.sliding_window. GPT-NeoX: LayerNorm with
-biases, exact GELU, a parallel residual, query_key_value laid out per head, rotary on the first rotary_pct x d_head
-dims of each head, an untied head (`embed_out` in its files).
+export; the head tied (an untied head is refused unless it equals the embedding). The Llama layout: separate q/k/v/o
+(Phi-3's fused: its record's projection, fused_gate_up), RMSNorm, SwiGLU, RoPE in the rotate_half layout, our
+standard model holding the same tensors under GPT-2's prefixes; the rotary width from transformers' own inv_freq
+(partial_rotary_factor read and written where the record says partial_rotary), our frequencies equal to it bit for
+bit; a sliding window (Mistral's and Phi-3's on every layer, Qwen2's from max_window_layers on) is sliding_window.
+GPT-NeoX: LayerNorm with biases, exact GELU, a parallel residual, query_key_value laid out per head, rotary on the
+first rotary_pct x d_head dims of each head, an untied head (`embed_out` in its files).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ _POSITIVE = ("num_hidden_layers", "num_attention_heads", "hidden_size", "interme
 def read_llama_config(cfg: dict, path: Path) -> dict:
     """A Llama-family folder's config.json, checked as transformers would need it, else one line naming the key."""
     cfg = _read_config(cfg, path, CONFIG_SCHEMA, LLAMA_CONFIG_OPTIONAL, _POSITIVE)
-    family_record(cfg["model_type"], path)
+    fam = family_record(cfg["model_type"], path)
     if cfg.get("rms_norm_eps") is not None and not _finite_positive(cfg["rms_norm_eps"]):
         raise UserError(f"{path}: rms_norm_eps={cfg['rms_norm_eps']} must be a finite number > 0 (1e-5 or 1e-6 in "
                         f"released models); {_FIX}")
@@ -170,7 +171,9 @@ def read_llama_config(cfg: dict, path: Path) -> dict:
         raise UserError(f"{path}: num_key_value_heads={kv} does not divide num_attention_heads={heads} (each key/value "
                         f"head serves the same number of query heads); {_FIX}")
     rope_of(cfg, path)  # a rope type or theta we do not reproduce is one line
-    nope_every_of(cfg, family_record(cfg["model_type"], path), path)  # layers without RoPE we cannot hold: one line
+    nope_every_of(cfg, fam, path)  # layers without RoPE we cannot hold: one line
+    if fam.partial_rotary:
+        _check_share(cfg, "partial_rotary_factor", path, "1 in Phi-3-mini")
     return cfg
 
 
@@ -234,13 +237,14 @@ def attention_biases(fam: Family, attention_bias: bool) -> dict[str, bool]:
 
 def _llama_shape(cfg: dict, fam: Family) -> GPTConfig:
     """The shape a Llama-family folder's config.json (checked by `read_llama_config`) describes: no weights read, no
-    transformers needed (these families rotate whole heads)."""
+    transformers needed (whole heads rotate, or a partial_rotary record's int(d_head x partial_rotary_factor) dims)."""
     n_head, d = cfg["num_attention_heads"], cfg["hidden_size"]
     d_head = cfg.get("head_dim") or d // n_head
     bias = bool(cfg.get("attention_bias", False))
+    rot = int(d_head * _rotary_share(cfg, "partial_rotary_factor")) // 2 * 2 if fam.partial_rotary else d_head
     return GPTConfig(n_layer=cfg["num_hidden_layers"], n_head=n_head,
                      n_kv_head=cfg.get("num_key_value_heads") or n_head, n_embd=d, d_head=d_head,
-                     mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=d_head,
+                     mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], block_size=1, rot=rot,
                      **attention_biases(fam, bias),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
                      family=fam.name, nope_every=nope_every_of(cfg, fam, "config.json"))
@@ -314,9 +318,10 @@ def llama_config_of(c, rotary, tied: bool, fam: Family) -> GPTConfig:
 def hf_llama_config(cfg: GPTConfig):
     fam = FAMILIES[cfg.family]
     config_class = _class(cfg.family).config_class  # LlamaConfig, ...: transformers 5's (rope_parameters)
-    if cfg.rot != cfg.d_head or cfg.rope_layout != "half":
-        raise UserError(f"transformers' {fam.hf_class} rotates all of a head's dims in the 'half' layout; "
-                        f"this model has rot={cfg.rot} of d_head={cfg.d_head}, layout {cfg.rope_layout!r}")
+    if cfg.rot != cfg.d_head and not fam.partial_rotary or cfg.rope_layout != "half":
+        raise UserError(f"transformers' {fam.hf_class} rotates {'some' if fam.partial_rotary else 'all'} of a head's "
+                        f"dims in the 'half' layout; this model has rot={cfg.rot} of d_head={cfg.d_head}, layout "
+                        f"{cfg.rope_layout!r}")
     holds = {"qkv_only": (True, False), "none": (False, False)}.get(fam.bias_rule, (cfg.qkv_bias, cfg.qkv_bias))
     if (cfg.qkv_bias, cfg.o_bias) != holds:
         raise UserError(f"transformers' {fam.hf_class} cannot hold qkv_bias={cfg.qkv_bias} with "
@@ -325,7 +330,8 @@ def hf_llama_config(cfg: GPTConfig):
               num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,
               head_dim=cfg.d_head, max_position_embeddings=cfg.max_positions or cfg.block_size,
               rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu",
-              rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling})
+              rope_parameters={"rope_type": cfg.rope_type, "rope_theta": cfg.rope_theta, **cfg.rope_scaling,
+                               **({"partial_rotary_factor": cfg.rot / cfg.d_head} if fam.partial_rotary else {})})
     if fam.bias_rule == "attention_bias":
         kw["attention_bias"] = cfg.qkv_bias
     if fam.window == "every_layer":
@@ -361,25 +367,33 @@ def read_neox_config(cfg: dict, path: Path) -> dict:
         if key in cfg and not _finite_positive(cfg[key]):
             raise UserError(f"{path}: {key}={cfg[key]} must be a finite number > 0 ({example} in released models); "
                             f"{_FIX}")
-    if not 0 < _rotary_pct(cfg) <= 1:
-        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (cfg.get("rope_parameters") or {}) \
-            else "rotary_pct"
-        raise UserError(f"{path}: {key}={shown(repr(_rotary_pct(cfg)), 40)} must be a number in (0, 1] (the share of "
-                        f"each head's dims that rotate; 0.25 in Pythia); {_FIX}")
+    _check_share(cfg, "rotary_pct", path, "0.25 in Pythia")
     rope_of(cfg, path)  # a rope type or theta we do not reproduce is one line
     return cfg
 
 
-def _rotary_pct(cfg: dict):
-    pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
+def _rotary_share(cfg: dict, legacy: str):
+    """The share of each head's dims that rotate: rope_parameters' partial_rotary_factor, else the older top-level
+    key `legacy` (GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor), else 1; NaN where it is no number."""
+    pct = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", cfg.get(legacy, 1.0))
     return pct if isinstance(pct, (int, float)) and not isinstance(pct, bool) else float("nan")
+
+
+def _check_share(cfg: dict, legacy: str, path: Path, example: str) -> None:
+    """`_rotary_share` in (0, 1], else one line naming the config.json key it was read from."""
+    share = _rotary_share(cfg, legacy)
+    if not 0 < share <= 1:
+        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (cfg.get("rope_parameters") or {}) \
+            else legacy
+        raise UserError(f"{path}: {key}={shown(repr(share), 40)} must be a number in (0, 1] (the share of each head's "
+                        f"dims that rotate; {example}); {_FIX}")
 
 
 def _neox_shape(cfg: dict, fam: Family) -> GPTConfig:
     """The shape a GPT-NeoX folder's config.json (checked) describes (no weights, no transformers): its rotary
     width int(d_head x rotary_pct) as transformers computes it."""
     d_head = cfg["hidden_size"] // cfg["num_attention_heads"]
-    pct = _rotary_pct(cfg)
+    pct = _rotary_share(cfg, "rotary_pct")
     bias = bool(cfg.get("attention_bias", True))
     return GPTConfig(family=fam.name, n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                      n_embd=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],

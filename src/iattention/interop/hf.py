@@ -244,7 +244,9 @@ def write_transformers4_keys(folder: Path) -> None:
     if fam is not None and fam.dialect == "neox":
         cfg.update(rotary_pct=rope.get("partial_rotary_factor", 1.0), rotary_emb_base=theta)
     else:
-        rope.pop("partial_rotary_factor", None)
+        share = rope.pop("partial_rotary_factor", None)
+        if fam is not None and fam.partial_rotary:  # 4.x's Phi3Config reads it at the top level
+            cfg["partial_rotary_factor"] = 1.0 if share is None else share
         cfg.update(rope_theta=theta, rope_scaling={"rope_type": rope_type, **rope} if rope_type != "default" else None)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 

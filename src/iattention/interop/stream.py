@@ -46,7 +46,6 @@ from iattention.interop.convert import (
 )
 from iattention.interop.dialects import _class, _transformers_v5, dialect_of, rotary_of
 from iattention.interop.folder import (
-    _IGNORED,
     DATA_SPEC_FILE,
     INDEX,
     HFFolder,
@@ -176,14 +175,14 @@ def _converted(report: ConversionReport, source: Source, plan: dict, out_cfg: GP
     cast to the output dtype, copied in slices of at most COPY_BYTES; every tensor checked finite as read
     (Source.read, Source.chunks) and as written."""
     src_cfg, dtype, block, family = report.config, report.dtype, report.block, report.config.family
-    check = LayerCheck(src_cfg)
+    check, src_keys = LayerCheck(src_cfg), list(shapes_of(src_cfg))  # the source's tensors, our names
     with _progress(src_cfg.n_layer) as bar:
         for layer, names in _groups(plan):
             attn, rounded = f"transformer.h.{layer}.attn.", {}
             if layer is not None:
-                src_attn = src_name(attn, family)  # model.layers.3.self_attn. (a Llama folder), model/transformer...
-                src_attn_names = [k for k in source.where if k.startswith(src_attn) and not k.endswith(_IGNORED)]
-                attn_state = {k.removeprefix(src_attn): v for k, v in source.read(src_attn_names, layer).items()}
+                # its name in the source (the family's name map: Phi-3's self_attn.qkv_proj is our attn.c_attn) -> ours
+                src_attn = {src_name(k, family): k.removeprefix(attn) for k in src_keys if k.startswith(attn)}
+                attn_state = {src_attn[k]: v for k, v in source.read(list(src_attn), layer).items()}
                 src_layer = _layer_module(src_cfg.layer(layer), attn_state)  # the layer's own rotary width
                 ref, cond = check.reference(src_layer), {}
                 if out_cfg.attention == src_cfg.attention:
@@ -320,7 +319,7 @@ def ours_to_hf(src: str | Path, out: str | Path, dtype: str | None = None, shard
     files = _our_files(src)
     meta = ckpt.read_meta(src / files[0])
     cfg = GPTConfig.from_dict(meta["config"]["model"])
-    source = Source(src, files, rename=ckpt.upgrade_key)  # every layout written before, read under today's names
+    source = Source(src, files, rename=lambda k: ckpt.upgrade_key(k, cfg.family))  # older layouts: today's names
     ckpt.check_structure(source.read([k for k in source.shapes if k.endswith(ckpt.STRUCTURAL)]), src)
     src_dtype = source.float_dtype(allowed_ints=ckpt.STRUCTURAL)
     source.check_against({in_checkpoint(k, cfg.family): s for k, (s, _) in shapes_of(cfg).items()},

@@ -44,25 +44,47 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.approximate = "tanh" if config.mlp == "gelu_tanh" else "none"
 
+    def matrix_blocks(self) -> dict[str, list[tuple]]:
+        """Each matrix holds one map (SwiGLU.matrix_blocks)."""
+        return {}
+
     def forward(self, x):
         # (B, T, d) -> c_fc (B, T, d_mlp) -> GELU -> c_proj (B, T, d)
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class SwiGLU(nn.Module):
-    """The Llama family's: down(silu(gate(x)) * up(x))."""
+    """The Llama family's: down(silu(gate(x)) * up(x)); with config.fused_gate_up the gate and up maps are one
+    `gate_up_proj` whose outputs are [gate | up] (Phi-3's), the same function."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
-        self.up_proj = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
-        self.down_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        d, m = config.n_embd, config.d_mlp
+        self.fused = config.fused_gate_up
+        if self.fused:
+            self.gate_up_proj = nn.Linear(d, 2 * m, bias=config.bias)
+        else:
+            self.gate_proj = nn.Linear(d, m, bias=config.bias)
+            self.up_proj = nn.Linear(d, m, bias=config.bias)
+        self.down_proj = nn.Linear(m, d, bias=config.bias)
         self.down_proj.residual_scale = True
         self.dropout = nn.Dropout(config.dropout)
 
+    def matrix_blocks(self) -> dict[str, list[tuple]]:
+        """The 2-D blocks of a matrix that holds more than one map (for Muon, as attention's head_blocks): the fused
+        gate_up_proj's gate and up rows."""
+        if not self.fused:
+            return {}
+        m = self.down_proj.in_features
+        return {"gate_up_proj.weight": [(slice(0, m),), (slice(m, 2 * m),)]}
+
     def forward(self, x):
         # (B, T, d) -> silu(gate) * up (B, T, d_mlp) -> down (B, T, d)
-        return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (B, T, d_mlp) each
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.dropout(self.down_proj(F.silu(gate) * up))
 
 
 class RMSNorm(nn.Module):

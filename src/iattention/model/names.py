@@ -55,10 +55,12 @@ def from_file(name: str, family: str) -> str:
 OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 
 
-def upgrade_name(name: str) -> str:
-    """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
-    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours)."""
-    owner = next((f for f in FAMILIES if from_family(name, f) != name), None)  # the family whose names it has
+def upgrade_name(name: str, family: str | None = None) -> str:
+    """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter wrote
+    before issue 64 (it kept its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours).
+    `family`: the model's, whose names are read first (Phi-3's `self_attn.qkv_proj` is our `attn.c_attn`, where
+    the Llama names would keep `qkv_proj`); else the first family whose names it has."""
+    owner = next((f for f in (family, *FAMILIES) if f in FAMILIES and from_family(name, f) != name), None)
     if owner is None:
         return name
     name = from_family(name, owner)

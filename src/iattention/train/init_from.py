@@ -23,10 +23,11 @@ from iattention.symmetry.transforms import canonicalize, expand
 
 # no block_size with RoPE: it has no position weights, so a run may train at any block (a source's
 # max_position_embeddings, 8192 for SmolLM2, says how far it was trained, not what it holds)
+# (a window changes the function the weights compute, as the norms do)
 SHAPE_KEYS = ("family", "n_layer", "n_head", "n_kv_head", "n_embd", "d_head", "block_size", "bias", "pos", "rot",
               "rope_layout", "rope_theta", "rope_type", "rope_scaling", "norm", "norm_eps", "mlp", "mlp_hidden",
-              "qkv_bias", "o_bias", "tie_embeddings", "projection", "parallel_residual", "sliding_window",
-              "full_attention_layers")  # a window changes the function the weights compute, as the norms do
+              "qkv_bias", "o_bias", "tie_embeddings", "projection", "fused_gate_up", "parallel_residual",
+              "sliding_window", "full_attention_layers")
 
 
 WINDOW_KEYS = ("sliding_window", "full_attention_layers")

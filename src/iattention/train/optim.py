@@ -56,14 +56,14 @@ def param_groups(model: torch.nn.Module, cfg: OptimConfig) -> list[dict]:
 
 def _muon_blocks(model: torch.nn.Module) -> dict[torch.nn.Parameter, tuple[list[tuple], bool]]:
     """The matrices Muon updates: {parameter: (its 2-D block indices, whether it is an attention matrix)}.
-    Every attention matrix is split per head, every MLP matrix is one block; embeddings and the LM head
-    stay with AdamW."""
+    Every attention matrix is split per head, every MLP matrix into the maps it holds (one, or a fused gate_up's
+    gate and up: SwiGLU.matrix_blocks); embeddings and the LM head stay with AdamW."""
     blocks: dict[torch.nn.Parameter, tuple[list[tuple], bool]] = {}
     for mod_name, module in model.named_modules():
         attention = isinstance(module, CausalSelfAttention)
         if not (attention or mod_name.endswith(".mlp")):
             continue
-        split = module.head_blocks() if attention else {}
+        split = module.head_blocks() if attention else module.matrix_blocks()  # a fused gate_up: its two maps
         for name, p in module.named_parameters():
             if p.requires_grad and is_matrix(name, p):
                 idxs = split.get(name, [()])

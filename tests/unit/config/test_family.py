@@ -38,7 +38,7 @@ def test_head_width_and_rotary_dims_default_from_the_shape():
     (dict(rope_type="llama3", rope_scaling=dict(factor=8.0)), ["missing or not a number: low_freq_factor"]),
     (dict(rope_scaling=dict(factor=8.0)), ["model.rope_scaling", "only with model.rope_type=llama3"]),
     (dict(sliding_window=-3), ["model.sliding_window", ">= 0"]),
-    (dict(sliding_window=16), ["model.sliding_window=16", "needs model.family mistral or qwen2"]),
+    (dict(sliding_window=16), ["model.sliding_window=16", "needs model.family mistral or phi3 or qwen2"]),
     (dict(family="mistral", sliding_window=16, attn_kernel="triton"),
      ["model.attn_kernel=triton has no sliding-window mask", "model.sliding_window=16", "auto, sdpa or math"]),
     (dict(family="mistral", sliding_window=16, full_attention_layers=1), ["model.full_attention_layers=1", "qwen2"]),

@@ -160,7 +160,7 @@ def _folder(tmp_path, config: dict):
 
 
 @pytest.mark.parametrize("model_type,why", [("qwen3", "QK-norm"), ("gemma3_text", "QK-norm"),
-                                            ("phi3", "fused qkv_proj"), ("mamba", "converts gpt2, llama"),
+                                            ("phi3", "num_hidden_layers"), ("mamba", "converts gpt2, llama"),
                                             ("gpt_neox", "num_hidden_layers")])
 def test_out_of_scope_models_are_refused_in_one_line(tmp_path, model_type, why):
     with pytest.raises(UserError, match=why) as e:

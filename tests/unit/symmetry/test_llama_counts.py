@@ -43,7 +43,7 @@ def _meta(name, attention="standard"):
         return GPT(_shape(name).replace(attention=attention))
 
 
-BIG = ("llama-3-8b", "smollm2-1.7b")  # their canonical builds take 3-8 s even on "meta" (the blocks' index bookkeeping)
+BIG = ("llama-3-8b", "smollm2-1.7b", "phi-3-mini-4k")  # canonical builds of 3-26 s even on "meta" (index bookkeeping)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n
