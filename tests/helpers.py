@@ -141,7 +141,8 @@ def make_llama(dtype=torch.float64, seed=0, **kw):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
-                p.copy_((1.0 if ".ln_" in name else 0.0) + 0.3 * torch.randn(p.shape, generator=gen, dtype=dtype))
+                gain = ".ln_" in name or "_norm." in name  # a norm's gain (query/key norms: q_norm, k_norm)
+                p.copy_((1.0 if gain else 0.0) + 0.3 * torch.randn(p.shape, generator=gen, dtype=dtype))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=dtype) / p.shape[-1] ** 0.5)
     return model

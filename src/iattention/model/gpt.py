@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
+from iattention.attention.norm import RMSNorm
 from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_inv_freq
 from iattention.config.model import GPTConfig
@@ -63,22 +64,6 @@ class SwiGLU(nn.Module):
     def forward(self, x):
         # (B, T, d) -> silu(gate) * up (B, T, d_mlp) -> down (B, T, d)
         return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
-
-
-class RMSNorm(nn.Module):
-    exact = False  # set by exact_norms only
-
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x):
-        # (B, T, d): x / rms(x) in float32 (transformers' arithmetic, for any input dtype; under exact_norms in
-        # float64 for float64 input), times the gain
-        h = x.to(torch.float64 if self.exact and x.dtype == torch.float64 else torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 @contextmanager
