@@ -105,7 +105,7 @@ def family_table() -> str:
         c = shape.replace(attention="canonical")
         r, rot, G = c.d_head, c.rot, c.n_kv_head
         kind, numbers = qk_gauge(c)
-        scales = f"{rot // 2} rotary pairs" + (f" and {r - rot} pass dims" if rot < r else "")
+        scales = f"each of the {rot // 2} rotary pairs" + (f" and {r - rot} pass dims" if rot < r else "")
         qk = f"GL({r}): {r * r:,} numbers" if rot == 0 else \
             f"a complex scalar per rotary pair ({rot // 2} pairs) and GL({r - rot}) on the pass dims: " \
             f"{rot + (r - rot) ** 2:,} numbers" if rot < r else f"a complex scalar per rotary pair ({rot // 2} " \
@@ -113,10 +113,10 @@ def family_table() -> str:
         if c.nope_every:  # rotary is per-layer data: on the layers without RoPE the whole GL(r)
             qk += f"; every {c.nope_every}th layer (no RoPE): GL({r}), {r * r:,} numbers"
         if kind == "norm gains per layer":  # qk_norm "head": the q/k norms' gains are shared by the layer's heads
-            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains per {scales}, one for the whole layer " \
+            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains on {scales}, one for the whole layer " \
                  f"(not per group): {numbers:,} numbers per layer"
         elif kind == "norm gains per KV group":
-            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains per {scales}: " \
+            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains on {scales}: " \
                  f"{numbers // G:,} numbers"
         split = removed_split(c)
         per_layer = redundancy(c) // c.n_layer
