@@ -76,8 +76,8 @@ def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int, norm_ro
            "pass": (j * r + rot + torch.arange(r - rot, **cpu)) % d,
            "out": (j * group * r + torch.arange(r, **cpu)) % d}
     if norm_rows:
-        first = pair_dims(rot, layout)[0]
-        out["knorm"] = torch.cat([first, torch.arange(rot, r)]).expand(norm_rows, -1).clone()
+        first = pair_dims(rot, layout, device="cpu")[0]
+        out["knorm"] = torch.cat([first, torch.arange(rot, r, **cpu)]).expand(norm_rows, -1).clone()
     return out
 
 

@@ -221,3 +221,12 @@ def test_what_has_no_form_under_a_query_key_norm_is_refused_in_one_line():
     with pytest.raises(UserError) as err:
         GPTConfig(family="llama", n_head=4, n_embd=32, qk_norm="head")
     tells(err, "model.qk_norm='head'", "transformers' llama has qk_norm=''", "drop model.qk_norm")
+
+
+@pytest.mark.parametrize("kind", ["head", "whole"])
+def test_a_canonical_model_builds_on_the_meta_device(kind):
+    """The streamed converter and the size checks build layers on "meta": the key gain's fixed dims are index
+    bookkeeping, made on the CPU there too."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(family=f"qk_{kind}", n_layer=1, n_head=4, n_kv_head=2, n_embd=32, attention="canonical"))
+    assert model.attention_layers[0].k_norm.free_gain.numel() == (1 if kind == "head" else 2) * 4
