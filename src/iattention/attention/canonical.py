@@ -12,14 +12,14 @@ W_V[j] (d x r) in full, and of the rest:
     [W_O[h_1] ... W_O[h_g]]; the columns `o_perm[j, :r]` are the identity, the other g d - r are learned
     (`W_O_free`, stored transposed).
 So each group holds rot + (r - rot)^2 + r^2 fewer numbers than standard (2 r^2 per GPT-2 head): the same function
-class on an open dense set (where the fixed entries of a standard model are invertible).
+class on an open dense set (where the fixed entries of a standard model are invertible). `symmetry/transforms.py`
+picks the blocks (pivoted: the largest complex entry of each key pair, column-pivoted QR elsewhere) and moves
+weights in and out.
 
 Under a query/key norm (GPTConfig.qk_norm) W_K has no gauge left to fix (docs/conversion.md, "Query/key norms"): it
 is learned in full, and the query/key half fixes instead the key norm's gain (`k_norm`, a `PinnedRMSNorm`) to 1 on
-one dim of each rotary pair (`k_norm.perm`) and on every pass dim, per layer (qk_norm "head") or per KV group
-("whole"): rot/2 + r - rot numbers each, the rescaling of the two gains that is the only continuous symmetry left. `symmetry/transforms.py`
-picks the blocks (pivoted: the largest complex entry of each key pair, column-pivoted QR elsewhere) and moves
-weights in and out.
+one dim of each rotary pair (`k_norm.gain_perm`) and on every pass dim, per layer (qk_norm "head") or per KV group
+("whole"): rot/2 + r - rot numbers each, the rescaling of the two gains that is the only continuous symmetry left.
 
 At one head without RoPE (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
 permutation: both are index copies, no GEMM; with the default (aligned) block the permutation is the identity and
@@ -83,28 +83,28 @@ def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int, norm_ro
 
 class PinnedRMSNorm(RMSNorm):
     """Canonical's key norm under a query/key norm: an RMSNorm over `width` dims whose gain, seen as `rows` rows of
-    r, is 1 on `r - free` chosen dims of each row (`perm[i, :r - free]`, the rest learned: `free_gain`)."""
+    r, is 1 on `r - free` chosen dims of each row (`gain_perm[i, :r - free]`, the rest learned: `free_gain`)."""
 
     def __init__(self, rows: int, r: int, fixed: torch.Tensor, eps: float):
         nn.Module.__init__(self)
         self.eps, self.rows, self.r, self.n_fixed = eps, rows, r, fixed.shape[1]
         self.free_gain = nn.Parameter(torch.ones(rows * (r - self.n_fixed)))  # 1-D: a gain, not a matrix (Muon)
-        self.register_buffer("perm", block_permutation(fixed, r))
+        self.register_buffer("gain_perm", block_permutation(fixed, r))  # STRUCTURAL: *_perm
 
     def gain(self) -> torch.Tensor:
         ones = torch.ones(self.n_fixed, 1)
         free = self.free_gain.reshape(self.rows, self.r - self.n_fixed, 1)
-        return place(free, self.perm, ones)[..., 0].reshape(-1)
+        return place(free, self.gain_perm, ones)[..., 0].reshape(-1)
 
     @torch.no_grad()
     def set_fixed(self, fixed: torch.Tensor) -> None:
-        self.perm.copy_(block_permutation(fixed, self.r))
+        self.gain_perm.copy_(block_permutation(fixed, self.r))
 
     @torch.no_grad()
     def load_gain(self, gain: torch.Tensor) -> None:
         """The learned entries of `gain` (the fixed ones, 1 there after canonicalize, are not read)."""
         full = gain.reshape(self.rows, self.r, 1).to(self.free_gain)
-        self.free_gain.copy_(take_free(full, self.perm, self.n_fixed).reshape(-1))
+        self.free_gain.copy_(take_free(full, self.gain_perm, self.n_fixed).reshape(-1))
 
 
 @torch.no_grad()
@@ -345,7 +345,8 @@ class CanonicalAttention(CausalSelfAttention):
             view[f"{name}_learned"] = take_free(full, perm, b)
 
         if self.k_pinned:  # W_K learned in full; the key gain's dims fixed to 1
-            view.update(W_K=hw.W_K, g_Q=hw.g_Q, g_K=hw.g_K, k_norm_fixed=self.k_norm.perm[:, :self.k_norm.n_fixed])
+            fixed = self.k_norm.gain_perm[:, :self.k_norm.n_fixed]
+            view.update(W_K=hw.W_K, g_Q=hw.g_Q, g_K=hw.g_K, k_norm_fixed=fixed)
         elif self.canonical_qk:
             if rot:
                 view["rot_rows"] = self.rot_perm[:, :, 0]

@@ -315,8 +315,8 @@ class GPTConfig:
         if self.qk_norm != held:
             holds = [f.name for f in FAMILIES.values() if f.defaults.get("qk_norm", "") == self.qk_norm]
             raise UserError(f"model.qk_norm={self.qk_norm!r} needs a family whose transformers class normalises its "
-                            f"queries and keys that way ({', '.join(holds) or 'none yet'}); transformers' {self.family} "
-                            f"has qk_norm={held!r}: drop model.qk_norm or set model.family")
+                            f"queries and keys that way ({', '.join(holds) or 'none yet'}); transformers' "
+                            f"{self.family} has qk_norm={held!r}: drop model.qk_norm or set model.family")
         if self.qk_norm and self.minimal_bias:
             raise UserError("model.minimal_bias=true with model.qk_norm: the key bias is inside the key norm there, so "
                             "no part of it is redundant; drop model.minimal_bias")

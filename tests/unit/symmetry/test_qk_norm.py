@@ -84,7 +84,7 @@ def test_the_surviving_gauge_keeps_the_function_and_canonical_fixes_the_key_gain
         for src, attn in zip(moved.attention_layers, canon.attention_layers):
             hw = attn.to_heads()
             assert torch.equal(hw.W_K, src.to_heads().W_K)  # W_K as it came: no identity block, no pair pivot fixed
-            fixed = attn.k_norm.perm[:, :attn.k_norm.n_fixed]  # rows: 1 (per layer) or G (per KV group)
+            fixed = attn.k_norm.gain_perm[:, :attn.k_norm.n_fixed]  # rows: 1 (per layer) or G (per KV group)
             assert fixed.shape == (1 if kind == "head" else G, rot // 2 + r - rot)
             assert bool((torch.gather(hw.g_K, 1, fixed) == 1).all())
             first, second = pair_dims(rot, c.rope_layout)  # one dim of every pair, then every pass dim
