@@ -12,11 +12,10 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "SmolLM3ForCausalLM"):
     pytest.skip("SmolLM3 needs a transformers with SmolLM3ForCausalLM", allow_module_level=True)
 
-from helpers import max_rel  # noqa: E402
-from iattention.cli.app import main  # noqa: E402
+from helpers import float32_round_trip, max_rel, streamed_round_trip  # noqa: E402
 from iattention.errors import UserError  # noqa: E402
-from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf import from_hf_model, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.convert import convert  # noqa: E402
+from iattention.interop.hf import from_hf_model, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, removed_split, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -68,32 +67,18 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(kw):
 
 
 def test_float32_folders_round_trip_within_1e_5_and_the_count_is_transformers(tmp_path):
-    hf = smollm3(tmp_path / "hf", dtype=torch.float32)
-    assert standard_param_count(shape_from_folder(tmp_path / "hf")) == hf.num_parameters()  # no weights read
-    model, _, _ = load_any(tmp_path / "hf")
-    canon, rep = convert(model, "canonical", block="pivoted", dtype="float32")
-    assert rep.conversion <= 1e-5
-    save_converted(canon, tmp_path / "canon", "canonical", rep, source=str(tmp_path / "hf"))
-    exported, rep2 = convert(load_any(tmp_path / "canon")[0], "hf", dtype="float32")
-    save_converted(exported, tmp_path / "back", "hf", rep2, source=str(tmp_path / "canon"))
-    again = transformers.SmolLM3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
-    assert again.config.no_rope_layers == hf.config.no_rope_layers
-    with torch.no_grad():
-        assert max_rel(again(X).logits, hf(X).logits) <= 1e-5
+    hf = smollm3()
+    got = float32_round_trip(tmp_path, hf, X)
+    assert got["counted"] == hf.num_parameters()  # from config.json alone, no weights read
+    assert got["conversion"] <= 1e-5 and got["back"] <= 1e-5
+    assert got["again"].config.no_rope_layers == hf.config.no_rope_layers
 
 
 def test_the_streamed_conversion_both_ways_and_params_from_the_folder(tmp_path, capsys):
-    hf = smollm3(tmp_path / "hf")
-    for to, out in (("canonical", "c"), ("hf", "back")):
-        src = tmp_path / ("hf" if to == "canonical" else "c")
-        assert main(["convert", "--from", str(src), "--to", to, "--out", str(tmp_path / out)]) == 0
-    capsys.readouterr()
-    back = transformers.SmolLM3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
-    with torch.no_grad():
-        assert max_rel(back(X).logits, hf(X).logits) <= 1e-9
-    assert main(["params", "--from", str(tmp_path / "hf"), "--json"]) == 0
-    rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["standard"]["params"] == hf.num_parameters()
+    hf = smollm3()
+    got = streamed_round_trip(tmp_path, capsys, hf, X)
+    assert got["back"] <= 1e-9
+    assert got["params"]["standard"]["params"] == hf.num_parameters()
 
 
 def test_greedy_generation_equals_transformers():
