@@ -105,6 +105,10 @@ _RECORDS = (
                 vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True),
            NEOX_NAMES, file_names={"lm_head.weight": "embed_out.weight"}, grouped=False,
            default_shape="pythia-160m"),
+    # Qwen3: the Llama layout with an RMSNorm on each head's query and key before RoPE (q_norm / k_norm, one gain of
+    # head_dim for every head of a layer), attention_bias for every bias, Qwen2's sliding window
+    Family("qwen3", "Qwen3", "Qwen3ForCausalLM", "llama", {**LLAMA_DEFAULTS, "qk_norm": "head"}, LLAMA_NAMES,
+           window="from_layer", default_shape="qwen3-0.6b"),
     # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE
     Family("smollm3", "SmolLM3", "SmolLM3ForCausalLM", "llama", LLAMA_DEFAULTS, LLAMA_NAMES, nope=True,
            default_shape="smollm3-3b"),
@@ -113,7 +117,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in _RECORDS}
 
 # model_types iattention does not convert, each with why (one line)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
-REFUSED = {**dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM),
+REFUSED = {**dict.fromkeys(("gemma3", "gemma3_text", "olmo2"), _QK_NORM),
            "phi3": "its fused qkv_proj and gate_up_proj are not converted (only separate q/k/v projections are)"}
 
 

@@ -35,6 +35,10 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     "smollm3-3b": (dict(family="smollm3", n_layer=36, n_head=16, n_kv_head=4, n_embd=2048, mlp_hidden=11008,
                         vocab_size=128256, block_size=65536, rope_theta=5000000.0, tie_embeddings=True, nope_every=4),
                    None),
+    # Qwen/Qwen3-0.6B config.json: head_dim 128 (16 query heads of 128 = 2048 > hidden 1024), q_norm / k_norm (its
+    # total, 596,049,920, is transformers' num_parameters of this shape on the meta device: tests/unit/interop)
+    "qwen3-0.6b": (dict(family="qwen3", n_layer=28, n_head=16, n_kv_head=8, n_embd=1024, d_head=128, mlp_hidden=3072,
+                        vocab_size=151936, block_size=40960, rope_theta=1000000.0, tie_embeddings=True), None),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),
