@@ -1,6 +1,7 @@
 """One decoder-only transformer for every family, as its GPTConfig says (litgpt's `GPT`): GPT-2 (learned
 positions, LayerNorm, GELU MLP, tied embeddings), Llama / Qwen2 / Mistral (RoPE, RMSNorm, SwiGLU, grouped-query
-attention, an untied head).
+attention, an untied head), and the structures later families add as config values (a parallel residual, norms
+after the sublayers, a query/key norm, layers without RoPE).
 
 Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...) for every
 family; model/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
@@ -91,8 +92,12 @@ class Block(nn.Module):
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
         self.parallel = config.parallel_residual
+        self.post = config.norm_place == "post"  # OLMo 2: each norm on its sublayer's output, none on its input
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None):
+        if self.post:
+            x = x + self.ln_1(self.attn(x, cache, layer, rope=rope))  # (B, T, d)
+            return x + self.ln_2(self.mlp(x))  # (B, T, d)
         a = self.attn(self.ln_1(x), cache, layer, rope=rope)  # (B, T, d)
         if self.parallel:  # GPT-NeoX: both read the block's input (its sum order)
             return self.mlp(self.ln_2(x)) + a + x  # (B, T, d)
