@@ -379,7 +379,8 @@ def check_structure(tensors: dict[str, torch.Tensor], source) -> None:
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py): every
     weight finite, every structural tensor a permutation (check_structure), each of the model's dtype."""
-    state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
+    state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")},
+                          model.config.family)
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
     check_structure(state, f"checkpoint {path}")

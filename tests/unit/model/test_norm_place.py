@@ -10,19 +10,28 @@ import pytest
 import torch
 
 from helpers import tells
+from iattention.checkpoint.state import load_model_state
 from iattention.config.families import FAMILIES, LLAMA_DEFAULTS
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT, exact_norms
+from iattention.model.names import to_family
 from iattention.symmetry.transforms import canonicalize, expand, random_gauge
 
 X = torch.randint(0, 50, (2, 24), generator=torch.Generator().manual_seed(1))
 
 
+# OLMo 2's names: the Llama layout's, but its post_attention_layernorm is our ln_1 (the Llama layout's ln_2)
+POST_NAMES = tuple((ours, theirs.replace("input_layernorm", "post_attention_layernorm") if ".ln_1." in ours else
+                    theirs.replace("post_attention_layernorm", "post_feedforward_layernorm"))
+                   for ours, theirs in FAMILIES["llama"].names)
+
+
 @pytest.fixture(autouse=True)
 def post_family(monkeypatch):
     monkeypatch.setitem(FAMILIES, "post_test", dataclasses.replace(
-        FAMILIES["llama"], name="post_test", defaults={**LLAMA_DEFAULTS, "norm_place": "post", "qk_norm": "whole"}))
+        FAMILIES["llama"], name="post_test", defaults={**LLAMA_DEFAULTS, "norm_place": "post", "qk_norm": "whole"},
+        names=POST_NAMES))
 
 
 def _model(**kw):
@@ -72,3 +81,14 @@ def test_a_family_whose_class_puts_its_norms_before_refuses_post_in_one_line():
         GPTConfig(family="llama", n_head=4, n_embd=32, norm_place="post")
     tells(err, "model.norm_place=post", "transformers' llama has them before attention and MLP",
           "drop model.norm_place")
+
+
+def test_a_checkpoint_under_its_family_s_transformers_names_loads_them_as_that_family_s():
+    """A streamed conversion keeps its source's transformers names; read back, a name is its own family's first:
+    this family's post_attention_layernorm is ln_1, where the Llama layout's (read first before) is ln_2."""
+    model = _model()
+    tensors = {"model/" + to_family(k, "post_test"): v for k, v in model.state_dict().items()}
+    assert "model/model.layers.0.post_attention_layernorm.weight" in tensors
+    fresh = GPT(model.config).double().eval()
+    load_model_state(fresh, tensors, "a streamed folder")
+    assert torch.equal(_logits(fresh), _logits(model))
