@@ -190,6 +190,22 @@ def float32_round_trip(tmp_path, hf, x: torch.Tensor) -> dict:
     return {"conversion": rep.conversion, "back": back, "again": again, "counted": counted}
 
 
+@torch.no_grad()
+def turn_rope_pair(hf, pair: int = 0) -> None:
+    """Turn W_Q and W_K of every head of every layer of a transformers rotate-half model by 53 degrees inside RoPE
+    pair `pair` (in place): a unit complex scalar, a symmetry of a layer without a query/key norm, none with one
+    whose gains differ on the pair (docs/conversion.md, "Query/key norms")."""
+    r = hf.config.head_dim
+    first, second = pair, pair + r // 2  # the rotate_half layout
+    R = torch.eye(r, dtype=torch.float64)
+    R[first, first] = R[second, second] = 0.6
+    R[first, second], R[second, first] = 0.8, -0.8
+    for layer in hf.model.layers:
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+            W = proj.weight.view(-1, r, proj.weight.shape[1])  # (heads, r, d)
+            W.copy_(torch.einsum("ij,hjd->hid", R.T.to(W), W))
+
+
 def tells(err, *facts: str) -> str:
     """A refusal tells the user each of `facts` (the file, the key or line, the value, the fix): what the
     message must say, not its wording. `err`: a pytest.raises result or the message; returns the message."""

@@ -12,8 +12,7 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "Qwen3ForCausalLM"):
     pytest.skip("Qwen3 needs a transformers with Qwen3ForCausalLM", allow_module_level=True)
 
-from helpers import float32_round_trip, max_rel, streamed_round_trip  # noqa: E402
-from iattention.attention.rope import pair_dims  # noqa: E402
+from helpers import float32_round_trip, max_rel, streamed_round_trip, turn_rope_pair  # noqa: E402
 from iattention.cli.app import main  # noqa: E402
 from iattention.config.shapes import shape_preset  # noqa: E402
 from iattention.interop.convert import convert  # noqa: E402
@@ -82,15 +81,7 @@ def test_a_rotation_inside_a_rope_pair_moves_transformers_own_logits():
     hf = qwen3()
     with torch.no_grad():
         ref = hf(X).logits
-        r = hf.config.head_dim
-        first, second = (int(t[0]) for t in pair_dims(r, "half"))
-        R = torch.eye(r, dtype=torch.float64)
-        R[first, first] = R[second, second] = 0.6
-        R[first, second], R[second, first] = 0.8, -0.8
-        for layer in hf.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
-                W = proj.weight.view(-1, r, proj.weight.shape[1])  # (heads, r, d)
-                W.copy_(torch.einsum("ij,hjd->hid", R.T, W))
+        turn_rope_pair(hf)
         assert max_rel(hf(X).logits, ref) > 1e-3
 
 
