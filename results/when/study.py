@@ -87,16 +87,26 @@ _D2_D3 = ("standard-lr0.7", "standard-lr0.5", "canonical-lr0.7", "canonical-lr1.
           "canonical-drop0.1")
 QUEUE: list[tuple[str, int, int]] = list(dict.fromkeys(
     _D1 + _FIRST
+    + _pairs(("standard", "canonical"), (1,), range(3))       # D4's one head, moved up (amendment 2026-11-28)
     + [(arm, 12, s) for s in range(3) for arm in _D2_D3]                                 # the rest of D2, D3 by seed
-    + _pairs(("standard", "canonical"), (8, 4, 1), range(3))                              # D4: 8, 4, then 1 head
+    + _pairs(("standard", "canonical"), (8, 4), range(3))                                 # D4: 8, then 4 heads
     + _pairs(("standard-slow", "canonical-slow", "standard-shf", "canonical-shf"), (12,), (0,))))  # D5
 BATCH = 3  # runs a GPU window holds (three on the card at once)
+BATCH_H1 = 2  # one-head runs train at 0.40x the 12-head rate: one seed pair a lease (amendment 2026-11-28)
 
 
 def batches() -> list[list[tuple[str, int, int]]]:
-    """The queue after the first lease's runs, in batches of BATCH (batch 1 first)."""
+    """The queue after the first lease's runs, in batches (batch 1 first): BATCH runs, or BATCH_H1 for one-head
+    runs (a batch never mixes one-head runs with others)."""
     rest = [r for r in QUEUE if r not in _D1 or r in _FIRST]
-    return [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
+    out: list[list[tuple[str, int, int]]] = []
+    for r in rest:
+        size = BATCH_H1 if r[1] == 1 else BATCH
+        if out and len(out[-1]) < size and (out[-1][0][1] == 1) == (r[1] == 1):
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
 
 
 def group(arm: str, heads: int) -> str:
