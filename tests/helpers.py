@@ -173,13 +173,13 @@ def float32_round_trip(tmp_path, hf, x: torch.Tensor) -> dict:
     difference on `x` from `hf`'s, "again": that model, "counted": iattention's count of the folder's config.json,
     read without its weights}. The other shared body of the family tests."""
     from iattention.interop.convert import convert, save_converted
-    from iattention.interop.hf import shape_from_folder
+    from iattention.interop.folder import HFFolder
     from iattention.interop.load import load_any
     from iattention.symmetry.counts import standard_param_count
 
     hf.to(torch.float32).save_pretrained(str(tmp_path / "hf"))
     hf.to(torch.float64)
-    counted = standard_param_count(shape_from_folder(tmp_path / "hf"))
+    counted = standard_param_count(HFFolder.at(tmp_path / "hf").shape)
     canon, rep = convert(load_any(tmp_path / "hf")[0], "canonical", block="pivoted", dtype="float32")
     save_converted(canon, tmp_path / "canon", "canonical", rep, source=str(tmp_path / "hf"))
     exported, rep2 = convert(load_any(tmp_path / "canon")[0], "hf", dtype="float32")

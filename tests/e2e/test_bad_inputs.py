@@ -226,18 +226,19 @@ def test_disk_full_during_checkpoint_write_keeps_old_checkpoint(env, monkeypatch
     import errno
 
     from iattention.checkpoint import state as checkpoint
+    from iattention.checkpoint.writer import ShardWriter
 
-    real_save, calls = checkpoint.save_file, []
+    real_finish, calls = ShardWriter.finish, []
 
-    def fills_the_disk(tensors, filename, metadata=None):
-        calls.append(filename)
-        real_save(tensors, filename, metadata=metadata)
+    def fills_the_disk(writer, *args):
+        calls.append(writer.names[0])
+        real_finish(writer, *args)
         if len(calls) == 2:  # the second checkpoint write runs out of space part-way
-            with open(filename, "r+b") as f:
+            with open(writer.folder / writer.names[0], "r+b") as f:
                 f.truncate(100)
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "save_file", fills_the_disk)
+    monkeypatch.setattr(ShardWriter, "finish", fills_the_disk)
     out = env["root"] / "diskfull"
     code = main(_train(env, "train.ckpt_every_steps=2", out="diskfull"))
     err = capsys.readouterr().err.strip().splitlines()

@@ -100,7 +100,7 @@ def test_convert_refuses_an_existing_out_before_reading_the_source(tmp_path, cap
     def read(*_, **__):
         raise AssertionError("the source was read before the --out check")
 
-    for name in ("load_any", "hf_to_ours", "ours_to_hf", "is_streamed_source", "family_of"):
+    for name in ("load_any", "hf_to_ours", "ours_to_hf", "is_streamed_source", "hf_folder"):
         if hasattr(cli_interop, name):
             monkeypatch.setattr(cli_interop, name, read)
     out = tmp_path / "exists"

@@ -2,10 +2,13 @@
 folder transformers loads, exactly in float64 and within 1e-5 in float32; the counts from its config.json."""
 
 import json
+import os
+import sys
 
 import pytest
 import torch
 
+from fixtures import hf_folder
 from iattention.cli import main
 
 tf = pytest.importorskip("transformers")
@@ -50,3 +53,43 @@ def test_params_reads_a_neox_folder_and_the_pythia_shape(tmp_path, capsys):
     assert main(["params", "--preset", "pythia-160m", "--json"]) == 0
     rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["standard"]["params"] == rows["standard"]["published"] == 162_322_944
+
+
+# The files a command reads, counted where Python opens them (the "open" audit event: builtins.open, io.open,
+# os.open, pathlib), whoever opens them: ours, transformers, huggingface_hub. A hook stays for the process: it counts
+# only while a test watches.
+_WATCHED: dict[str, list[str]] = {}
+
+
+def _count_opens(event, args):
+    if event != "open" or not _WATCHED or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    path = os.path.abspath(os.fsdecode(args[0]))
+    if path in _WATCHED:
+        frame, copied = sys._getframe(1), False
+        while frame is not None and not copied:  # a file copied through (shutil) is not parsed
+            copied, frame = frame.f_code.co_filename.endswith(f"{os.sep}shutil.py"), frame.f_back
+        _WATCHED[path].append("copied" if copied else "read")
+
+
+sys.addaudithook(_count_opens)
+
+
+@pytest.mark.parametrize("kind, generation", [("GPT2", True), ("Qwen2", True), ("Llama", False), ("GPTNeoX", True)])
+def test_convert_reads_config_json_once_and_the_generation_config_once(tmp_path, capsys, kind, generation):
+    """`iattn convert --from HF --to canonical`, whole (GPT-2) or streamed (the rotary families): the folder is read
+    once where the command meets it and passed down, so config.json is opened once (it was 4-5 times), the
+    generation config once where there is one (and config.json not again in its stead where there is none)."""
+    src = hf_folder(tmp_path / "hf", kind)
+    if not generation:
+        (src / "generation_config.json").unlink()
+    config, gen = (str((src / name).absolute()) for name in ("config.json", "generation_config.json"))
+    _WATCHED.update({config: [], gen: []})
+    try:
+        assert main(["convert", "--from", str(src), "--to", "canonical", "--out", str(tmp_path / "c")]) == 0
+        opened = {name: list(_WATCHED[path]) for name, path in (("config", config), ("generation", gen))}
+    finally:
+        _WATCHED.clear()
+    assert "conversion (converted vs source" in capsys.readouterr().out
+    assert opened["config"] == ["read"]
+    assert opened["generation"].count("read") == (1 if generation else 0)

@@ -70,6 +70,11 @@ def read_json_object(path: Path, what: str, fix: str, schema: dict | None = None
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is corrupt ({what} is not valid JSON: {e.msg}); {fix}") from None
+    return check_json_object(obj, path, what, fix, schema)
+
+
+def check_json_object(obj, path: Path, what: str, fix: str, schema: dict | None = None) -> dict:
+    """`obj`, read from `path`, if it is an object with `schema`'s keys and types; else one line."""
     bad = _bad_field(obj, schema or {})
     if bad:
         raise UserError(f"{path} is corrupt ({what}: {bad}); {fix}")

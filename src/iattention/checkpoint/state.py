@@ -17,17 +17,18 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_bytes
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from iattention.checkpoint.writer import DTYPES, FORMAT, ShardWriter, checkpoint_metadata
 from iattention.config.model import GPTConfig, upgrade_config, upgrade_model_keys
 from iattention.errors import UserError, first_words
 from iattention.model.gpt import available_memory
-from iattention.model.names import upgrade_state
+from iattention.model.names import upgrade_name
 from iattention.utils.atomic import write_with
 from iattention.utils.faults import fault_point
-from iattention.utils.files import as_os_error, check_regular
+from iattention.utils.files import check_regular
 
-FORMAT = "iattention-checkpoint-1"
+MODEL = "model/"  # a model tensor's name in a checkpoint: MODEL + its parameter's name (optimizer: optim/, RNG: rng/)
 TIED, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # a tied head is the embedding: stored once
 # A model converted from Hugging Face keeps its source's special-token ids in its metadata ("token_ids": those of
 # these keys its transformers config sets; an eos may be a list), which an export writes back (interop/hf.py).
@@ -38,7 +39,15 @@ def model_tensors(model) -> dict[str, torch.Tensor]:
     """The model's tensors, a tied head once (an untied one, as a Llama-family model may have, in full)."""
     state = model.state_dict()
     tied = TIED in state and EMBEDDING in state and state[EMBEDDING].data_ptr() == state[TIED].data_ptr()
-    return {f"model/{k}": v.detach().contiguous() for k, v in state.items() if not (tied and k == TIED)}
+    return {MODEL + k: v.detach().contiguous() for k, v in state.items() if not (tied and k == TIED)}
+
+
+def upgrade_key(key: str) -> str:
+    """A checkpoint's tensor name under today's layout, the one place every layout written before is read: a model
+    tensor of the two-family layout (a Llama-family model named its parameters as transformers does) or of a folder
+    the streaming converter wrote before issue 64 (its source's transformers names) as MODEL + today's name
+    (model/names.py upgrade_name); every other name as it is."""
+    return MODEL + upgrade_name(key[len(MODEL):]) if key.startswith(MODEL) else key
 
 
 def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -53,7 +62,7 @@ def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict]:
 
 def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None:
     tensors = model_tensors(model)
-    meta = dict(meta, format=FORMAT)
+    meta = dict(meta)
     if optimizer is not None:
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
         tensors.update(opt_tensors)
@@ -62,10 +71,8 @@ def save_checkpoint(path: str | Path, model, meta: dict, optimizer=None) -> None
     tensors = {k: v.cpu() for k, v in tensors.items()}
 
     def write(tmp: Path) -> None:
-        try:
-            save_file(tensors, str(tmp), metadata={"iattention": json.dumps(meta)})
-        except SafetensorError as e:  # safetensors (Rust) reports a full disk as this, not as an OSError
-            raise as_os_error(e, tmp) from None
+        plan = {k: (list(v.shape), v.dtype) for k, v in tensors.items()}
+        ShardWriter(tmp.parent, plan, checkpoint_metadata(meta), name=tmp.name, reserve=0).write(tensors.items())
         fault_point("ckpt_write", torn=tmp)
 
     write_with(path, write)
@@ -200,7 +207,7 @@ def read_state(path: str | Path, meta: dict, cls):
     return cls(**state)
 
 
-_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_BYTES = {name: dtype.itemsize for name, dtype in DTYPES.items()}
 
 
 def check_declared_size(path: Path) -> None:
@@ -379,8 +386,7 @@ def check_structure(tensors: dict[str, torch.Tensor], source) -> None:
 def load_model_state(model, tensors: dict[str, torch.Tensor], path) -> None:
     """Load a checkpoint's model tensors (names of the two-family layout read under today's: model/names.py): every
     weight finite, every structural tensor a permutation (check_structure), each of the model's dtype."""
-    state = upgrade_state({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")},
-                          model.config.family)
+    state = {key[len(MODEL):]: v for k, v in tensors.items() if (key := upgrade_key(k)).startswith(MODEL)}
     check_finite(state, f"checkpoint {path}", "the run diverged or the file was damaged; use another checkpoint "
                  "or retrain")
     check_structure(state, f"checkpoint {path}")

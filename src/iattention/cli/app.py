@@ -74,8 +74,7 @@ def _shape_from(folder: str):
     from pathlib import Path
 
     from iattention.checkpoint.run_folder import read_json_object
-    from iattention.interop.hf import shape_from_folder
-    from iattention.interop.load import OURS_MODEL_TYPE
+    from iattention.interop.folder import OURS_MODEL_TYPE, HFFolder
 
     path = Path(folder)
     if not (path / "config.json").is_file():
@@ -84,7 +83,7 @@ def _shape_from(folder: str):
                             "convert)")
     if ours.get("model_type") == OURS_MODEL_TYPE:
         return GPTConfig.from_dict({k: v for k, v in ours.items() if k not in ("model_type", "note")})
-    return shape_from_folder(path)
+    return HFFolder(path, ours).shape  # the config.json read above
 
 
 def cmd_params(args) -> None:

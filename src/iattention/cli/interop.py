@@ -15,21 +15,12 @@ from iattention.data.sources import data_dir_told
 from iattention.data.tokenizers import HF_SPEC, tokenizer_identity
 from iattention.errors import UserError
 from iattention.interop.card import card_command, source_name
-from iattention.interop.convert import (
-    DTYPES,
-    GENERATION,
-    TARGETS,
-    companions,
-    convert,
-    judge,
-    probe_batch,
-    save_converted,
-)
-from iattention.interop.hf import folder_token_ids, generation_settings, hf_logits
+from iattention.interop.convert import DTYPES, TARGETS, convert, judge, probe_batch, save_converted
+from iattention.interop.folder import GENERATION, companions, generation_settings, hf_folder
+from iattention.interop.hf import hf_logits
 from iattention.interop.load import (
     check_tokenizer,
     data_config_for,
-    hf_model_type,
     kept_tokenizer,
     load_any,
     own_tokenizer_spec,
@@ -55,13 +46,13 @@ def cmd_convert(args) -> None:
     check_out_folder(args.out)
     src_path = Path(args.src)
     shard = parse_size(args.shard_size or "2GB")
-    model_type = hf_model_type(src_path)
+    hf_src = hf_folder(src_path)  # an HF folder's config.json, read once here and passed down
     # every family whose record says so streams (a model_type that is no family: hf_to_ours refuses it in one line)
-    if args.to != "hf" and model_type is not None and getattr(FAMILIES.get(model_type), "streamed", True):
-        hf_to_ours(src_path, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
+    if args.to != "hf" and hf_src is not None and getattr(FAMILIES.get(hf_src.model_type), "streamed", True):
+        hf_to_ours(hf_src, args.out, args.to, block=args.block, dtype=args.dtype, shard_bytes=shard,
                    force=args.force, per_head=args.per_head)
         return
-    if args.to == "hf" and is_streamed_source(src_path):
+    if args.to == "hf" and hf_src is None and is_streamed_source(src_path):
         ours_to_hf(src_path, args.out, dtype=args.dtype, shard_bytes=shard, force=args.force, per_head=args.per_head)
         return
     if args.shard_size is not None and args.to != "hf":  # never ignored without a word
@@ -69,8 +60,8 @@ def cmd_convert(args) -> None:
                         "model.safetensors (only --to hf outputs and streamed conversions of a rotary family's HF "
                         "folder are sharded); drop --shard-size")
     # an HF folder's sampling defaults travel with it: read (one line if broken) before transformers reads it too
-    generation = generation_settings(src_path) if model_type is not None else None
-    src, data, meta = load_any(args.src)
+    generation = hf_src.generation if hf_src is not None else None
+    src, data, meta = load_any(hf_src or args.src)
     tokenizer = None
     spec = (data or {}).get("tokenizer")
     folder = src_path if src_path.is_dir() else src_path.parent
@@ -109,10 +100,10 @@ def cmd_convert(args) -> None:
         data = {k: v for k, v in data.items() if k not in ("data_dir", "tokenizer_file", "cache_dir")}
     dtype = args.dtype or str(next(src.parameters()).dtype).removeprefix("torch.")
     reference = None  # an HF folder's own transformers class in float64
-    if model_type is not None:
-        reference = hf_logits(src_path, probe_batch(src))
-    # the source's bos/eos/pad: an HF folder's config's (checked here, where they are recorded), or as converted
-    token_ids = folder_token_ids(src_path) if model_type is not None else meta.get("token_ids")
+    if hf_src is not None:
+        reference = hf_logits(hf_src, probe_batch(src))
+    # the source's bos/eos/pad: an HF folder's config's (checked where it was read), or as converted
+    token_ids = hf_src.token_ids if hf_src is not None else meta.get("token_ids")
     model, rep = convert(src, args.to, block=args.block, dtype=dtype, reference=reference, token_ids=token_ids)
     rep.source, rep.out, rep.copied = str(args.src), str(args.out), companions(own) if own else []
     keep = tokenizer if args.to != "hf" else None  # an hf:FOLDER run's, kept as hf-tokenizer/ by save_converted

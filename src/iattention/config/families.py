@@ -2,13 +2,13 @@
 
 A family is a configuration of the one model (`model/gpt.py`), named by the transformers `model_type` its export
 writes. Its record holds everything that differs between families: the transformers class, which config.json
-dialect its folders speak (`dialect`: the readers and writers in `interop/hf.py`), the structural defaults of
+dialect its folders speak (`dialect`: the readers and writers in `interop/dialects.py`), the structural defaults of
 `GPTConfig`, the tensor-name map (our names, GPT-2's, against transformers'), the names its checkpoint files use,
 the bias rule, the sliding-window rule, which tensors transformers stores transposed, the buffers that are not
 weights, and how the CLI, the loader and the reports treat it. Code outside this file asks a record (`FAMILIES[f]
 .window`, `.bias_rule`, ...), never a family's name.
 
-Adding a family is a record here (and, for a config.json dialect not yet read, its reader in `interop/hf.py`):
+Adding a family is a record here (and, for a config.json dialect not yet read, its reader in `interop/dialects.py`):
 docs/architecture.md, "Adding a model family".
 """
 
@@ -72,7 +72,7 @@ class Family:
     name: str
     label: str  # how a report or a message says it ("Qwen2")
     hf_class: str  # the transformers class an export writes and a folder of this family is read with
-    dialect: str  # its config.json's dialect: "gpt2", "llama" or "neox" (interop/hf.py's readers and writers)
+    dialect: str  # its config.json's dialect: "gpt2", "llama" or "neox" (interop/dialects.py's readers and writers)
     defaults: dict  # the GPTConfig keys it sets unless given (positions, norm, MLP, biases, head, projection, ...)
     names: tuple[tuple[str, str], ...] = ()  # (ours, theirs) name prefixes, {i}: the layer index
     file_names: dict = field(default_factory=dict)  # transformers name -> the name its checkpoint files hold

@@ -21,9 +21,9 @@ import torch
 
 from iattention.data import DataConfig, load_data
 from iattention.errors import UserError
-from iattention.interop.convert import block_conditioning
 from iattention.interop.hf import from_hf
 from iattention.interop.load import data_config_for, load_model
+from iattention.symmetry.conditioning import block_conditioning
 from iattention.symmetry.transforms import canonicalize
 from iattention.train.distributed import DistContext
 from iattention.train.evaluate import perplexity, split_nll

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import copy
-import errno
 import json
-import os
-import shutil
 import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 
 from iattention.checkpoint import state as ckpt
 from iattention.config.families import FAMILIES
@@ -22,14 +16,14 @@ from iattention.config.model import GPTConfig
 from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.hf import GENERATION, add_eos_row, dtype_name, to_hf, write_transformers4_keys
+from iattention.interop.folder import DATA_SPEC_FILE, GENERATION, config_beside, copy_companions, dtype_name
+from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
-from iattention.interop.load import DATA_SPEC_FILE, TOKENIZER_ID, config_beside
+from iattention.interop.load import TOKENIZER_ID
 from iattention.model.gpt import GPT, exact_norms
-from iattention.symmetry import transforms
+from iattention.symmetry.conditioning import layer_conditions
 from iattention.symmetry.transforms import canonicalize, expand
-from iattention.utils.atomic import apply_umask, publish_folder, remove_stale, temp_prefix
-from iattention.utils.files import as_os_error, os_error_message
+from iattention.utils.atomic import staged_folder
 
 TARGETS = ("canonical", "standard", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -45,27 +39,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # rounding, so 1e-5 would refuse a correct conversion of a random model, and trained ones condition worse.
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 SOURCE_TOLERANCE = 1e-9
-
-
-# What a model folder holds beside its weights, copied through by a conversion so the output is complete (the
-# streamed one's, and a whole-model one's of a folder read with its own tokenizer.json): with the data spec of an
-# export of ours (iattention-data.json: the run's tokenizer and data), the converted folder is read as the run.
-COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-          "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", GENERATION,
-          DATA_SPEC_FILE)
-
-
-def companions(folder: Path) -> list[str]:
-    """The COPIED files `folder` holds: its tokenizer, chat template and generation files."""
-    return [name for name in COPIED if (folder / name).is_file()]
-
-
-def copy_companions(src: Path, dst: Path) -> list[str]:
-    """The tokenizer, chat template and generation files beside the weights, copied through."""
-    copied = companions(src)
-    for name in copied:
-        shutil.copyfile(src / name, dst / name)
-    return copied
 
 
 NO_REFERENCE = "not checked: the source is an iattention checkpoint, for which there is no transformers reference"
@@ -251,26 +224,6 @@ def _convert(src: GPT, to: str, block: str, dtype: str, token_ids: dict | None =
                                  params_after=after, layers=layers, conversion=diff / scale, max_abs_logit_diff=diff)
 
 
-@torch.no_grad()
-def layer_conditions(model) -> list[dict[str, list]]:
-    """Each layer's layer_conditioning (its own rotary width: a layer without RoPE has no 'rotary' keys)."""
-    c = model.config
-    layers = expand(model).attention_layers if c.attention != "standard" else model.attention_layers
-    return [layer_conditioning(attn.to_heads().to(torch.float64), attn.rot, c.rope_layout) for attn in layers]
-
-
-def block_conditioning(model) -> dict[str, list]:
-    """Per layer and KV group (a head, where each has its own keys), for pivoted and aligned blocks: the smallest
-    rotary pivot ratio |c_p| / ||c|| ('rotary', with rotary dims), the key pass block's and the output block's
-    condition numbers ('pass' where rot < d_head, 'output'); keys '<block> <what>', each (L, G) as lists (a key
-    lists the layers that have it)."""
-    out: dict[str, list] = {}
-    for layer in layer_conditions(model):
-        for key, v in layer.items():
-            out.setdefault(key, []).append(v)
-    return out
-
-
 def conditioning_parts(layer: dict[str, list]) -> list[str]:
     """One layer's layer_conditioning as printed: the worst KV group's numbers, pivoted | aligned."""
     parts = []
@@ -281,18 +234,6 @@ def conditioning_parts(layer: dict[str, list]) -> list[str]:
             parts.append(f"{what} cond max {max(layer[f'pivoted {what}']):.3g} | "
                          f"{max(layer[f'aligned {what}']):.3g}")
     return parts
-
-
-def layer_conditioning(hw, rot: int, layout: str, known: dict | None = None) -> dict[str, list]:
-    """One layer's block_conditioning: {'<block> <what>': per KV group} for hw (HeadWeights, float64) of a layer
-    rotating `rot` dims in `layout`; `known`: {block: select_blocks' answer} already computed (the pivoted QR is the
-    slow part)."""
-    out = {}
-    for block in ("pivoted", "aligned"):
-        blocks = (known or {}).get(block) or transforms.select_blocks(hw, rot, layout, block)
-        for what, v in transforms.conditioning(hw, rot, layout, blocks).items():
-            out[f"{block} {what}"] = v.tolist()
-    return out
 
 
 def save_converted(model, out: str | Path, to: str, report: ConversionReport, source: str,
@@ -368,37 +309,3 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")
-
-
-@contextmanager
-def staged_folder(out: str | Path):
-    """Yield a temp sibling folder of `out` (`.NAME.iattn-PID.xxxx.conv`) to write a model into; when the block
-    ends it gets the umask's modes and is renamed to `out` in one step, and on any error (a full disk, a kill's
-    leftovers found by the next run) it is removed: no half-written folder ever carries the name `out`."""
-    out = Path(out)
-    if os.path.lexists(out):  # a dangling symlink too: it is not ours to replace
-        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
-        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
-    except (PermissionError, FileExistsError, NotADirectoryError):
-        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
-    try:
-        yield tmp
-        for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
-            apply_umask(written, folder=written.is_dir())
-        publish_folder(tmp, out)
-    except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
-        shutil.rmtree(tmp, ignore_errors=True)
-        e = as_os_error(e, out)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise UserError(f"disk full while writing {out}; free space and rerun (nothing was written)") from None
-        if os_error_message(e, out):
-            raise UserError(f"cannot write {os_error_message(e, out)}") from None
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

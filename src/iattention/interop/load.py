@@ -10,7 +10,6 @@ from pathlib import Path
 from iattention.checkpoint import state as ckpt
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
-from iattention.config.families import FAMILIES
 from iattention.config.model import normal_form
 from iattention.data import DataConfig
 from iattention.data.dataset import tokenizer_of
@@ -26,12 +25,10 @@ from iattention.data.tokenizers import (
     tokenizer_identity,
 )
 from iattention.errors import UserError
-from iattention.interop.hf import INDEX, _weight_files, from_hf
+from iattention.interop.folder import DATA_SPEC_FILE, INDEX, OURS_MODEL_TYPE, HFFolder, _weight_files, hf_folder
+from iattention.interop.hf import from_hf_folder
 from iattention.model.gpt import GPT
-from iattention.model.names import upgrade_name
 
-# Beside a converted or exported model: the data section (tokenizer spec) of the run it came from.
-DATA_SPEC_FILE = "iattention-data.json"
 # In an export's DATA_SPEC_FILE: the tokenizer_identity of the tokenizer it was exported with (a checkpoint
 # keeps it in its metadata, under "tokenizer").
 TOKENIZER_ID = "tokenizer_fingerprint"
@@ -62,36 +59,12 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
         tensors.update(ckpt.load_tensors(file))
-    # the embedding, under our name or its family's (a streamed folder keeps its source's names: model/names.py)
-    wte = next((v for k, v in tensors.items() if upgrade_name(k.removeprefix("model/")) == "transformer.wte.weight"),
-               None)
+    # the embedding, under today's name whatever the layout it was written in (checkpoint/state.py upgrade_key)
+    wte = next((v for k, v in tensors.items() if ckpt.upgrade_key(k) == ckpt.MODEL + ckpt.EMBEDDING), None)
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
         model = model.to(wte.dtype)                      # loads in its own dtype; any other mix is refused
     ckpt.load_model_state(model, tensors, path)
     return model.eval(), meta
-
-
-# The model_type a converted folder's config.json carries, so that transformers' refusal names what the folder is
-# (before, it said only "Should have a model_type key"); with a note for whoever opens the file.
-OURS_MODEL_TYPE = "iattention"
-OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), or make a "
-             "transformers folder of it with: iattn convert --from THIS_FOLDER --to hf --out NEW_FOLDER")
-
-
-def config_beside(model_config: dict) -> dict:
-    """The config.json written beside a converted checkpoint: the model config, said to be iattention's."""
-    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
-
-
-def hf_model_type(path: Path) -> str | None:
-    """The model_type of a Hugging Face model folder (its config.json's, as text: a value of another type is
-    refused where its family is read, hf.family_of), or None where `path` is none: not a folder, no config.json, or
-    ours (beside a converted model.safetensors it says iattention, or, written before, has no model_type)."""
-    config = path / "config.json"
-    if not (path.is_dir() and config.exists()):
-        return None
-    obj = read_json_object(config, "a model config", "re-save the model (save_pretrained or iattn convert)")
-    return None if obj.get("model_type", OURS_MODEL_TYPE) == OURS_MODEL_TYPE else str(obj["model_type"])
 
 
 # How a user names the tokenizer: the CLI's flag, or load_run's keyword argument (API_TOKENIZER) from Python.
@@ -119,22 +92,15 @@ def folder_tokenizer(path: str | Path) -> str | None:
     path = Path(path)
     if not path.is_dir() or (path / DATA_SPEC_FILE).exists() or not (path / "tokenizer.json").is_file():
         return None
-    if (model_type := hf_model_type(path)) is not None:
-        return None if _family_tokenizer(model_type) else own_tokenizer_spec(path)["tokenizer"]
+    if (folder := hf_folder(path)) is not None:
+        return None if folder.read_with else own_tokenizer_spec(path)["tokenizer"]
     found = RunFolder(path).weights() or (path / _weight_files(path)[0] if (path / INDEX).is_file() else None)
     if found is None or not found.is_file() or (ckpt.read_meta(found).get("config") or {}).get("data"):
         return None
     return own_tokenizer_spec(path)["tokenizer"]
 
 
-def _family_tokenizer(model_type: str) -> str | None:
-    """The tokenizer spec a family's HF folders are read with (GPT-2's BPE for GPT-2, its record says), None where
-    the folder's own tokenizer reads it (or the model_type is no family: from_hf refuses it in one line)."""
-    fam = FAMILIES.get(model_type)
-    return fam.tokenizer if fam is not None else None
-
-
-def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
+def load_any(path: str | Path | HFFolder, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | None, dict]:
     """(model in eval mode, data spec, metadata) from an HF model folder or any iattention checkpoint.
 
     The data spec is the run's `data` config section (dataset, tokenizer, ...); an HF GPT-2 folder without
@@ -143,28 +109,29 @@ def load_any(path: str | Path, flag: str = CLI_TOKENIZER) -> tuple[GPT, dict | N
     from it, which keeps its tokenizer files) the tokenizer saved in it (hf:FOLDER, its tokenizer.json); None
     if a checkpoint or folder does not say. The metadata of an HF folder: its source and the tokenizer_identity its
     export recorded (GPT-2); a checkpoint's own (a conversion's keeps its source's special-token ids, "token_ids")."""
-    path = Path(path)
+    folder = path if isinstance(path, HFFolder) else None
+    path = folder.path if folder else Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give an HF model folder or an iattention checkpoint")
-    if (model_type := hf_model_type(path)) is not None:
-        if not _family_tokenizer(model_type):  # a family's folder read with its own tokenizer (or a one-line refusal)
-            spec = _data_spec_beside(path, flag) or own_tokenizer_spec(path)
-            return from_hf(path), spec, {"source": str(path)}
+    if (folder := folder or hf_folder(path)) is not None:  # read once, passed down
         spec = _data_spec_beside(path, flag)
-        recorded = spec.pop(TOKENIZER_ID, None) if spec else None
+        gpt2 = folder.read_with  # GPT-2's BPE, else the folder's own (or a one-line refusal)
+        recorded = spec.pop(TOKENIZER_ID, None) if spec and gpt2 else None
         if recorded is not None and not isinstance(recorded, str):
             raise UserError(f"{path / DATA_SPEC_FILE} is corrupt (the model's data spec: key {TOKENIZER_ID!r}: "
                             f"{type(recorded).__name__}, expected str); convert the model again")
-        model = from_hf(path).eval()
+        model = from_hf_folder(folder)
+        if not gpt2:
+            return model, spec or own_tokenizer_spec(path), {"source": str(path)}
         if spec is None and model.config.vocab_size != GPT2_VOCAB:  # not GPT-2's BPE: the tokenizer saved with it
             spec = own_tokenizer_spec(path)  # (an export of a run on hf:FOLDER, or a GPT-2 trained on another BPE)
         return model, spec or dict(HF_DATA_SPEC), {"source": str(path), "tokenizer": recorded}
     model, meta = load_model(path)
-    folder = path if path.is_dir() else path.parent
+    beside = path if path.is_dir() else path.parent
     if path.is_dir():
-        _check_beside(folder, meta)
+        _check_beside(beside, meta)
     # a folder converted from Hugging Face (iattn convert copies its tokenizer files) says its tokenizer so
-    data = (meta.get("config") or {}).get("data") or _data_spec_beside(folder, flag) or own_tokenizer_spec(folder)
+    data = (meta.get("config") or {}).get("data") or _data_spec_beside(beside, flag) or own_tokenizer_spec(beside)
     return model, dict(data) if data else None, meta
 
 

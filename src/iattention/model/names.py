@@ -4,8 +4,9 @@ rule matches is the same in both.
 
 GPT-2's own export (interop/hf.py) also transposes its Conv1D weights and splits nothing; the Llama family's names
 differ only by these prefixes. Checkpoints written before the one family (a Llama-family model named its
-parameters as transformers does, and its canonical layer called two of them otherwise) are read through
-`upgrade_state` (checkpoint/state.py, interop/load.py).
+parameters as transformers does, and its canonical layer called two of them otherwise) and folders the streaming
+converter wrote before issue 64 (its source's transformers names) are read through `upgrade_name`, which
+checkpoint/state.py's `upgrade_key` applies for every reader of a checkpoint.
 """
 
 from __future__ import annotations
@@ -54,20 +55,12 @@ def from_file(name: str, family: str) -> str:
 OLD_ATTENTION_NAMES = {"W_K_pass_free": "W_K_free", "pass_perm": "k_perm"}
 
 
-def upgrade_name(name: str, family: str | None = None) -> str:
+def upgrade_name(name: str) -> str:
     """A parameter name of a checkpoint written before the one family, or of a folder the streaming converter
-    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours).
-    `family`: the checkpoint's own, whose names are read first (a transformers name may mean another tensor in
-    another family: OLMo 2's post_attention_layernorm is its ln_1, the Llama layout's its ln_2)."""
-    order = ([family] if family in FAMILIES else []) + list(FAMILIES)
-    owner = next((f for f in order if from_family(name, f) != name), None)  # the family whose names it has
+    wrote (it keeps its source's transformers names: `gpt_neox.*`), under today's name (unchanged if ours)."""
+    owner = next((f for f in FAMILIES if from_family(name, f) != name), None)  # the family whose names it has
     if owner is None:
         return name
     name = from_family(name, owner)
     head, _, leaf = name.rpartition(".")
     return f"{head}.{OLD_ATTENTION_NAMES.get(leaf, leaf)}" if ".attn." in name else name
-
-
-def upgrade_state(state: dict, family: str | None = None) -> dict:
-    """A state dict with every old name (upgrade_name, the checkpoint's `family` first) renamed."""
-    return {upgrade_name(k, family): v for k, v in state.items()}

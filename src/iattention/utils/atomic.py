@@ -13,8 +13,10 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from iattention.errors import UserError
-from iattention.utils.files import os_error_message
+from iattention.utils.files import as_os_error, os_error_message
 
 
 def _alive(pid: int) -> bool:
@@ -146,6 +148,40 @@ def publish_folder(tmp: Path, out: Path) -> None:
         if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR) and os.path.lexists(out):
             raise UserError(f"output {out} already exists (written meanwhile by another process); choose a new "
                             "--out (nothing is overwritten)") from None
+        raise
+
+
+@contextmanager
+def staged_folder(out: str | Path):
+    """Yield a temp sibling folder of `out` (`.NAME.iattn-PID.xxxx.conv`) to write a model into; when the block
+    ends it gets the umask's modes and is renamed to `out` in one step, and on any error (a full disk, a kill's
+    leftovers found by the next run) it is removed: no half-written folder ever carries the name `out`."""
+    out = Path(out)
+    if os.path.lexists(out):  # a dangling symlink too: it is not ours to replace
+        raise UserError(f"output {out} already exists; choose a new --out (nothing is overwritten)")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out, suffix=".conv")  # the temp folder of a convert that was killed
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".conv", dir=parent))
+        apply_umask(tmp, folder=True)  # mkdtemp makes 0700; the model folder gets a folder's usual mode
+    except (PermissionError, FileExistsError, NotADirectoryError):
+        raise UserError(f"cannot write into {parent}; choose a writable --out") from None
+    try:
+        yield tmp
+        for written in tmp.iterdir():  # transformers writes model.safetensors 0600: every file gets the umask's mode
+            apply_umask(written, folder=written.is_dir())
+        publish_folder(tmp, out)
+    except (OSError, SafetensorError) as e:  # safetensors reports a full disk as SafetensorError
+        shutil.rmtree(tmp, ignore_errors=True)
+        e = as_os_error(e, out)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UserError(f"disk full while writing {out}; free space and rerun (nothing was written)") from None
+        if os_error_message(e, out):
+            raise UserError(f"cannot write {os_error_message(e, out)}") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -55,8 +55,8 @@ def test_a_structure_its_family_class_cannot_hold_is_refused_before_export(kw, k
 
 
 def test_a_llama_folder_under_our_names_is_not_taken_for_a_streamed_one(tmp_path):
-    """A Llama-family folder written by the whole-model conversion (our tensor names) loads whole for --to hf;
-    only the streaming converter's folders (transformers' names) are streamed back."""
+    """A Llama-family folder written by the whole-model conversion loads whole for --to hf; only the streaming
+    converter's folders (their metadata holds its per-layer check) are streamed back."""
     from iattention.interop.convert import convert
     from iattention.interop.stream import is_streamed_source
 

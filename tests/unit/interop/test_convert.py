@@ -12,7 +12,6 @@ from fixtures import hf_gpt2
 from helpers import make_model
 from iattention.errors import UserError
 from iattention.interop.convert import (
-    block_conditioning,
     check_failures,
     convert,
     logits_in_float64,
@@ -23,6 +22,7 @@ from iattention.interop.convert import (
 from iattention.interop.hf import from_hf, hf_logits
 from iattention.interop.load import load_model
 from iattention.symmetry import param_count
+from iattention.symmetry.conditioning import block_conditioning
 
 
 def _logits(model, x):

@@ -13,7 +13,8 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("GPT-NeoX conversion needs transformers 5", allow_module_level=True)
 
 from iattention.interop.convert import convert, save_converted  # noqa: E402
-from iattention.interop.hf import from_hf_model, hf_logits, shape_from_folder, to_hf  # noqa: E402
+from iattention.interop.folder import HFFolder  # noqa: E402
+from iattention.interop.hf import from_hf_model, hf_logits, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, standard_param_count  # noqa: E402
 from iattention.symmetry.transforms import random_gauge  # noqa: E402
@@ -124,7 +125,7 @@ def test_the_canonical_gauge_under_partial_rotary_removes_a_complex_scalar_per_p
 
 def test_the_shape_of_a_folder_is_read_without_weights_or_transformers(tmp_path):
     neox(tmp_path / "hf", rotary_pct=0.25)
-    shape = shape_from_folder(tmp_path / "hf")
+    shape = HFFolder.at(tmp_path / "hf").shape
     model, _, _ = load_any(tmp_path / "hf")
     assert standard_param_count(shape) == model.num_params()
     assert (shape.rot, shape.parallel_residual, shape.tie_embeddings) == (2, True, False)

@@ -17,10 +17,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from helpers import tells
+from iattention.checkpoint.state import model_tensors
 from iattention.errors import UserError
 from iattention.interop import convert, stream
 from iattention.interop.hf import from_hf_model
 from iattention.interop.load import load_any
+from iattention.model.names import from_family
 from iattention.symmetry import transforms
 
 tf = pytest.importorskip("transformers")
@@ -84,6 +86,8 @@ def test_streamed_canonical_is_the_whole_model_canonical_bit_for_bit(tmp_path, c
     assert all(torch.equal(have[k], expected[k]) for k in expected), [k for k in expected
                                                                       if not torch.equal(have[k], expected[k])]
     assert meta["config"]["model"] == want.config.to_dict()
+    # one layout on disk: the names save_checkpoint gives the same model (a tied head once), read by safetensors
+    assert sorted(load_file(str(tmp_path / "out" / "model.safetensors"))) == sorted(model_tensors(want))
     assert rep.source_load <= 1e-12 and rep.conversion <= 1e-12 and rep.worst[1] <= 1e-12
     assert (tmp_path / "out" / "tokenizer_config.json").read_text() == '{"model_max_length": 32}\n'
 
@@ -167,7 +171,8 @@ def test_a_bf16_folder_stays_bf16_with_its_other_tensors_untouched(tmp_path, mon
     src, out = load_file(str(tmp_path / "src" / "model.safetensors")), load_file(str(tmp_path / "out" /
                                                                                       "model.safetensors"))
     kept = [k for k in src if ".self_attn." not in k]
-    assert kept and all(torch.equal(out[f"model/{k}"], src[k]) for k in kept)  # embeddings, norms, MLPs, bit-exact
+    # embeddings, norms, MLPs, bit-exact, under our names (the one layout of a checkpoint)
+    assert kept and all(torch.equal(out[f"model/{from_family(k, 'qwen2')}"], src[k]) for k in kept)
     assert all(v.dtype in (torch.bfloat16, torch.int64) for v in out.values())
     assert rep.dtype == torch.bfloat16 and all(0 < r["rounded"] < 5e-2 and r["algebra"] < 1e-12 for r in rep.layers)
     assert load_any(tmp_path / "out")[0].transformer.wte.weight.dtype == torch.bfloat16
@@ -274,8 +279,9 @@ def test_to_standard_streams_the_source_tensors_unchanged(tmp_path):
     stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "standard", say=quiet)
     src = load_file(str(tmp_path / "src" / "model.safetensors"))
     out = load_file(str(tmp_path / "out" / "model.safetensors"))
-    assert sorted(out) == sorted(f"model/{k}" for k in src)
-    assert all(torch.equal(out[f"model/{k}"], v) for k, v in src.items())
+    ours = {k: f"model/{from_family(k, 'mistral')}" for k in src}  # under our names: the one layout
+    assert sorted(out) == sorted(ours.values())
+    assert all(torch.equal(out[ours[k]], v) for k, v in src.items())
     assert load_any(tmp_path / "out")[0].config.attention == "standard"
 
 
@@ -308,7 +314,7 @@ def test_a_non_finite_weight_the_conversion_makes_is_one_line(tmp_path):
         stream.hf_to_ours(tmp_path / "src", tmp_path / "out", "canonical", dtype="float16", say=quiet)
     assert "\n" not in str(err.value)
     tells(err, "the conversion (layer 1) holds non-finite weights",
-          "Inf value(s) in model/model.layers.1.self_attn.W_Q", "float16", "nothing was written")
+          "Inf value(s) in model/transformer.h.1.attn.W_Q", "float16", "nothing was written")
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 

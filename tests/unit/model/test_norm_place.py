@@ -10,12 +10,10 @@ import pytest
 import torch
 
 from helpers import tells
-from iattention.checkpoint.state import load_model_state
 from iattention.config.families import FAMILIES, LLAMA_DEFAULTS
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
 from iattention.model.gpt import GPT, exact_norms
-from iattention.model.names import to_family
 from iattention.symmetry.transforms import canonicalize, expand, random_gauge
 
 X = torch.randint(0, 50, (2, 24), generator=torch.Generator().manual_seed(1))
@@ -82,13 +80,3 @@ def test_a_family_whose_class_puts_its_norms_before_refuses_post_in_one_line():
     tells(err, "model.norm_place=post", "transformers' llama has them before attention and MLP",
           "drop model.norm_place")
 
-
-def test_a_checkpoint_under_its_family_s_transformers_names_loads_them_as_that_family_s():
-    """A streamed conversion keeps its source's transformers names; read back, a name is its own family's first:
-    this family's post_attention_layernorm is ln_1, where the Llama layout's (read first before) is ln_2."""
-    model = _model()
-    tensors = {"model/" + to_family(k, "post_test"): v for k, v in model.state_dict().items()}
-    assert "model/model.layers.0.post_attention_layernorm.weight" in tensors
-    fresh = GPT(model.config).double().eval()
-    load_model_state(fresh, tensors, "a streamed folder")
-    assert torch.equal(_logits(fresh), _logits(model))
