@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from helpers import tells
+from helpers import make_llama, tells
 from iattention.config.families import FAMILIES, LLAMA_DEFAULTS
 from iattention.config.model import GPTConfig
 from iattention.errors import UserError
@@ -33,16 +33,8 @@ def post_family(monkeypatch):
 
 
 def _model(**kw):
-    cfg = GPTConfig(**{**dict(family="post_test", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=50,
-                              block_size=24), **kw})
-    torch.manual_seed(0)
-    model = GPT(cfg).double().eval()
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            gain = p.dim() == 1 and ("norm" in name or ".ln_" in name)
-            p.copy_((1.0 if gain else 0.0) + 0.3 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    return model
+    return make_llama(**{**dict(family="post_test", n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=50,
+                                block_size=24), **kw})
 
 
 def _logits(model):
