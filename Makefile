@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> quick standard vs canonical comparison on WikiText-2 (CPU)
-#   make test   -> the test suite (all of it: tests/unit and tests/e2e)
+#   make test   -> the test suite (all of it: tests/unit and tests/e2e; the hf-train extra too: peft, accelerate,
+#                  lm-eval, for docs/transformers.md's tests)
 #   make test-fast -> the unit tests not marked slow (a minute on an idle 2-core CPU)
 PY ?= python3
 VENV := .venv
@@ -18,7 +19,7 @@ $(BIN)/iattn: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# Install the pinned torch first when none is present (see TORCH_PIP above).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP)
-	$(BIN)/pip install -q -e ".[hf,dev]"
+	$(BIN)/pip install -q -e ".[hf,dev,hf-train]"
 	# triton (the wide-head kernel and its interpreter tests) where a wheel exists (Linux x86-64); best effort,
 	# with --no-deps so it never pulls another torch: its tests skip without it
 	-$(BIN)/python -c "import triton" 2>/dev/null || $(BIN)/pip install -q --no-deps "triton==3.9.0"

@@ -278,11 +278,13 @@ class CausalSelfAttention(nn.Module):
         return W_KV.to(dtype), None if offset is None else offset.to(dtype)
 
     def forward(self, x: torch.Tensor, cache: KVCache | KOnlyCache | None = None, layer: int = 0,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x (B, T, d); rope = (cos, sin), each (T, rot/2), for these T positions (None: no rotary dims). With a
-        cache, x holds only the new positions; keys and values of the earlier ones come from the cache (slot
-        `layer`), and the new ones are appended to it. A KOnlyCache keeps the pre-RoPE keys alone; the values are
-        rebuilt from them and the keys rotated on read (_forward_k_only)."""
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d); rope = (cos, sin), each (T, rot/2) or (B, 1, T, rot/2), for these T positions (None: no rotary
+        dims). With a cache, x holds only the new positions; keys and values of the earlier ones come from the cache
+        (slot `layer`), and the new ones are appended to it. A KOnlyCache keeps the pre-RoPE keys alone; the values
+        are rebuilt from them and the keys rotated on read (_forward_k_only). key_mask (B, past + T) bool: False on
+        a padding position, which no other query sees (kernels.attend)."""
         B, T, _ = x.shape
         H, G, r = self.n_head, self.n_kv_head, self.d_head
         rope = rope if self.rot else None  # a layer without RoPE (GPTConfig.nope_every) in a rotary model
@@ -294,6 +296,8 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             q = apply_rope(q, *rope, self.rope_layout)
         if isinstance(cache, KOnlyCache):
+            if key_mask is not None:
+                raise ValueError("the K-only cache takes no padding mask; use the full cache for a padded batch")
             return self._forward_k_only(q, k, cache, layer)
         if self.qk_norm:
             k = self.qk_normed(k, self.k_norm)
@@ -302,10 +306,10 @@ class CausalSelfAttention(nn.Module):
         v = v.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r)
         past = None
         if cache is not None:
-            past = 0 if cache.keys[layer] is None else cache.keys[layer].shape[2]
+            past = cache.length_of(layer)
             k, v = cache.update(layer, k, v)  # each (B, G, past + T, r)
         y = attend(q, k, v, self.attn_kernel, self.dropout if self.training else 0.0, past,
-                   self.window)  # (B, H, T, r)
+                   self.window, key_mask)  # (B, H, T, r)
         y = y.transpose(1, 2).reshape(B, T, H * r)  # (B, T, H r): heads side by side
         return self.resid_dropout(self.project_out(y))  # (B, T, d)
 

@@ -19,7 +19,11 @@ class KVCache:
     @property
     def length(self) -> int:
         """Positions cached (the same in every layer once a forward pass has run)."""
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+        return self.length_of(0)
+
+    def length_of(self, layer: int) -> int:
+        """Positions cached in `layer` (the interface a cache of another library answers too: hf_model's)."""
+        return 0 if self.keys[layer] is None else self.keys[layer].shape[2]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this step's (B, H, T, r) keys and values; return all cached ones."""

@@ -75,13 +75,17 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (T,) -> cos, sin, each (T, rot/2) in `dtype`."""
-        angles = positions.float()[:, None] * self.inv_freq.float()  # (T, rot/2), float32 as in transformers
+        """positions (T,) -> cos, sin, each (T, rot/2) in `dtype`; positions (B, T) (a left-padded batch: each row
+        its own) -> each (B, 1, T, rot/2), broadcast over the heads."""
+        angles = positions.float()[..., None] * self.inv_freq.float()  # (..., T, rot/2), float32 as in transformers
+        if positions.dim() == 2:
+            angles = angles[:, None]  # (B, 1, T, rot/2)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """x (..., T, r); cos, sin (T, rot/2). Rotates each pair of x's first rot dims; the rest pass through."""
+    """x (..., T, r); cos, sin (T, rot/2), or (B, 1, T, rot/2) for x (B, H, T, r). Rotates each pair of x's first rot
+    dims; the rest pass through."""
     rot = 2 * cos.shape[-1]
     if rot == 0:
         return x

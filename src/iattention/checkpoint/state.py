@@ -103,6 +103,13 @@ def read_meta(path: str | Path) -> dict:
     return _meta_of(path, metadata.get("iattention"))
 
 
+def read_metadata(path: str | Path) -> dict:
+    """A safetensors file's header metadata as it is (ours under "iattention"; transformers writes {"format": "pt"})."""
+    path = Path(path)
+    with _reading(path):
+        return _read_once(path, tensors=False)[0]
+
+
 def _meta_of(path: Path, raw) -> dict:
     """A checkpoint's metadata, from the text its header holds under "iattention", checked (_check_meta)."""
     if not raw:

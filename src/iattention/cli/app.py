@@ -73,8 +73,9 @@ def _shape_from(folder: str):
     config.json is our model config), no weights read."""
     from pathlib import Path
 
+    from iattention.checkpoint.beside import OURS_MODEL_TYPE
     from iattention.checkpoint.run_folder import read_json_object
-    from iattention.interop.folder import OURS_MODEL_TYPE, HFFolder
+    from iattention.interop.folder import HFFolder
 
     path = Path(folder)
     if not (path / "config.json").is_file():

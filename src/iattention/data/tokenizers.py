@@ -204,7 +204,8 @@ def _hf(spec: str) -> Tokenizer:
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # a model_max_length shorter than a split is not a problem here
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        # no code of the folder's is run: the tokenizer needs none, and a folder of ours names a model shim (hf_model)
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         impl = HFFolderTokenizer(tok)
     except Exception as e:
         raise UserError(f"tokenizer {spec}: transformers cannot read the tokenizer in {path} ({type(e).__name__}: "

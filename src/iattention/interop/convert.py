@@ -11,12 +11,13 @@ from pathlib import Path
 import torch
 
 from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.beside import write_beside
 from iattention.config.families import FAMILIES
 from iattention.config.model import GPTConfig
 from iattention.data.tokenizers import HF_SPEC, keep_hf_tokenizer
 from iattention.errors import UserError
 from iattention.interop.card import model_card
-from iattention.interop.folder import DATA_SPEC_FILE, GENERATION, config_beside, copy_companions, dtype_name
+from iattention.interop.folder import DATA_SPEC_FILE, GENERATION, copy_companions, dtype_name
 from iattention.interop.hf import add_eos_row, to_hf, write_transformers4_keys
 from iattention.interop.hf_tokenizer import save_hf_tokenizer
 from iattention.interop.load import TOKENIZER_ID
@@ -305,7 +306,7 @@ def save_converted(model, out: str | Path, to: str, report: ConversionReport, so
             if keep is not None and (why := keep_hf_tokenizer(keep, tmp)):
                 print(f"iattn: warning: {out} keeps no copy of its tokenizer ({why}); it reads {keep.name}",
                       file=sys.stderr)
-            (tmp / "config.json").write_text(json.dumps(config_beside(model.config.to_dict()), indent=2) + "\n")
+            write_beside(tmp, model.config.to_dict())
         if data:
             spec = {**data, TOKENIZER_ID: tokenizer_id} if to == "hf" and tokenizer_id else data
             (tmp / DATA_SPEC_FILE).write_text(json.dumps(spec, indent=2) + "\n")

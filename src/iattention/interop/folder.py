@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from iattention.checkpoint.beside import OURS_MODEL_TYPE
 from iattention.checkpoint.run_folder import check_json_object, read_json_object
 from iattention.checkpoint.state import TOKEN_IDS, check_declared_size, check_finite, is_token_id
 from iattention.checkpoint.writer import DTYPES, INDEX
@@ -291,16 +292,6 @@ def _sizes_of(cfg: dict, key: str, fam: Family, name: str):
 
 
 CONFIG = "config.json"
-# The model_type a converted folder's config.json carries, so that transformers' refusal names what the folder is
-# (before, it said only "Should have a model_type key"); with a note for whoever opens the file.
-OURS_MODEL_TYPE = "iattention"
-OURS_NOTE = ("an iattention checkpoint (model.safetensors); read it with iattention (iattn eval, load_any), or make a "
-             "transformers folder of it with: iattn convert --from THIS_FOLDER --to hf --out NEW_FOLDER")
-
-
-def config_beside(model_config: dict) -> dict:
-    """The config.json written beside a converted checkpoint: the model config, said to be iattention's."""
-    return {"model_type": OURS_MODEL_TYPE, "note": OURS_NOTE, **model_config}
 
 
 class HFFolder:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.beside import OURS_MODEL_TYPE, saved_by_transformers
 from iattention.checkpoint.run_folder import RunFolder, read_json_object
 from iattention.config import GPTConfig
 from iattention.config.model import normal_form
@@ -25,7 +26,7 @@ from iattention.data.tokenizers import (
     tokenizer_identity,
 )
 from iattention.errors import UserError
-from iattention.interop.folder import DATA_SPEC_FILE, INDEX, OURS_MODEL_TYPE, HFFolder, _weight_files, hf_folder
+from iattention.interop.folder import DATA_SPEC_FILE, INDEX, HFFolder, _weight_files, hf_folder
 from iattention.interop.hf import from_hf_folder
 from iattention.model.gpt import GPT
 
@@ -47,7 +48,8 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         if found is None:
             raise UserError(f"{path} holds no iattention checkpoint (best/model/last.safetensors)")
         path = found
-    meta, tensors = ckpt.read_checkpoint(path)  # one version of a file a live run may be replacing
+    theirs = saved_by_transformers(path)
+    meta, tensors = theirs or ckpt.read_checkpoint(path)  # one version of a file a live run may be replacing
     RunFolder(path.parent).check_checkpoint(path, meta)
     model_cfg = (meta.get("config") or {}).get("model")
     if not isinstance(model_cfg, dict):
@@ -58,7 +60,7 @@ def load_model(path: str | Path) -> tuple[GPT, dict]:
         if not file.is_file():
             raise UserError(f"{file.parent / INDEX} names shard {file.name}, which is missing; copy the whole model "
                             "folder again, or convert again")
-        tensors.update(ckpt.load_tensors(file))
+        tensors.update({(ckpt.MODEL if theirs else "") + k: v for k, v in ckpt.load_tensors(file).items()})
     # the embedding, under today's name whatever the layout it was written in (checkpoint/state.py upgrade_key)
     wte = next((v for k, v in tensors.items() if ckpt.upgrade_key(k) == ckpt.MODEL + ckpt.EMBEDDING), None)
     if wte is not None and wte.dtype.is_floating_point:  # a checkpoint saved in bf16/fp64 (convert --dtype)
@@ -145,8 +147,9 @@ def _check_beside(folder: Path, meta: dict) -> None:
                                       f"delete {name} (the checkpoint carries its own) or convert again")
             own = config[key]
             if name == "config.json":
-                if beside.get("model_type") == OURS_MODEL_TYPE:
-                    beside = {k: v for k, v in beside.items() if k not in ("model_type", "note")}
+                if beside.get("model_type") == OURS_MODEL_TYPE:  # save_pretrained's holds it under "iattention"
+                    beside = beside["iattention"] if isinstance(beside.get("iattention"), dict) else \
+                        {k: v for k, v in beside.items() if k not in ("model_type", "note", "auto_map")}
                 # a folder written before the one family says its Llama-family config in the old names
                 beside, own = normal_form(beside), normal_form(own)
             if beside != own:

@@ -20,7 +20,6 @@ ours against it), and the converted model against ours (`conversion`).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -32,6 +31,7 @@ from tqdm import tqdm
 from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding
 from iattention.checkpoint import state as ckpt
+from iattention.checkpoint.beside import write_beside
 from iattention.checkpoint.state import check_finite
 from iattention.checkpoint.writer import ShardWriter, checkpoint_metadata
 from iattention.config.families import FAMILIES
@@ -52,7 +52,6 @@ from iattention.interop.folder import (
     HFFolder,
     Source,
     _weight_files,
-    config_beside,
     copy_companions,
     dtype_name,
     generation_settings,
@@ -263,7 +262,7 @@ def hf_to_ours(src: str | Path | HFFolder, out: str | Path, to: str = "canonical
     with staged_folder(out) as tmp:
         writer = _write(tmp, report, source, plan, out_cfg, in_hf_files, in_checkpoint, checkpoint_metadata(meta),
                         shard_bytes)
-        (tmp / "config.json").write_text(json.dumps(config_beside(out_cfg.to_dict()), indent=2) + "\n")
+        write_beside(tmp, out_cfg.to_dict())
         report.copied = copy_companions(src, tmp, folder.companions)
         fits, report.whole_skipped = _whole_fits(cfg)
         if fits:

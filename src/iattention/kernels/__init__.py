@@ -114,18 +114,24 @@ def triton_causal_attention(q, k, v):
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: str = "auto", dropout: float = 0.0,
-           past: int | None = None, window: int = 0) -> torch.Tensor:
+           past: int | None = None, window: int = 0, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention, the one dispatch point of both model families: q (B, H, T, r), k and v (B, G, S, r)
     with G dividing H (grouped-query attention). past=None: a full-sequence pass (S = T), which runs the kernel
     `mode` picks (kernel_for). past=n: a cached pass, the new T positions after n cached ones (S = n + T), which
     runs SDPA. dropout: on the attention probabilities (pass 0 outside training). window W > 0 (a sliding window,
     Mistral's): query i sees keys i - W < j <= i only; a mask is built only where it binds (some query would see
     more than W keys), so a pass without a window, or shorter than it, runs exactly as a plain causal one.
-    Returns (B, H, T, r)."""
+    key_mask (B, S) bool: False on the padding positions of a padded batch (transformers' attention_mask), which
+    runs SDPA with the causal mask and this one; a query still sees itself, so a padding row has no empty softmax
+    (no NaN to spread) and no real query sees a padding key. Returns (B, H, T, r)."""
     B, H, T, r = q.shape
     G = k.shape[1]
     S = k.shape[2]
     window = window if 0 < window < S else 0  # a window as long as the keys changes nothing
+    if key_mask is not None:
+        own = torch.arange(S, device=q.device) == torch.arange(S - T, S, device=q.device)[:, None]  # (T, S)
+        mask = causal_mask(T, S, q.device, window) & (key_mask[:, None, None, :].bool() | own)  # (B, 1, T, S)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=G != H)
     if past is None:
         kernel = kernel_for(mode, q.device.type, r, dropout, (B, H, T))
         if kernel == "math":

@@ -94,11 +94,11 @@ class Block(nn.Module):
         self.parallel = config.parallel_residual
         self.post = config.norm_place == "post"  # OLMo 2: each norm on its sublayer's output, none on its input
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None):
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None, key_mask=None):
         if self.post:
-            x = x + self.ln_1(self.attn(x, cache, layer, rope=rope))  # (B, T, d)
+            x = x + self.ln_1(self.attn(x, cache, layer, rope=rope, key_mask=key_mask))  # (B, T, d)
             return x + self.ln_2(self.mlp(x))  # (B, T, d)
-        a = self.attn(self.ln_1(x), cache, layer, rope=rope)  # (B, T, d)
+        a = self.attn(self.ln_1(x), cache, layer, rope=rope, key_mask=key_mask)  # (B, T, d)
         if self.parallel:  # GPT-NeoX: both read the block's input (its sum order)
             return self.mlp(self.ln_2(x)) + a + x  # (B, T, d)
         x = x + a
@@ -277,22 +277,26 @@ class GPT(nn.Module):
                                                                              wte.dtype))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                loss_chunk: int = 0):
-        """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given.
-        With a cache (make_cache), idx holds the positions after the cached ones (see model/generate.py).
-        loss_chunk > 0 with targets: (None, loss), the loss computed that many positions at a time without ever
-        holding all the logits (model/loss.py; train.loss_chunk)."""
+                loss_chunk: int = 0, positions: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                checkpoint=None):
+        """idx (B, T) token ids -> logits (B, T, vocab_size); mean cross-entropy if targets given (-100: a
+        position not scored). With a cache (make_cache), idx holds the positions after the cached ones (see
+        model/generate.py). loss_chunk > 0 with targets: (None, loss), the loss computed that many positions at a
+        time without ever holding all the logits (model/loss.py; train.loss_chunk).
+        A left-padded batch (hf_model: transformers' attention_mask): positions (B, T), each row's own, and key_mask
+        (B, past + T), False on padding. checkpoint(fn, *args): recompute each block in the backward instead of
+        keeping its activations (torch.utils.checkpoint's signature; transformers' gradient checkpointing)."""
         B, T = idx.shape  # (B, T) token ids
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(past, past + T, device=idx.device)  # (T,)
+        pos = torch.arange(past, past + T, device=idx.device) if positions is None else positions  # (T,) or (B, T)
         x = self.transformer.wte(idx)  # (B, T, d)
         rope = None
         if "wpe" in self.transformer:
-            x = x + self.transformer.wpe(pos)  # (B, T, d) + (T, d)
+            x = x + self.transformer.wpe(pos)  # (B, T, d) + (T, d) or (B, T, d)
         if "rotary_emb" in self.transformer:
-            rope = self.transformer.rotary_emb(pos, x.dtype)  # (T, rot/2) x 2
+            rope = self.transformer.rotary_emb(pos, x.dtype)  # (T, rot/2) or (B, 1, T, rot/2), x 2
         x = self.transformer.drop(x)
         if loss_chunk < 0:
             raise ValueError(f"loss_chunk must be >= 0 (0: the whole loss at once), got {loss_chunk}")
@@ -300,7 +304,10 @@ class GPT(nn.Module):
                                                                   for b in self.transformer.h)
         block_fn, head_fn = (Block.__call__, type(self)._head) if eager else self._regions
         for layer, block in enumerate(self.transformer.h):
-            x = block_fn(block, x, cache, layer, rope)  # (B, T, d)
+            if checkpoint is not None and cache is None:
+                x = checkpoint(block_fn, block, x, None, layer, rope, key_mask)  # (B, T, d)
+            else:
+                x = block_fn(block, x, cache, layer, rope, key_mask)  # (B, T, d)
         return head_fn(self, x, targets, loss_chunk)
 
     def _head(self, x: torch.Tensor, targets: torch.Tensor | None, loss_chunk: int):

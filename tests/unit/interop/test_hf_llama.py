@@ -344,19 +344,21 @@ def test_a_qwen2_windows_the_layers_from_max_window_layers_on(tmp_path):
 
 def test_a_converted_folder_says_what_it_is_to_transformers_and_still_loads_here(tmp_path):
     """transformers refused a --to canonical folder with "Should have a model_type key"; its config.json now says
-    model_type iattention (transformers' refusal names it) with a note on how to export it, and it loads here as
-    before, as does a folder written before (no model_type)."""
+    model_type iattention with a note on how to export it and an auto_map (issue 66: transformers reads it through
+    iattention.hf_model, registered on import, or with trust_remote_code=True), and it loads here as before, as does
+    a folder written before (no model_type)."""
     _, folder = _saved(tmp_path)
     src, _, _ = load_any(folder)
     canon, rep = convert(src, "canonical", dtype="float64")
     save_converted(canon, tmp_path / "canon", "canonical", rep, source="test")
     cfg = json.loads((tmp_path / "canon" / "config.json").read_text())
     assert cfg["model_type"] == "iattention" and "--to hf" in cfg["note"]
-    with pytest.raises(ValueError, match="model type `iattention`"):
-        tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "canon"))
+    import iattention.hf_model  # noqa: F401  (registers the auto classes)
+
+    assert type(tf.AutoModelForCausalLM.from_pretrained(str(tmp_path / "canon"))).__name__ == "IAttentionForCausalLM"
     again, _, _ = load_any(tmp_path / "canon")
     assert again.config == canon.config
-    old = {k: v for k, v in cfg.items() if k not in ("model_type", "note")}
+    old = {k: v for k, v in cfg.items() if k not in ("model_type", "note", "auto_map")}
     (tmp_path / "canon" / "config.json").write_text(json.dumps(old))
     assert load_any(tmp_path / "canon")[0].config == canon.config
     (tmp_path / "canon" / "config.json").write_text(json.dumps({**cfg, "n_layer": 3}))
