@@ -48,6 +48,15 @@ SHAPES = {  # transformers config of each published model's shape (random weight
                                    tie_word_embeddings=False, max_position_embeddings=4096,
                                    original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
                                    sliding_window=2047, bos_token_id=1, eos_token_id=32000, pad_token_id=32000), 2),
+    # Qwen3-0.6B (issue 64): q_norm / k_norm on each head, head_dim 128 (16 x 128 query dims > hidden 1024)
+    "qwen3-0.6b": ("Qwen3", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                                 head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
+                                 max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0), 2),
+    # OLMo-2-0425-1B (issue 64): q_norm / k_norm over the whole projections, norms after attention and MLP, untied
+    "olmo-2-0425-1b": ("Olmo2", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16,
+                                     num_key_value_heads=16, intermediate_size=8192, vocab_size=100352,
+                                     tie_word_embeddings=False, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                     rope_theta=500000.0), 3),
     # One layer's cost at the big published shapes, for the paper estimate (all layers of a shape are alike):
     # Llama-3-8B's layer shape with 2 layers, Llama-3-70B's with 1, their full vocabulary and untied head.
     "llama-3-8b-2layers": ("Llama", dict(hidden_size=4096, num_hidden_layers=2, num_attention_heads=32,

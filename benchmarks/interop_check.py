@@ -1,7 +1,7 @@
 """Do our Hugging Face exports load in other tools, and score as we do? (issues 49 and 50)
 
-For each model family (gpt2, llama, gpt_neox, phi3) and variant (standard, canonical), and a Llama at rope_theta
-500000: a tiny run (the `tiny` preset, 20 steps, byte tokenizer, so the export gets the added end-of-text row) and its
+For each model family (gpt2, llama, gpt_neox, phi3, qwen3, olmo2) and variant (standard, canonical), and a Llama at rope_theta 500000: a
+tiny run (the `tiny` preset, 20 steps, byte tokenizer, so the export gets the added end-of-text row) and its
 `iattn convert --to hf` export (`--only phi3`: only the runs whose names start so). Then,
 with whatever of these the running Python has installed:
 
@@ -45,7 +45,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-FAMILIES = ("gpt2", "llama", "gpt_neox", "phi3")
+FAMILIES = ("gpt2", "llama", "gpt_neox", "phi3", "qwen3", "olmo2")
 VARIANTS = ("standard", "canonical")
 # name -> overrides of the tiny preset: every family and variant, and a Llama at Llama 3's rope_theta (transformers
 # 4.x reads rope_theta, not transformers 5's rope_parameters: the export must say both)
@@ -62,10 +62,11 @@ def iattn(*args: str) -> str:
                           text=True).stdout
 
 
-def make(root: Path, runs: dict) -> None:
-    """Train the tiny runs and export each (skipping what exists)."""
+def make(root: Path, names) -> None:
+    """Train the tiny runs `names` and export each (skipping what exists)."""
     root.mkdir(parents=True, exist_ok=True)
-    for name, overrides in runs.items():
+    for name in names:
+        overrides = RUNS[name]
         run, out = root / f"R-{name}", root / f"E-{name}"
         if not run.exists():
             iattn("train", "--preset", "tiny", *overrides, "train.max_steps=20", "train.eval_tokens=2000",
@@ -156,12 +157,12 @@ CHECKS = {"transformers": ("transformers", check_transformers), "transformer_len
           "lm_eval": ("lm_eval", check_lm_eval)}
 
 
-def check(root: Path, runs: dict) -> dict:
+def check(root: Path, names) -> dict:
     versions = {p: version(p) for p in ("torch", "transformers", "tokenizers", "transformer-lens", "lm_eval")}
     print("versions:", ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     results = {"versions": versions, "exports": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for run_name in runs:
+        for run_name in names:
             run, export = root / f"R-{run_name}", root / f"E-{run_name}"
             ours = our_side(run, Path(tmp))
             row = results["exports"][run_name] = {}
@@ -181,13 +182,13 @@ def main() -> None:
     p.add_argument("root", type=Path, help="folder with the runs R-<name> and exports E-<name> (names: RUNS)")
     p.add_argument("--make", action="store_true", help="train the runs and export them (needs transformers 5)")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--only", help="the runs whose names start with one of these (comma-separated), e.g. phi3")
+    p.add_argument("--only", help="only the runs whose names start with these (comma-separated, e.g. qwen3,olmo2)")
     a = p.parse_args()
-    runs = {k: v for k, v in RUNS.items() if not a.only or k.startswith(tuple(a.only.split(",")))}
+    names = [n for n in RUNS if not a.only or n.startswith(tuple(a.only.split(",")))]
     if a.make:
-        make(a.root, runs)
+        make(a.root, names)
         return
-    results = check(a.root, runs)
+    results = check(a.root, names)
     if a.json:
         a.json.write_text(json.dumps(results, indent=1) + "\n")
 

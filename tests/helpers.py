@@ -141,10 +141,69 @@ def make_llama(dtype=torch.float64, seed=0, **kw):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
-                p.copy_((1.0 if ".ln_" in name else 0.0) + 0.3 * torch.randn(p.shape, generator=gen, dtype=dtype))
+                gain = ".ln_" in name or "_norm." in name  # a norm's gain (query/key norms: q_norm, k_norm)
+                p.copy_((1.0 if gain else 0.0) + 0.3 * torch.randn(p.shape, generator=gen, dtype=dtype))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=dtype) / p.shape[-1] ** 0.5)
     return model
+
+
+def streamed_round_trip(tmp_path, capsys, hf, x: torch.Tensor) -> dict:
+    """A transformers model saved in `tmp_path/hf`, converted by `iattn convert` (streamed) to canonical (`c`) and back
+    to its family's class (`back`): the back folder's float64 logits on `x` against `hf`'s (max relative), and `iattn
+    params --from` the source folder's rows by attention. The shared body of the family tests (test_hf_<family>.py)."""
+    import json
+
+    from iattention.cli.app import main
+
+    hf.save_pretrained(str(tmp_path / "hf"))
+    for to, src, out in (("canonical", "hf", "c"), ("hf", "c", "back")):
+        assert main(["convert", "--from", str(tmp_path / src), "--to", to, "--out", str(tmp_path / out)]) == 0
+    capsys.readouterr()
+    back = type(hf).from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
+    with torch.no_grad():
+        rel = max_rel(back(x).logits, hf(x).logits)
+    assert main(["params", "--from", str(tmp_path / "hf"), "--json"]) == 0
+    return {"back": rel, "params": {r["attention"]: r for r in json.loads(capsys.readouterr().out)}}
+
+
+def float32_round_trip(tmp_path, hf, x: torch.Tensor) -> dict:
+    """A transformers model saved in float32 in `tmp_path/hf`, converted whole to a float32 canonical folder and back
+    to its family's class: {"conversion": the converter's check, "back": the back model (float64) logits' max relative
+    difference on `x` from `hf`'s, "again": that model, "counted": iattention's count of the folder's config.json,
+    read without its weights}. The other shared body of the family tests."""
+    from iattention.interop.convert import convert, save_converted
+    from iattention.interop.folder import HFFolder
+    from iattention.interop.load import load_any
+    from iattention.symmetry.counts import standard_param_count
+
+    hf.to(torch.float32).save_pretrained(str(tmp_path / "hf"))
+    hf.to(torch.float64)
+    counted = standard_param_count(HFFolder.at(tmp_path / "hf").shape)
+    canon, rep = convert(load_any(tmp_path / "hf")[0], "canonical", block="pivoted", dtype="float32")
+    save_converted(canon, tmp_path / "canon", "canonical", rep, source=str(tmp_path / "hf"))
+    exported, rep2 = convert(load_any(tmp_path / "canon")[0], "hf", dtype="float32")
+    save_converted(exported, tmp_path / "back", "hf", rep2, source=str(tmp_path / "canon"))
+    again = type(hf).from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
+    with torch.no_grad():
+        back = max_rel(again(x).logits, hf(x).logits)
+    return {"conversion": rep.conversion, "back": back, "again": again, "counted": counted}
+
+
+@torch.no_grad()
+def turn_rope_pair(hf, pair: int = 0) -> None:
+    """Turn W_Q and W_K of every head of every layer of a transformers rotate-half model by 53 degrees inside RoPE
+    pair `pair` (in place): a unit complex scalar, a symmetry of a layer without a query/key norm, none with one
+    whose gains differ on the pair (docs/conversion.md, "Query/key norms")."""
+    r = hf.config.head_dim
+    first, second = pair, pair + r // 2  # the rotate_half layout
+    R = torch.eye(r, dtype=torch.float64)
+    R[first, first] = R[second, second] = 0.6
+    R[first, second], R[second, first] = 0.8, -0.8
+    for layer in hf.model.layers:
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+            W = proj.weight.view(-1, r, proj.weight.shape[1])  # (heads, r, d)
+            W.copy_(torch.einsum("ij,hjd->hid", R.T.to(W), W))
 
 
 def tells(err, *facts: str) -> str:

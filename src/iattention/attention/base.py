@@ -5,7 +5,12 @@ attention with RoPE is G <= H and rot > 0 (heads.py gives the math form).
 Symmetry (symmetry/transforms.py): the scores are unchanged by W_Q[h] -> W_Q[h] A_j and W_K[j] -> W_K[j] A_j^{-T}
 for an A_j shared by group j that commutes with every rotation: one complex scalar per rotary pair and any
 invertible map on the pass dims (rot + (r - rot)^2 numbers; GL(r) at rot = 0). The output is unchanged by
-W_V[j] -> W_V[j] S_j and W_O[h] -> S_j^{-1} W_O[h] for every query head h of group j (r^2 numbers)."""
+W_V[j] -> W_V[j] S_j and W_O[h] -> S_j^{-1} W_O[h] for every query head h of group j (r^2 numbers).
+
+With a query/key norm (GPTConfig.qk_norm) the query/key gauge above is gone: what is left of it is a rescaling of
+the two norms' gains, g_Q -> g_Q C and g_K -> g_K C^{-1} with C diagonal and constant on each rotary pair, one C
+per layer (qk_norm "head": the gains are shared by the heads) or per KV group ("whole"); `qk_gauge` counts it and
+docs/conversion.md proves it. The value/output gauge is untouched (no norm on v)."""
 
 from __future__ import annotations
 
@@ -16,10 +21,27 @@ from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
 from iattention.attention.heads import HeadWeights
+from iattention.attention.norm import RMSNorm
 from iattention.attention.rope import apply_rope
 from iattention.kernels import attend
 from iattention.kernels.math_path import causal_mask
 from iattention.utils.flags import switched_on
+
+
+def qk_gauge(config) -> tuple[str, int]:
+    """(kind, numbers per layer) of the exact query/key symmetry of a layer of `config` (its own rotary width):
+    "commutant": per KV group an invertible A commuting with every RoPE rotation, a complex scalar per rotary pair
+    and GL(r - rot) on the pass dims, G (rot + (r - rot)^2) numbers (GL(r) without RoPE);
+    "norm gains per layer" (qk_norm "head"): a nonzero scale per rotary pair and per pass dim of the query norm's
+    gain, its inverse on the key norm's, one for the layer (the gains are shared by its heads): rot/2 + r - rot;
+    "norm gains per KV group" (qk_norm "whole": a gain per head and dim): G (rot/2 + r - rot)."""
+    r, rot, G = config.d_head, config.rot, config.n_kv_head
+    scales = rot // 2 + r - rot
+    if config.qk_norm == "head":
+        return "norm gains per layer", scales
+    if config.qk_norm == "whole":
+        return "norm gains per KV group", G * scales
+    return "commutant", G * (rot + (r - rot) ** 2)
 
 
 def row_blocks(heads: tuple[int, ...], r: int) -> list[tuple]:
@@ -35,7 +57,11 @@ def column_blocks(r: int, n_head: int) -> list[tuple]:
 
 def unsplit_heads(config, why: str) -> str | None:
     """Why a variant whose fixed maps are the input (or the output) split into heads cannot serve `config` (`why`:
-    what it splits), or None: it needs G = H key/value heads and n_head x d_head = n_embd."""
+    what it splits), or None: it needs G = H key/value heads and n_head x d_head = n_embd, and no query/key norm
+    (whose gauge has no identity block to fix: docs/conversion.md)."""
+    if config.qk_norm:
+        return (f"fixes a whole W_Q or W_K, which a query/key norm (model.qk_norm={config.qk_norm}) leaves no gauge "
+                "for: use standard or canonical")
     if config.n_kv_head == config.n_head and config.n_head * config.d_head == config.n_embd:
         return None
     return (f"needs as many key/value heads as query heads and n_head x d_head = n_embd ({why}); this model has "
@@ -73,6 +99,8 @@ class CausalSelfAttention(nn.Module):
       projection_flops(config): matmul FLOPs per token of its projections, one layer, forward pass;
       redundant_biases(config): which math-form biases the layer learns that change no function
         (no default: every variant states its own);
+      the query/key norms (qk_norm): `q_norm`, `k_norm` (RMSNorm modules, built here; a variant may replace
+        one), applied by `forward` to what `qkv` gives, and in math form g_Q, g_K (`norm_gains`, `load_norm_gains`);
       head_blocks(): each learned matrix's per-head 2-D blocks, for Muon (the default covers only
         (H, a, b) and (G, a, b) tensors and refuses a variant with any other matrix).
     The defaults of removed_params and projection_flops measure a layer built from `config` (fine for
@@ -100,6 +128,13 @@ class CausalSelfAttention(nn.Module):
         # model that holds the layer, so a layer built alone attends over its whole block
         self.window = 0
         self.resid_dropout = nn.Dropout(config.dropout)
+        # a query/key norm before RoPE (qk_norm): Qwen3's over each head's r dims, one gain of r for every head;
+        # OLMo 2's over the whole projection, a gain per head and dim
+        self.qk_norm = config.qk_norm
+        if config.qk_norm:
+            whole = config.qk_norm == "whole"
+            self.q_norm = RMSNorm(config.d_head * (config.n_head if whole else 1), config.norm_eps)
+            self.k_norm = RMSNorm(config.d_head * (config.n_kv_head if whole else 1), config.norm_eps)
 
     @classmethod
     def unsupported(cls, config) -> str | None:
@@ -107,9 +142,11 @@ class CausalSelfAttention(nn.Module):
 
     @staticmethod
     def standard_params(config) -> int:
-        """One standard layer's parameters: Q and O are d x H r, K and V d x G r; the biases the config asks for."""
+        """One standard layer's parameters: Q and O are d x H r, K and V d x G r; the biases the config asks for; the
+        query/key norms' gains (qk_norm)."""
         d, r, H, G = config.n_embd, config.d_head, config.n_head, config.n_kv_head
-        return d * r * (2 * H + 2 * G) + config.qkv_bias * r * (H + 2 * G) + config.o_bias * d
+        gains = {"": 0, "head": 2 * r, "whole": (H + G) * r}[config.qk_norm]  # the query/key norms' gains
+        return d * r * (2 * H + 2 * G) + config.qkv_bias * r * (H + 2 * G) + config.o_bias * d + gains
 
     @classmethod
     def removed_params(cls, config) -> int:
@@ -126,8 +163,9 @@ class CausalSelfAttention(nn.Module):
         """The rule for a layer that learns every bias the config asks for: b_K where it meets a pass dim (it adds
         q_i . b_K to every score of query i there, which softmax ignores; on a rotary dim q_i M(j - i) b_K^T
         depends on the key's position, so it is not redundant), and b_V when there is an output bias to fold it
-        into (attention rows sum to one, so b_V adds b_V W_O to every output)."""
-        return (("b_K",) if config.qkv_bias and config.rot < config.d_head else ()) + \
+        into (attention rows sum to one, so b_V adds b_V W_O to every output). Under a query/key norm b_K is inside
+        the key's norm, so no dim of it is redundant."""
+        return (("b_K",) if config.qkv_bias and config.rot < config.d_head and not config.qk_norm else ()) + \
             (("b_V",) if config.qkv_bias and config.o_bias else ())
 
     def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -166,6 +204,29 @@ class CausalSelfAttention(nn.Module):
             raise NotImplementedError(f"{type(self).__name__} learns matrices that are not (n_head, a, b) tensors "
                                       f"({', '.join(other)}): override head_blocks to give each head's block")
         return blocks
+
+    def norm_gains(self) -> dict[str, torch.Tensor]:
+        """{"g_Q": (1 or H, r), "g_K": (1 or G, r)}: the query/key norms' gains in math form (heads.py); {} without."""
+        if not self.qk_norm:
+            return {}
+        r = self.d_head
+        return {"g_Q": self.q_norm.gain().reshape(-1, r), "g_K": self.k_norm.gain().reshape(-1, r)}
+
+    @torch.no_grad()
+    def load_norm_gains(self, hw: HeadWeights) -> None:
+        """Set the query/key norms' gains from math form, where the layer has them (a norm holding fewer numbers,
+        canonical's k_norm, takes its learned entries: `RMSNorm.load_gain`)."""
+        if self.qk_norm:
+            self.q_norm.load_gain(hw.g_Q)
+            self.k_norm.load_gain(hw.g_K)
+
+    def qk_normed(self, t: torch.Tensor, norm) -> torch.Tensor:
+        """t (B, n, T, r) queries or keys before RoPE, through `norm` (q_norm or k_norm): over each head's r dims
+        (qk_norm "head"), or over all n r dims of a position ("whole")."""
+        if self.qk_norm == "head":
+            return norm(t)
+        B, n, T, r = t.shape
+        return norm(t.transpose(1, 2).reshape(B, T, n * r)).reshape(B, T, n, r).transpose(1, 2)
 
     def to_heads(self) -> HeadWeights:
         """The layer's weights in math form (see heads.py)."""
@@ -230,12 +291,16 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x)  # (B, T, H r), (B, T, G r), (B, T, G r)
         q = q.reshape(B, T, H, r).transpose(1, 2)  # (B, H, T, r)
         k = k.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r), before RoPE
+        if self.qk_norm:  # before RoPE; the K-only cache keeps the keys before their norm (values are linear in them)
+            q = self.qk_normed(q, self.q_norm)
         if rope is not None:
             q = apply_rope(q, *rope, self.rope_layout)
         if isinstance(cache, KOnlyCache):
             if key_mask is not None:
                 raise ValueError("the K-only cache takes no padding mask; use the full cache for a padded batch")
             return self._forward_k_only(q, k, cache, layer)
+        if self.qk_norm:
+            k = self.qk_normed(k, self.k_norm)
         if rope is not None:
             k = apply_rope(k, *rope, self.rope_layout)
         v = v.reshape(B, T, G, r).transpose(1, 2)  # (B, G, T, r)
@@ -254,9 +319,10 @@ class CausalSelfAttention(nn.Module):
         B, H, T, r = q.shape
         G = self.n_kv_head
         past = cache.length_of(layer)
-        k_all = cache.update(layer, k_raw)  # (B, G, past + T, r), pre-RoPE
+        k_all = cache.update(layer, k_raw)  # (B, G, past + T, r), pre-RoPE (and before the key norm)
         rotates = cache.rope is not None and self.rot  # not on a layer without RoPE
-        k_rot = apply_rope(k_all, *cache.rope(past + T), self.rope_layout) if rotates else k_all
+        k_read = self.qk_normed(k_all, self.k_norm) if self.qk_norm else k_all
+        k_rot = apply_rope(k_read, *cache.rope(past + T), self.rope_layout) if rotates else k_read
         mask = causal_mask(T, past + T, q.device, self.window)  # (T, past + T)
         scores = q @ k_rot.repeat_interleave(H // G, dim=1).transpose(-1, -2) / r**0.5  # (B, H, T, past + T)
         p = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, past + T)

@@ -16,6 +16,11 @@ class on an open dense set (where the fixed entries of a standard model are inve
 picks the blocks (pivoted: the largest complex entry of each key pair, column-pivoted QR elsewhere) and moves
 weights in and out.
 
+Under a query/key norm (GPTConfig.qk_norm) W_K has no gauge left to fix (docs/conversion.md, "Query/key norms"): it
+is learned in full, and the query/key half fixes instead the key norm's gain (`k_norm`, a `PinnedRMSNorm`) to 1 on
+one dim of each rotary pair (`k_norm.gain_perm`) and on every pass dim, per layer (qk_norm "head") or per KV group
+("whole"): rot/2 + r - rot numbers each, the rescaling of the two gains that is the only continuous symmetry left.
+
 At one head without RoPE (r = d) the keys are a permutation of the input (plus b_K) and the output map is a
 permutation: both are index copies, no GEMM; with the default (aligned) block the permutation is the identity and
 even the copy is skipped (keys = x + b_K, output = y + b_O).
@@ -29,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, qk_gauge
 from iattention.attention.heads import HeadWeights, merge_heads_in, merge_heads_out
+from iattention.attention.norm import RMSNorm
 from iattention.attention.rope import pair_dims
 
 
@@ -58,22 +64,58 @@ def take_free(full: torch.Tensor, perm: torch.Tensor, b: int) -> torch.Tensor:
     return torch.gather(full, 1, idx.unsqueeze(-1).expand(*idx.shape, full.shape[-1]))
 
 
-def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int) -> dict[str, torch.Tensor]:
+def default_blocks(n_kv_head: int, group: int, d: int, r: int, rot: int, norm_rows: int = 0,
+                   layout: str = "half") -> dict[str, torch.Tensor]:
     """A valid block for every group, coordinates near the group's own (GPT-2: head h's [h r, (h+1) r)):
-    {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r) columns of the r x (g d) map}."""
+    {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r) columns of the r x (g d) map}; with
+    `norm_rows` (a query/key norm's key gain rows: 1 or G) 'knorm': (norm_rows, rot/2 + r - rot) the key gain's
+    dims fixed to 1, the first of each rotary pair and every pass dim."""
     cpu = dict(device="cpu")  # index bookkeeping, read with tolist(): on the CPU even while building on "meta"
     j = torch.arange(n_kv_head, **cpu)[:, None]
-    return {"rot": (j * r + torch.arange(rot // 2, **cpu)) % d,
-            "pass": (j * r + rot + torch.arange(r - rot, **cpu)) % d,
-            "out": (j * group * r + torch.arange(r, **cpu)) % d}
+    out = {"rot": (j * r + torch.arange(rot // 2, **cpu)) % d,
+           "pass": (j * r + rot + torch.arange(r - rot, **cpu)) % d,
+           "out": (j * group * r + torch.arange(r, **cpu)) % d}
+    if norm_rows:
+        first = pair_dims(rot, layout, device="cpu")[0]
+        out["knorm"] = torch.cat([first, torch.arange(rot, r, **cpu)]).expand(norm_rows, -1).clone()
+    return out
+
+
+class PinnedRMSNorm(RMSNorm):
+    """Canonical's key norm under a query/key norm: an RMSNorm over `width` dims whose gain, seen as `rows` rows of
+    r, is 1 on `r - free` chosen dims of each row (`gain_perm[i, :r - free]`, the rest learned: `free_gain`)."""
+
+    def __init__(self, rows: int, r: int, fixed: torch.Tensor, eps: float):
+        nn.Module.__init__(self)
+        self.eps, self.rows, self.r, self.n_fixed = eps, rows, r, fixed.shape[1]
+        self.free_gain = nn.Parameter(torch.ones(rows * (r - self.n_fixed)))  # 1-D: a gain, not a matrix (Muon)
+        self.register_buffer("gain_perm", block_permutation(fixed, r))  # STRUCTURAL: *_perm
+
+    def gain(self) -> torch.Tensor:
+        ones = torch.ones(self.n_fixed, 1)
+        free = self.free_gain.reshape(self.rows, self.r - self.n_fixed, 1)
+        return place(free, self.gain_perm, ones)[..., 0].reshape(-1)
+
+    @torch.no_grad()
+    def set_fixed(self, fixed: torch.Tensor) -> None:
+        self.gain_perm.copy_(block_permutation(fixed, self.r))
+
+    @torch.no_grad()
+    def load_gain(self, gain: torch.Tensor) -> None:
+        """The learned entries of `gain` (the fixed ones, 1 there after canonicalize, are not read)."""
+        full = gain.reshape(self.rows, self.r, 1).to(self.free_gain)
+        self.free_gain.copy_(take_free(full, self.gain_perm, self.n_fixed).reshape(-1))
 
 
 @torch.no_grad()
 def init_learned_entries(layer: nn.Module) -> None:
     """The model's init for a canonical layer's learned entries: N(0, 0.02), the output map's N(0, residual_std)
-    (the layer's: scaled by 1 / sqrt(2 n_layer) under init=gpt2, as standard's output projection), biases zero."""
+    (the layer's: scaled by 1 / sqrt(2 n_layer) under init=gpt2, as standard's output projection), biases zero,
+    query/key norm gains one."""
     for name, p in layer.named_parameters():
-        if name.startswith("b_"):
+        if "norm" in name:  # a query/key norm's gain: 1, as every norm's
+            p.fill_(1.0)
+        elif name.startswith("b_"):
             p.zero_()
         else:
             p.normal_(0.0, layer.residual_std if name.startswith("W_O") else 0.02)
@@ -86,9 +128,10 @@ class CanonicalAttention(CausalSelfAttention):
     @classmethod
     def removed_params(cls, config) -> int:
         """Per layer and KV group: rot (a complex scalar per rotary pair) + (r - rot)^2 (the pass dims) on the
-        query/key half, r^2 on the value/output half; with minimal_bias also b_K's pass dims and b_V (r - rot + r)."""
+        query/key half (under a query/key norm: the key gain's fixed dims, `qk_gauge`), r^2 on the value/output half;
+        with minimal_bias also b_K's pass dims and b_V (r - rot + r)."""
         r, rot, G = config.d_head, config.rot, config.n_kv_head
-        qk = G * (rot + (r - rot) ** 2) if config.canonical_halves in ("both", "qk") else 0
+        qk = qk_gauge(config)[1] if config.canonical_halves in ("both", "qk") else 0
         vo = G * r * r if config.canonical_halves in ("both", "vo") else 0
         biases = G * (2 * r - rot) if config.minimal_bias else 0
         return config.n_layer * (qk + vo + biases)
@@ -107,11 +150,13 @@ class CanonicalAttention(CausalSelfAttention):
     @classmethod
     def projection_flops(cls, config) -> int:
         """The full W_K and W_O are assembled and the standard GEMMs run (2 d r (2 H + 2 G)); at one head without
-        RoPE keys and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo")."""
+        RoPE keys and output are index copies, so only the fused Q,V GEMM runs (4 d^2; 6 d^2 for "qk" or "vo"; under a
+        query/key norm the key GEMM runs)."""
         d, r = config.n_embd, config.d_head
         if not cls.index_copy_head(config):
             return 2 * d * r * (2 * config.n_head + 2 * config.n_kv_head)
-        skipped = {"both": 2, "qk": 1, "vo": 1}[config.canonical_halves]
+        halves = config.canonical_halves
+        skipped = (halves in ("both", "vo")) + (halves in ("both", "qk") and not config.qk_norm)
         return (8 - 2 * skipped) * d**2
 
     def __init__(self, config):
@@ -121,11 +166,17 @@ class CanonicalAttention(CausalSelfAttention):
         p = r - rot
         self.canonical_qk = config.canonical_halves in ("both", "qk")
         self.canonical_vo = config.canonical_halves in ("both", "vo")
+        # the query/key half: W_K's blocks, or under a query/key norm the key gain's pinned dims (W_K in full)
+        self.k_blocks = self.canonical_qk and not config.qk_norm
+        self.k_pinned = self.canonical_qk and bool(config.qk_norm)
         self.one_head = self.index_copy_head(config)
         self.W_Q = nn.Parameter(torch.empty(H, d, r))
         self.W_V = nn.Parameter(torch.empty(G, d, r))
-        blocks = default_blocks(G, self.group, d, r, rot)
-        if self.canonical_qk:
+        norm_rows = (G if config.qk_norm == "whole" else 1) if self.k_pinned else 0
+        blocks = default_blocks(G, self.group, d, r, rot, norm_rows, config.rope_layout)
+        if self.k_pinned:
+            self.k_norm = PinnedRMSNorm(norm_rows, r, blocks["knorm"], config.norm_eps)
+        if self.k_blocks:
             if rot:
                 self.W_K_rot_free = nn.Parameter(torch.empty(G, rot // 2, d - 1, 2))
                 self.register_buffer("rot_perm",
@@ -171,7 +222,7 @@ class CanonicalAttention(CausalSelfAttention):
         feeds that group's query heads only. A standard half (W_K, W_O) per head."""
         H, G = self.n_head, self.n_kv_head
         blocks = {"W_Q": [(h,) for h in range(H)], "W_V": [(j,) for j in range(G)]}
-        if self.canonical_qk:
+        if self.k_blocks:
             if self.rot:
                 blocks["W_K_rot_free"] = [(j, k) for j in range(G) for k in range(self.rot // 2)]
             if self.d_head > self.rot:
@@ -184,12 +235,14 @@ class CanonicalAttention(CausalSelfAttention):
     @torch.no_grad()
     def set_blocks(self, blocks: dict[str, torch.Tensor]) -> None:
         """Choose the fixed entries: {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r)
-        columns of each group's r x (g d) output map} (see default_blocks); the halves this layer keeps standard
-        ignore theirs."""
+        columns of each group's r x (g d) output map; under a query/key norm 'knorm': the key gain's fixed dims} (see
+        default_blocks); the halves this layer keeps standard ignore theirs."""
         G, d = self.n_kv_head, self.n_embd
-        if self.canonical_qk and self.rot:
+        if self.k_pinned:
+            self.k_norm.set_fixed(blocks["knorm"])
+        if self.k_blocks and self.rot:
             self.rot_perm.copy_(block_permutation(blocks["rot"].reshape(-1, 1), d).reshape(G, self.rot // 2, d))
-        if self.canonical_qk and self.d_head > self.rot:
+        if self.k_blocks and self.d_head > self.rot:
             self.k_perm.copy_(block_permutation(blocks["pass"], d))
         if self.canonical_vo:
             self.o_perm.copy_(block_permutation(blocks["out"], self.group * d))
@@ -197,7 +250,7 @@ class CanonicalAttention(CausalSelfAttention):
 
     def key_weight(self) -> torch.Tensor:
         """(G, d, r): the assembled key maps."""
-        if not self.canonical_qk:
+        if not self.k_blocks:
             return self.W_K
         G, d, r, rot = self.n_kv_head, self.n_embd, self.d_head, self.rot
         parts = []
@@ -237,7 +290,7 @@ class CanonicalAttention(CausalSelfAttention):
 
     def qkv(self, x):
         H, G, r = self.n_head, self.n_kv_head, self.d_head
-        if self.canonical_qk and self.one_head:
+        if self.k_blocks and self.one_head:
             # r = d: the key map is a permutation of the input, so no key GEMM.
             W = self.memoized("qv", lambda: merge_heads_in(torch.cat([self.W_Q, self.W_V], dim=0)))
             q, v = F.linear(x, W, self._bias("b_Q", "b_V")).split(r, dim=2)
@@ -259,7 +312,7 @@ class CanonicalAttention(CausalSelfAttention):
         """At one head the key map is a permutation (k = x P + b_K, P = k_perm's columns), so the cached keys are
         the layer input itself, permuted: x = (k - b_K) P^T, and W_KV = P^T W_V is W_V's rows in k_perm's order,
         an index copy (no solve). Otherwise the general solve (CausalSelfAttention)."""
-        if not (self.canonical_qk and self.one_head):
+        if not (self.k_blocks and self.one_head):
             return super().k_only_value_map()
         hw = self.to_heads()
         W_KV = hw.W_V[:, self.k_perm[0], :]  # (1, d, r): row j is W_V's row k_perm[0, j]
@@ -267,7 +320,7 @@ class CanonicalAttention(CausalSelfAttention):
 
     def to_heads(self) -> HeadWeights:
         return HeadWeights(W_Q=self.W_Q, W_K=self.key_weight(), W_V=self.W_V, W_O=self.out_weight(),
-                           **self._head_biases(), b_O=self.b_O)
+                           **self._head_biases(), b_O=self.b_O, **self.norm_gains())
 
     @torch.no_grad()
     def canonical_view(self) -> dict[str, torch.Tensor]:
@@ -291,7 +344,10 @@ class CanonicalAttention(CausalSelfAttention):
             view[f"{name}_fixed"] = torch.gather(full, 1, perm[:, :b, None].expand(-1, -1, full.shape[-1]))
             view[f"{name}_learned"] = take_free(full, perm, b)
 
-        if self.canonical_qk:
+        if self.k_pinned:  # W_K learned in full; the key gain's dims fixed to 1
+            fixed = self.k_norm.gain_perm[:, :self.k_norm.n_fixed]
+            view.update(W_K=hw.W_K, g_Q=hw.g_Q, g_K=hw.g_K, k_norm_fixed=fixed)
+        elif self.canonical_qk:
             if rot:
                 view["rot_rows"] = self.rot_perm[:, :, 0]
             if r > rot:
@@ -315,7 +371,8 @@ class CanonicalAttention(CausalSelfAttention):
         G, d, r, rot = self.n_kv_head, self.n_embd, self.d_head, self.rot
         self.W_Q.copy_(hw.W_Q)
         self.W_V.copy_(hw.W_V)
-        if not self.canonical_qk:
+        self.load_norm_gains(hw)
+        if not self.k_blocks:
             self.W_K.copy_(hw.W_K)
         else:
             if rot:

@@ -5,6 +5,12 @@ transformers' repeat_kv; GPT-2 is G = H), with head width r (row-vector conventi
     q = x W_Q[h] + b_Q[h],  k = x W_K[j] + b_K[j],  v = x W_V[j] + b_V[j]   (W_*: d x r)
     out = sum_h softmax(rope(q) rope(k)^T / sqrt(r)) v W_O[h] + b_O         (W_O[h]: r x d)
 RoPE (rope.py) rotates the first `rot` dims of q and k (none for GPT-2).
+
+Where a family normalises its queries and keys (GPTConfig.qk_norm), q and k above are replaced, before RoPE, by
+    q = rms(x W_Q + b_Q) * g_Q,  k = rms(x W_K + b_K) * g_K
+with rms(y) = y / sqrt(mean(y^2) + eps) over one head's r dims (qk_norm "head", Qwen3: g_Q and g_K are (1, r),
+one gain shared by every head of the layer) or over the whole projection's H r (G r) dims (qk_norm "whole", OLMo 2:
+g_Q is (H, r), g_K (G, r), a gain per head and dim). Without it g_Q and g_K are None.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ class HeadWeights:
     b_K: torch.Tensor | None = None  # (G, r)
     b_V: torch.Tensor | None = None  # (G, r)
     b_O: torch.Tensor | None = None  # (d,)
+    g_Q: torch.Tensor | None = None  # (1, r) or (H, r): the query norm's gain (qk_norm), else None
+    g_K: torch.Tensor | None = None  # (1, r) or (G, r): the key norm's gain
 
     def to(self, dtype: torch.dtype) -> HeadWeights:
         return replace(self, **{f.name: t.to(dtype) for f in fields(self) if (t := getattr(self, f.name)) is not None})

@@ -42,12 +42,13 @@ def llama3_inv_freq(rot: int, theta: float, factor: float, low_freq_factor: floa
     return torch.where(medium, blended, scaled)
 
 
-def pair_dims(rot: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(first, second): the two dims of each frequency pair, (rot/2,) each."""
+def pair_dims(rot: int, layout: str, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, second): the two dims of each frequency pair, (rot/2,) each (on `device`: the default one unless
+    given)."""
     if layout == "half":
-        return torch.arange(rot // 2), torch.arange(rot // 2) + rot // 2
+        return torch.arange(rot // 2, device=device), torch.arange(rot // 2, device=device) + rot // 2
     if layout == "interleaved":
-        return torch.arange(0, rot, 2), torch.arange(1, rot, 2)
+        return torch.arange(0, rot, 2, device=device), torch.arange(1, rot, 2, device=device)
     raise ValueError(f"unknown rope layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
 
 

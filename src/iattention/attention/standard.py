@@ -87,7 +87,7 @@ class StandardAttention(CausalSelfAttention):
                 "v_proj.weight": row_blocks((G,), r), "o_proj.weight": column_blocks(r, H)}
 
     def to_heads(self) -> HeadWeights:
-        out = out_to_heads(self.out_proj, self.n_head)
+        out = {**out_to_heads(self.out_proj, self.n_head), **self.norm_gains()}
         if self.fused:
             return HeadWeights(**fused_to_heads(self.c_attn, "QKV", self._heads(), self.d_head), **out)
         if self.projection == "neox":
@@ -118,3 +118,4 @@ class StandardAttention(CausalSelfAttention):
                 if linear.bias is not None:
                     linear.bias.data.copy_(getattr(hw, f"b_{name}").reshape(-1))
         heads_to_out(self.out_proj, hw)
+        self.load_norm_gains(hw)

@@ -83,7 +83,7 @@ def _shape_from(folder: str):
     ours = read_json_object(path / "config.json", "a model config", "re-save the model (save_pretrained or iattn "
                             "convert)")
     if ours.get("model_type") == OURS_MODEL_TYPE:
-        return GPTConfig.from_dict({k: v for k, v in ours.items() if k not in ("model_type", "note")})
+        return GPTConfig.from_dict({k: v for k, v in ours.items() if k not in ("model_type", "note", "auto_map")})
     return HFFolder(path, ours).shape  # the config.json read above
 
 

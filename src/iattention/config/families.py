@@ -44,6 +44,16 @@ PHI3_NAMES = (
     ("transformer.h.{i}.attn.c_proj.", "model.layers.{i}.self_attn.o_proj."),
     *LLAMA_NAMES,
 )
+# OLMo 2's: the Llama layout's, with its two norms after attention and after the MLP (ln_1, ln_2: GPTConfig.norm_place)
+OLMO2_NAMES = (
+    ("transformer.wte.", "model.embed_tokens."),
+    ("transformer.h.{i}.ln_1.", "model.layers.{i}.post_attention_layernorm."),
+    ("transformer.h.{i}.attn.", "model.layers.{i}.self_attn."),
+    ("transformer.h.{i}.ln_2.", "model.layers.{i}.post_feedforward_layernorm."),
+    ("transformer.h.{i}.mlp.", "model.layers.{i}.mlp."),
+    ("transformer.ln_f.", "model.norm."),
+    ("transformer.rotary_emb.", "model.rotary_emb."),
+)
 # The structural keys of the Llama layout (RoPE, RMSNorm, SwiGLU with separate gate and up maps, separate q/k/v/o,
 # an untied head).
 LLAMA_DEFAULTS = dict(pos="rope", norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", bias=False, tie_embeddings=False,
@@ -116,6 +126,14 @@ _RECORDS = (
                 vocab_pad_multiple=1, init="normal", projection="neox", parallel_residual=True, fused_gate_up=False),
            NEOX_NAMES, file_names={"lm_head.weight": "embed_out.weight"}, grouped=False,
            default_shape="pythia-160m"),
+    # Qwen3: the Llama layout with an RMSNorm on each head's query and key before RoPE (q_norm / k_norm, one gain of
+    # head_dim for every head of a layer), attention_bias for every bias, Qwen2's sliding window
+    Family("qwen3", "Qwen3", "Qwen3ForCausalLM", "llama", {**LLAMA_DEFAULTS, "qk_norm": "head"}, LLAMA_NAMES,
+           window="from_layer", default_shape="qwen3-0.6b"),
+    # OLMo 2: an RMSNorm over the whole query and key projections before RoPE (q_norm / k_norm of n_head x head_dim,
+    # n_kv_head x head_dim: a gain per head and dim), norms after attention and after the MLP and none before
+    Family("olmo2", "OLMo 2", "Olmo2ForCausalLM", "llama", {**LLAMA_DEFAULTS, "qk_norm": "whole", "norm_place": "post"},
+           OLMO2_NAMES, default_shape="olmo-2-0425-1b"),
     # SmolLM3: the Llama layout with every N-th layer (no_rope_layers; 4 in SmolLM3-3B) without RoPE
     Family("smollm3", "SmolLM3", "SmolLM3ForCausalLM", "llama", LLAMA_DEFAULTS, LLAMA_NAMES, nope=True,
            default_shape="smollm3-3b"),
@@ -129,7 +147,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in _RECORDS}
 
 # model_types iattention does not convert, each with why (one line)
 _QK_NORM = "QK-norm (q_norm/k_norm between the projections and RoPE) changes the attention symmetry"
-REFUSED = dict.fromkeys(("qwen3", "gemma3", "gemma3_text", "olmo2"), _QK_NORM)
+REFUSED = dict.fromkeys(("gemma3", "gemma3_text"), _QK_NORM)
 
 
 def family_record(model_type, where) -> Family:

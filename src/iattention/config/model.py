@@ -23,6 +23,8 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu_tanh", "gelu", "swiglu")
 PROJECTIONS = ("fused", "separate", "neox")
 ROPE_TYPES = ("default", "llama3")
+QK_NORMS = ("", "head", "whole")  # no query/key norm; RMSNorm over each head's r dims (Qwen3); over all H r (OLMo 2)
+NORM_PLACES = ("pre", "post")  # a block's norms before attention and MLP (ln_1, ln_2 on their input), or after them
 LLAMA3_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 # Model keys renamed since runs were first saved: old name -> new name. A saved run (config.yaml, summary.json,
 # checkpoint metadata, arm.json) is read under the new name silently; a user's YAML or override gets a note.
@@ -109,6 +111,9 @@ class GPTConfig:
         position; -1: all d_head dims, 0: none; rope_layout "half" (transformers' rotate_half) or "interleaved";
         rope_theta, rope_type and rope_scaling give the frequencies as transformers' rope_parameters do).
     parallel_residual: x + attn(ln_1(x)) + mlp(ln_2(x)) (GPT-NeoX) instead of two residual steps.
+    norm_place: "pre" (x + attn(ln_1(x)), then x + mlp(ln_2(x)): every family but one) or "post" (x + ln_1(attn(x)),
+        then x + ln_2(mlp(x)): OLMo 2's post_attention_layernorm / post_feedforward_layernorm, no norm before them);
+        "" (unset): the family's, else "pre". Only where the family's record holds it.
     norm: "layernorm" (with a bias iff `bias`) or "rmsnorm" (statistics in float32, as transformers); norm_eps.
     mlp: "gelu_tanh" (GPT-2: c_fc, GELU tanh, c_proj), "gelu" (the same with exact GELU: GPT-NeoX) or "swiglu"
         (gate_proj, up_proj, down_proj); mlp_hidden its hidden width (0: 4 x n_embd).
@@ -128,6 +133,11 @@ class GPTConfig:
         whole block and the rest within the window (Qwen2's max_window_layers; 0: every layer has the window).
     nope_every: N > 0: every N-th layer (indices N-1, 2N-1, ...) has no RoPE (SmolLM3's no_rope_layers): rotary is
         per-layer data, `layer(i)` is layer i's own config (rot 0 there), and its query/key gauge is the whole GL(r).
+    qk_norm: "" (none), "head" or "whole": an RMSNorm (eps norm_eps) on the queries and on the keys after the
+        projection and before RoPE, over each head's d_head dims with one gain of d_head shared by every head of a
+        layer (Qwen3's q_norm / k_norm), or over the whole projection's n_head x d_head (n_kv_head x d_head) dims with
+        a gain per dim (OLMo 2's). Only where the family's record holds it. It leaves of the query/key gauge only a
+        rescaling of the two gains (docs/conversion.md, "Query/key norms").
     attention: a registered variant (`variant_names()`: attention/registry.py; each class's module docstring says
         what it learns), e.g. "standard" or "canonical" (I-Attention).
     canonical_halves: which halves of a canonical head have their block fixed: "both", "qk" (the query/key half:
@@ -183,6 +193,8 @@ class GPTConfig:
     max_positions: int = 0
     full_attention_layers: int = 0
     nope_every: int = 0
+    qk_norm: str = ""
+    norm_place: str = ""
 
     def __post_init__(self) -> None:
         for name, value in self._derived().items():
@@ -202,6 +214,8 @@ class GPTConfig:
             out["n_kv_head"] = self.n_head
         if not self.d_head and _positive(self.n_embd) and _positive(self.n_head):
             out["d_head"] = self.n_embd // self.n_head
+        if not out.get("norm_place", self.norm_place):
+            out["norm_place"] = "pre"
         if self.rot == -1:
             pos = out.get("pos", self.pos)
             out["rot"] = out.get("d_head", self.d_head) if pos == "rope" else 0
@@ -228,7 +242,8 @@ class GPTConfig:
                             "residual stream here")
         for name, allowed in (("pos", POSITIONS), ("norm", NORMS), ("mlp", MLPS), ("projection", PROJECTIONS),
                               ("rope_layout", LAYOUTS), ("rope_type", ROPE_TYPES), ("init", INITS),
-                              ("canonical_halves", CANONICAL_HALVES)):
+                              ("canonical_halves", CANONICAL_HALVES), ("qk_norm", QK_NORMS),
+                              ("norm_place", NORM_PLACES)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"unknown model.{name} {getattr(self, name)!r}; choose one of {', '.join(allowed)}")
         for name in ("bias", "qkv_bias", "o_bias", "tie_embeddings", "minimal_bias", "parallel_residual",
@@ -310,6 +325,21 @@ class GPTConfig:
             raise UserError(f"model.nope_every={self.nope_every} (layers without RoPE) needs a family whose "
                             f"transformers class has them ({', '.join(holds) or 'none yet'}); transformers' "
                             f"{self.family} rotates every layer: drop model.nope_every")
+        held = FAMILIES[self.family].defaults.get("qk_norm", "")
+        if self.qk_norm != held:
+            holds = [f.name for f in FAMILIES.values() if f.defaults.get("qk_norm", "") == self.qk_norm]
+            raise UserError(f"model.qk_norm={self.qk_norm!r} needs a family whose transformers class normalises its "
+                            f"queries and keys that way ({', '.join(holds) or 'none yet'}); transformers' "
+                            f"{self.family} has qk_norm={held!r}: drop model.qk_norm or set model.family")
+        placed = FAMILIES[self.family].defaults.get("norm_place", "pre")
+        if self.norm_place != placed:
+            where = {"pre": "before", "post": "after"}
+            raise UserError(f"model.norm_place={self.norm_place} needs a family whose transformers class puts its "
+                            f"norms there; transformers' {self.family} has them {where.get(placed, placed)} attention "
+                            "and MLP: drop model.norm_place or set model.family")
+        if self.qk_norm and self.minimal_bias:
+            raise UserError("model.minimal_bias=true with model.qk_norm: the key bias is inside the key norm there, so "
+                            "no part of it is redundant; drop model.minimal_bias")
         if self.sliding_window and self.attn_kernel == "triton":
             raise UserError(f"model.attn_kernel=triton has no sliding-window mask (model.sliding_window="
                             f"{self.sliding_window}); use model.attn_kernel=auto, sdpa or math")
@@ -393,4 +423,4 @@ _UNSET = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else 
 NEW_KEYS = ("family", "n_kv_head", "d_head", "pos", "rot", "norm", "norm_eps", "mlp", "qkv_bias", "o_bias",
             "parallel_residual",
             "projection", "fused_gate_up", "tie_embeddings", "rope_layout", "rope_theta", "rope_type", "rope_scaling",
-            "sliding_window", "max_positions", "full_attention_layers", "nope_every")
+            "sliding_window", "max_positions", "full_attention_layers", "nope_every", "qk_norm", "norm_place")

@@ -40,6 +40,14 @@ SHAPES: dict[str, tuple[dict, int | None]] = {
     # transformers' count of its config on the meta device: tests/unit/interop/test_hf_phi3.py)
     "phi-3-mini-4k": (dict(family="phi3", n_layer=32, n_head=32, n_kv_head=32, n_embd=3072, mlp_hidden=8192,
                            vocab_size=32064, block_size=4096, norm_eps=1e-5, sliding_window=2047), None),
+    # Qwen/Qwen3-0.6B config.json: head_dim 128 (16 query heads of 128 = 2048 > hidden 1024), q_norm / k_norm (its
+    # total, 596,049,920, is transformers' num_parameters of this shape on the meta device: tests/unit/interop)
+    "qwen3-0.6b": (dict(family="qwen3", n_layer=28, n_head=16, n_kv_head=8, n_embd=1024, d_head=128, mlp_hidden=3072,
+                        vocab_size=151936, block_size=40960, rope_theta=1000000.0, tie_embeddings=True), None),
+    # allenai/OLMo-2-0425-1B config.json (as remembered: not checked against the hub here), multi-head, an untied head
+    # (its total, 1,484,916,736, is transformers' num_parameters of this shape on the meta device: tests/unit/interop)
+    "olmo-2-0425-1b": (dict(family="olmo2", n_layer=16, n_head=16, n_kv_head=16, n_embd=2048, mlp_hidden=8192,
+                            vocab_size=100352, block_size=4096, rope_theta=500000.0), None),
     # HuggingFaceTB/SmolLM2-1.7B config.json: multi-head (32 KV heads), where a K-only cache applies
     "smollm2-1.7b": (dict(n_layer=24, n_head=32, n_kv_head=32, n_embd=2048, mlp_hidden=8192, vocab_size=49152,
                           block_size=8192, rope_theta=130000.0, norm_eps=1e-5, tie_embeddings=True), None),

@@ -32,13 +32,16 @@ def _parts(model):
 def attention_pattern(attn, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """(B, H, T, T) causal attention weights of layer `attn` on its input x (B, T, d), within its sliding window. A
     Llama-family layer (grouped-query, RoPE) also takes the layer's rope = (cos, sin), each (T, rot/2): query head h
-    scores the rotated keys of its key/value head h // (H / G)."""
+    scores the rotated keys of its key/value head h // (H / G); queries and keys through the layer's query/key norm
+    where it has one."""
     B, T, _ = x.shape
     H, r = attn.n_head, attn.d_head
     q, k, _ = attn.qkv(x)  # (B, T, H r), (B, T, G r)
     G = k.shape[-1] // r
     q, k = q.reshape(B, T, H, r).transpose(1, 2), k.reshape(B, T, G, r).transpose(1, 2)  # (B, H|G, T, r)
-    if rope is not None:
+    if getattr(attn, "qk_norm", ""):  # a query/key norm before RoPE (Qwen3, OLMo 2)
+        q, k = attn.qk_normed(q, attn.q_norm), attn.qk_normed(k, attn.k_norm)
+    if rope is not None and attn.rot:  # not on a layer without RoPE (SmolLM3's), whose block passes it anyway
         from iattention.attention.rope import apply_rope
 
         q, k = (apply_rope(t, *rope, attn.rope_layout) for t in (q, k))

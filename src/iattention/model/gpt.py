@@ -1,6 +1,7 @@
 """One decoder-only transformer for every family, as its GPTConfig says (litgpt's `GPT`): GPT-2 (learned
 positions, LayerNorm, GELU MLP, tied embeddings), Llama / Qwen2 / Mistral (RoPE, RMSNorm, SwiGLU, grouped-query
-attention, an untied head).
+attention, an untied head), and the structures later families add as config values (a parallel residual, norms
+after the sublayers, a query/key norm, layers without RoPE).
 
 Parameter names follow Hugging Face GPT-2 (`transformer.wte`, `transformer.h.0.attn.c_attn`, ...) for every
 family; model/names.py maps them to each family's transformers names (`model.layers.0.self_attn.q_proj`, ...).
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from iattention.attention.cache import KOnlyCache, KVCache
+from iattention.attention.norm import RMSNorm
 from iattention.attention.registry import build_attention
 from iattention.attention.rope import RotaryEmbedding, default_inv_freq, llama3_inv_freq
 from iattention.config.model import GPTConfig
@@ -87,22 +89,6 @@ class SwiGLU(nn.Module):
         return self.dropout(self.down_proj(F.silu(gate) * up))
 
 
-class RMSNorm(nn.Module):
-    exact = False  # set by exact_norms only
-
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x):
-        # (B, T, d): x / rms(x) in float32 (transformers' arithmetic, for any input dtype; under exact_norms in
-        # float64 for float64 input), times the gain
-        h = x.to(torch.float64 if self.exact and x.dtype == torch.float64 else torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
 @contextmanager
 def exact_norms(model: nn.Module, on: bool = True):
     """RMSNorm statistics in float64 for float64 input inside the block (unless not `on`), so that two float64
@@ -128,8 +114,12 @@ class Block(nn.Module):
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
         self.parallel = config.parallel_residual
+        self.post = config.norm_place == "post"  # OLMo 2: each norm on its sublayer's output, none on its input
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, rope=None, key_mask=None):
+        if self.post:
+            x = x + self.ln_1(self.attn(x, cache, layer, rope=rope, key_mask=key_mask))  # (B, T, d)
+            return x + self.ln_2(self.mlp(x))  # (B, T, d)
         a = self.attn(self.ln_1(x), cache, layer, rope=rope, key_mask=key_mask)  # (B, T, d)
         if self.parallel:  # GPT-NeoX: both read the block's input (its sum order)
             return self.mlp(self.ln_2(x)) + a + x  # (B, T, d)

@@ -4,7 +4,7 @@ statement against a count made from the built layer."""
 
 from __future__ import annotations
 
-from iattention.attention.base import CausalSelfAttention
+from iattention.attention.base import CausalSelfAttention, qk_gauge
 from iattention.attention.registry import attention_class
 from iattention.config.families import FAMILIES
 from iattention.config.load import model_preset
@@ -75,10 +75,12 @@ def iso_param_mlp_hidden(config: GPTConfig) -> int:
 
 
 def removed_split(config) -> dict[str, int]:
-    """What canonical attention removes, whole model: per layer and KV group rot + (r - rot)^2 on the query/key
-    side (a complex scalar per rotary pair, GL of the pass dims) and r^2 on the value/output side."""
+    """What canonical attention removes, whole model: on the query/key side each layer's exact query/key gauge
+    (`attention.base.qk_gauge`, from the config's fields: per KV group rot + (r - rot)^2, a complex scalar per rotary
+    pair and GL of the pass dims; under a query/key norm the key gain's rot/2 + r - rot fixed dims, per layer or per
+    KV group) and r^2 per layer and KV group on the value/output side."""
     r, LG = config.d_head, config.n_layer * config.n_kv_head
-    return {"query_key": by_layer(config, lambda c: LG * (c.rot + (r - c.rot) ** 2)), "value_output": LG * r * r}
+    return {"query_key": by_layer(config, lambda c: c.n_layer * qk_gauge(c)[1]), "value_output": LG * r * r}
 
 
 def kv_cache_values_per_token(config, kind: str = "full") -> int | None:
@@ -102,12 +104,20 @@ def family_table() -> str:
             model_preset(fam.default_shape)
         c = shape.replace(attention="canonical")
         r, rot, G = c.d_head, c.rot, c.n_kv_head
+        kind, numbers = qk_gauge(c)
+        scales = f"each of the {rot // 2} rotary pairs" + (f" and {r - rot} pass dims" if rot < r else "")
         qk = f"GL({r}): {r * r:,} numbers" if rot == 0 else \
             f"a complex scalar per rotary pair ({rot // 2} pairs) and GL({r - rot}) on the pass dims: " \
             f"{rot + (r - rot) ** 2:,} numbers" if rot < r else f"a complex scalar per rotary pair ({rot // 2} " \
             f"pairs): {rot} numbers"
         if c.nope_every:  # rotary is per-layer data: on the layers without RoPE the whole GL(r)
             qk += f"; every {c.nope_every}th layer (no RoPE): GL({r}), {r * r:,} numbers"
+        if kind == "norm gains per layer":  # qk_norm "head": the q/k norms' gains are shared by the layer's heads
+            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains on {scales}, one for the whole layer " \
+                 f"(not per group): {numbers:,} numbers per layer"
+        elif kind == "norm gains per KV group":
+            qk = f"none of W_Q, W_K (QK norm): a scale of the q/k norm gains on {scales}: " \
+                 f"{numbers // G:,} numbers"
         split = removed_split(c)
         per_layer = redundancy(c) // c.n_layer
         k_only = "yes" if kv_cache_values_per_token(c, "k-only") is not None else \

@@ -17,6 +17,14 @@ group's r x (g d) output map [W_O[h_1] ... W_O[h_g]] the identity (S = C = those
 group's own coordinates, "pivoted" column-pivoted QR (blocks.py). All algebra in float64, cast back to the
 model's dtype.
 
+Under a query/key norm (GPTConfig.qk_norm; HeadWeights' g_Q, g_K) the A_j above is no symmetry: W_Q and W_K keep
+only discrete ones (sign flips, a quarter turn of a pair with its gains swapped), and the continuous symmetry left is
+    g_Q -> g_Q C,  g_K -> g_K C^{-1}      (C diagonal, nonzero, equal on the two dims of each rotary pair)
+with one C per layer where the gains are shared by the heads (qk_norm "head") and one per KV group, the group's
+query heads sharing it, where they are per head ("whole"); docs/conversion.md proves it. The canonical form uses C
+to make the key gain 1 on one dim of each pair (pivoted: the one of larger modulus; aligned: the first) and on every
+pass dim; S_j is as above.
+
 These tools take a model only for its `config`, its `attention_layers` (each with `to_heads` / `load_heads`) and
 its state dict; a new model is built as `type(model)(config)`. So `symmetry/` sits below `model/` (whose matched
 init uses `canonicalize_into`) and never imports the model class.
@@ -48,14 +56,19 @@ def _copy_non_attention(src, dst) -> None:
 
 
 def gauge(hw: HeadWeights, A: torch.Tensor, S: torch.Tensor, A_inv_T: torch.Tensor | None = None,
-          S_inv: torch.Tensor | None = None) -> HeadWeights:
+          S_inv: torch.Tensor | None = None, C: torch.Tensor | None = None) -> HeadWeights:
     """Apply A (G, r, r) to the query/key half and S (G, r, r) to the value/output half, per KV group; A^{-T} and
-    S^{-1} are formed here unless given."""
+    S^{-1} are formed here unless given. `C` (the key gain's rows, (1 or G, r), nonzero): the query/key norms'
+    rescaling, g_K / C and g_Q C (each query head with its group's row; a layer with a query/key norm takes A = I)."""
     g = hw.group
     A_inv_T = torch.linalg.inv(A).mT if A_inv_T is None else A_inv_T
     S_inv = torch.linalg.inv(S) if S_inv is None else S_inv
     A_q, S_inv_o = A.repeat_interleave(g, dim=0), S_inv.repeat_interleave(g, dim=0)  # (H, r, r): each head's group's
-    out = HeadWeights(W_Q=hw.W_Q @ A_q, W_K=hw.W_K @ A_inv_T, W_V=hw.W_V @ S, W_O=S_inv_o @ hw.W_O, b_O=hw.b_O)
+    out = HeadWeights(W_Q=hw.W_Q @ A_q, W_K=hw.W_K @ A_inv_T, W_V=hw.W_V @ S, W_O=S_inv_o @ hw.W_O, b_O=hw.b_O,
+                      g_Q=hw.g_Q, g_K=hw.g_K)
+    if C is not None:
+        out.g_K = hw.g_K / C
+        out.g_Q = hw.g_Q * (C if C.shape[0] == hw.g_Q.shape[0] else C.repeat_interleave(g, dim=0))
     if hw.b_Q is not None:
         out.b_Q = (hw.b_Q.unsqueeze(1) @ A_q).squeeze(1)
     if hw.b_K is not None:
@@ -95,21 +108,47 @@ def random_commuting(G: int, r: int, rot: int, layout: str, gen: torch.Generator
     return A
 
 
+def pair_constant(values: torch.Tensor, rot: int, layout: str) -> torch.Tensor:
+    """(n, rot/2 + r - rot) numbers -> (n, r): one per rotary pair, put on both its dims, then one per pass dim: a
+    diagonal C that commutes with every rotation."""
+    first, second = pair_dims(rot, layout)
+    n, k = values.shape
+    r = k + rot // 2
+    C = values.new_empty(n, r)
+    C[:, first], C[:, second], C[:, rot:] = values[:, :rot // 2], values[:, :rot // 2], values[:, rot // 2:]
+    return C
+
+
+def random_norm_scale(hw: HeadWeights, rot: int, layout: str, gen: torch.Generator, spread: float = 2.0):
+    """A random C for a layer with a query/key norm: (rows of g_K, r), modulus in [1/spread, spread], either sign,
+    constant on each rotary pair."""
+    rows, r = hw.g_K.shape
+    k = rot // 2 + r - rot
+    modulus = torch.exp((torch.rand(rows, k, generator=gen, dtype=torch.float64) * 2 - 1) * math.log(spread))
+    sign = torch.where(torch.rand(rows, k, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    return pair_constant(modulus * sign, rot, layout)
+
+
 @torch.no_grad()
 def random_gauge(model, seed: int = 0, spread: float = 2.0):
     """Move a standard model along its symmetry by a random A (commuting with RoPE) and a random S per KV group, in
-    place (the function is unchanged)."""
+    place (the function is unchanged); under a query/key norm A = I and a random C rescales the norms' gains."""
     if model.config.attention != "standard":
         raise ValueError("random_gauge needs a standard-attention model; expand() it first")
     c = model.config
     gen = torch.Generator().manual_seed(seed)
+    eye = torch.eye(c.d_head, dtype=torch.float64).expand(c.n_kv_head, -1, -1)
     for attn in model.attention_layers:
-        if attn.rot:  # the layer's own rotary width (none on a layer without RoPE)
+        hw = attn.to_heads().to(torch.float64)
+        C = None
+        if hw.g_K is not None:  # no A survives the norm; the gains' rescaling does
+            A, C = eye, random_norm_scale(hw, attn.rot, c.rope_layout, gen, spread)
+        elif attn.rot:  # the layer's own rotary width (none on a layer without RoPE)
             A = random_commuting(c.n_kv_head, c.d_head, attn.rot, c.rope_layout, gen, spread)
         else:
             A = _random_invertible(c.n_kv_head, c.d_head, gen, spread)
         S = _random_invertible(c.n_kv_head, c.d_head, gen, spread)
-        attn.load_heads(gauge(attn.to_heads().to(torch.float64), A, S))
+        attn.load_heads(gauge(hw, A, S, C=C))
     return model
 
 
@@ -127,17 +166,26 @@ def _out_map(hw: HeadWeights) -> torch.Tensor:
 def select_blocks(hw: HeadWeights, rot: int, layout: str, block: str) -> dict[str, torch.Tensor]:
     """The fixed entries: {'rot': (G, rot/2) pivot rows, 'pass': (G, r - rot) rows, 'out': (G, r) columns of the
     group's r x (g d) output map}. "pivoted": the largest-modulus row per pair, column-pivoted QR for the blocks;
-    "aligned": default_blocks (coordinates near the group's own, whatever their conditioning)."""
+    "aligned": default_blocks (coordinates near the group's own, whatever their conditioning). Under a query/key
+    norm, {'knorm': (rows of g_K, rot/2 + r - rot) the key gain's dims fixed to 1 (pivoted: the one of larger
+    modulus in each pair; aligned: the first), then every pass dim, 'out': as above}."""
     G, d, r = hw.W_K.shape
+    rows = 0 if hw.g_K is None else hw.g_K.shape[0]
+    aligned = default_blocks(G, hw.group, d, r, rot, rows, layout)
     if block == "aligned":
-        return default_blocks(G, hw.group, d, r, rot)
+        return {k: v for k, v in aligned.items() if k in ("knorm", "out")} if rows else aligned
     if block != "pivoted":
         raise ValueError(f"unknown block {block!r}; choose one of {', '.join(BLOCKS)}")
     W_O_T = _out_map(hw)
+    out = torch.tensor([pivoted_rows(W_O_T[j]) for j in range(G)], dtype=torch.long)
+    if rows:
+        first, second = pair_dims(rot, layout)
+        larger = torch.where(hw.g_K[:, second].abs() > hw.g_K[:, first].abs(), second, first)
+        return {"knorm": torch.cat([larger, aligned["knorm"][:, rot // 2:]], dim=1), "out": out}
     return {"rot": _pairs(hw.W_K, rot, layout).abs().argmax(-1) if rot else torch.zeros(G, 0, dtype=torch.long),
             "pass": torch.tensor([pivoted_rows(hw.W_K[j, :, rot:]) for j in range(G)], dtype=torch.long).reshape(
                 G, r - rot),
-            "out": torch.tensor([pivoted_rows(W_O_T[j]) for j in range(G)], dtype=torch.long)}
+            "out": out}
 
 
 def _fixed(hw: HeadWeights, rot: int, blocks: dict) -> dict[str, torch.Tensor]:
@@ -145,20 +193,23 @@ def _fixed(hw: HeadWeights, rot: int, blocks: dict) -> dict[str, torch.Tensor]:
     transposed output map}: the blocks canonical fixes to the identity."""
     G = hw.n_kv_head
     W_O_T = _out_map(hw)
-    return {"key": torch.stack([hw.W_K[j, blocks["pass"][j], rot:] for j in range(G)]),
-            "output": torch.stack([W_O_T[j, blocks["out"][j]] for j in range(G)])}
+    out = {"output": torch.stack([W_O_T[j, blocks["out"][j]] for j in range(G)])}
+    if "pass" in blocks:
+        out["key"] = torch.stack([hw.W_K[j, blocks["pass"][j], rot:] for j in range(G)])
+    return out
 
 
 def conditioning(hw: HeadWeights, rot: int, layout: str, blocks: dict) -> dict[str, torch.Tensor]:
     """Per group: 'rotary': the smallest pivot ratio |c_p| / ||c|| over its pairs (1: one row carries the pair,
-    small: the division by c_p magnifies the rest); 'pass' and 'output': the fixed blocks' condition numbers."""
+    small: the division by c_p magnifies the rest); 'pass' and 'output': the fixed blocks' condition numbers (under a
+    query/key norm 'output' only: W_K has no fixed block)."""
     out = {}
-    if rot:
+    if rot and "rot" in blocks:
         c = _pairs(hw.W_K, rot, layout)  # (G, rot/2, d)
         pivot = torch.gather(c.abs(), 2, blocks["rot"].unsqueeze(-1)).squeeze(-1)
         out["rotary"] = (pivot / torch.linalg.vector_norm(c, dim=-1)).min(-1).values
     fixed = _fixed(hw, rot, blocks)
-    if hw.W_K.shape[2] > rot:
+    if "key" in fixed and hw.W_K.shape[2] > rot:
         out["pass"] = torch.linalg.cond(fixed["key"])
     out["output"] = torch.linalg.cond(fixed["output"])
     return out
@@ -183,7 +234,7 @@ def canonical_gauge(hw: HeadWeights, rot: int, layout: str, blocks: dict, layer:
     eye = torch.eye(r, dtype=torch.float64).expand(G, r, r)
     A, A_inv_T, S, S_inv = eye, eye, eye, eye
     fixed = _fixed(hw, rot, blocks)
-    if halves in ("both", "qk"):
+    if halves in ("both", "qk") and hw.g_K is None:
         if r > rot:
             _check_block(layer, "key", fixed["key"], blocks["pass"], block, hw.group)
         if rot:
@@ -204,6 +255,16 @@ def canonical_gauge(hw: HeadWeights, rot: int, layout: str, blocks: dict, layer:
         S = fixed["output"].mT  # (G, r, r): the chosen columns
         S_inv = torch.linalg.inv(S)
     return A, A_inv_T, S, S_inv
+
+
+def canonical_norm_scale(hw: HeadWeights, rot: int, layout: str, blocks: dict, layer: int = 0) -> torch.Tensor:
+    """C (rows of g_K, r) with g_K / C equal to 1 on the fixed dims blocks['knorm'] (each pair's C its fixed dim's
+    gain, each pass dim's its own)."""
+    fixed = torch.gather(hw.g_K, 1, blocks["knorm"])  # (rows, rot/2 + r - rot)
+    if bool((fixed == 0).any()):
+        raise SingularBlockError(f"layer {layer}: a fixed entry of the key norm's gain is 0; this layer has no "
+                                 "canonical form with it (use block='pivoted')")
+    return pair_constant(fixed, rot, layout)
 
 
 @torch.no_grad()
@@ -228,8 +289,10 @@ def canonicalize_layer(src, dst, c, block: str = "aligned", layer: int = 0) -> d
     rot = dst.rot  # the layer's own (c.layer(layer)'s): 0 on a layer without RoPE
     blocks = select_blocks(hw, rot, c.rope_layout, block)
     A, A_inv_T, S, S_inv = canonical_gauge(hw, rot, c.rope_layout, blocks, layer, block, c.canonical_halves)
+    C = canonical_norm_scale(hw, rot, c.rope_layout, blocks, layer) \
+        if hw.g_K is not None and c.canonical_halves in ("both", "qk") else None
     dst.set_blocks(blocks)
-    hw = gauge(hw, A, S, A_inv_T, S_inv)
+    hw = gauge(hw, A, S, A_inv_T, S_inv, C)
     dst.load_heads(fold_biases(hw, rot) if c.minimal_bias else hw)
     return blocks
 
@@ -238,9 +301,9 @@ def canonicalize_layer(src, dst, c, block: str = "aligned", layer: int = 0) -> d
 def canonicalize(model, block: str = "aligned", halves: str = "both", minimal: bool = False):
     """Return an equivalent `canonical` model whose fixed entries are exactly (1, 0) / the identity.
     minimal=True also folds b_V into b_O and drops b_K on the pass dims (model.minimal_bias): the fully reduced
-    form."""
+    form, where the model has both biases and no query/key norm (its b_K is inside the key norm)."""
     c = model.config
-    minimal = minimal and c.qkv_bias and c.o_bias
+    minimal = minimal and c.qkv_bias and c.o_bias and not c.qk_norm  # under a query/key norm b_K is not redundant
     cfg = c.replace(attention="canonical", canonical_halves=halves, init=c.standard_init,
                     minimal_bias=minimal)
     out = type(model)(cfg).to(_model_dtype(model))

@@ -21,13 +21,15 @@ from iattention.attention.identity_q import IdentityQAttention
 from iattention.attention.registry import ATTENTION_REGISTRY, attention_class, variant_names
 from iattention.attention.rope import pair_dims
 from iattention.attention.standard import StandardAttention
+from iattention.config.families import FAMILIES as RECORDS
+from iattention.config.families import LLAMA_DEFAULTS
 from iattention.errors import UserError
 from iattention.symmetry import canonicalize, expand, fully_reduced_count, param_count, redundancy
 from iattention.symmetry.counts import removed_split
 
 ROOT = Path(__file__).resolve().parents[3]
 
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama", "qk_norm")
 GPT2_SHAPE = dict(n_layer=2, n_embd=6, vocab_size=97, block_size=16)
 LLAMA_SHAPE = dict(family="llama", n_layer=2, n_embd=8, mlp_hidden=16, vocab_size=97, block_size=16)
 # Each family's shapes. GPT-2: one head (r = d), several, no biases. Llama: MHA, GQA, MQA, head width != n_embd /
@@ -44,6 +46,16 @@ SHAPES = {
         "interleaved": dict(n_head=2, n_kv_head=1, d_head=6, rot=4, rope_layout="interleaved", qkv_bias=True),
         "o-bias-only": dict(n_head=2, n_kv_head=1, o_bias=True),
     },
+    # a query/key norm (GPTConfig.qk_norm) over each head ("head": Qwen3's) or the whole projection ("whole":
+    # OLMo 2's), in test-only records (`qk_norm_records`): GQA, MHA with partial rotary and biases, one head without
+    # RoPE (r = d: canonical's index-copy output)
+    "qk_norm": {
+        "head-gqa": dict(family="qk_head_test", n_head=4, n_kv_head=2),
+        "head-partial-rotary-biases": dict(family="qk_head_test", n_head=2, n_kv_head=2, d_head=6, rot=2,
+                                           qkv_bias=True, o_bias=True),
+        "whole-gqa-qkv-bias": dict(family="qk_whole_test", n_head=4, n_kv_head=2, qkv_bias=True),
+        "whole-one-head-no-rope": dict(family="qk_whole_test", n_head=1, n_kv_head=1, rot=0),
+    },
 }
 # Options that only some variants accept, each tried on one shape of each family: (family, shape, option)
 OPTIONS = [("gpt2", "three-heads", dict(canonical_halves="qk")), ("gpt2", "three-heads", dict(canonical_halves="vo")),
@@ -51,7 +63,17 @@ OPTIONS = [("gpt2", "three-heads", dict(canonical_halves="qk")), ("gpt2", "three
            ("llama", "partial-rotary", dict(canonical_halves="qk")), ("llama", "partial-rotary",
                                                                        dict(canonical_halves="vo")),
            ("llama", "partial-rotary", dict(minimal_bias=True)),
-           ("llama", "mqa-attention-bias", dict(minimal_bias=True))]
+           ("llama", "mqa-attention-bias", dict(minimal_bias=True)),
+           ("qk_norm", "head-partial-rotary-biases", dict(canonical_halves="qk")),
+           ("qk_norm", "whole-gqa-qkv-bias", dict(canonical_halves="vo"))]
+
+
+@pytest.fixture(autouse=True)
+def qk_norm_records(monkeypatch):
+    """Two records like the Llama family's, one with each query/key norm (no family is needed for the contract)."""
+    for kind in ("head", "whole"):
+        monkeypatch.setitem(RECORDS, f"qk_{kind}_test", __import__("dataclasses").replace(
+            RECORDS["llama"], name=f"qk_{kind}_test", defaults={**LLAMA_DEFAULTS, "qk_norm": kind}))
 
 
 def family_shapes(family: str) -> list[dict]:
@@ -78,6 +100,8 @@ def expected_refusal(name: str, kw: dict) -> tuple[str, ...]:
     from the variants' definitions, not read from their `unsupported`."""
     H = kw["n_head"]
     G, r = kw.get("n_kv_head") or H, kw.get("d_head") or kw["n_embd"] // H
+    if name in ("identity_q", "identity_ko") and kw.get("family", "").startswith("qk_"):  # a W_Q or W_K fixed whole
+        return f"attention={name}", "query/key norm", "use standard or canonical"
     if name in ("identity_q", "identity_ko") and not (G == H and H * r == kw["n_embd"]):
         # queries (identity_q) or keys and outputs (identity_ko) are the input split into heads
         return f"attention={name}", "key/value heads", "use standard or canonical"
@@ -148,7 +172,10 @@ def _forward_heads(layer) -> HeadWeights:
         b_O = layer.project_out(torch.zeros(1, 1, width, dtype=torch.float64))[0, 0]
         W_O = layer.project_out(torch.eye(width, dtype=torch.float64)[None])[0] - b_O  # (H r, d)
     split_in = [W.reshape(d, -1, r).transpose(0, 1) for W in maps]  # (H or G, d, r)
-    return HeadWeights(*split_in, W_O.reshape(-1, r, d), *(b.reshape(-1, r) for b in biases), b_O)
+    # a query/key norm's gains: what the forward's norms multiply by (rows of r: one shared, or one per head)
+    gains = {f"g_{n}": getattr(layer, f"{n.lower()}_norm").gain().detach().reshape(-1, r) for n in "QK"} \
+        if layer.qk_norm else {}
+    return HeadWeights(*split_in, W_O.reshape(-1, r, d), *(b.reshape(-1, r) for b in biases), b_O, **gains)
 
 
 def _math_jacobian(layer) -> tuple[torch.Tensor, dict[str, slice]]:
@@ -199,7 +226,8 @@ def check_to_heads_is_the_forward(cfg: GPTConfig) -> None:
         seen, said = _fields(_forward_heads(layer)), _fields(layer.to_heads())
         for name, t in said.items():
             if t is None:
-                assert seen[name].abs().max() == 0, f"{cfg.attention}: to_heads has no {name}, the forward has one"
+                assert seen[name] is None or seen[name].abs().max() == 0, \
+                    f"{cfg.attention}: to_heads has no {name}, the forward has one"
             else:
                 assert torch.allclose(t, seen[name], rtol=1e-12, atol=1e-12), \
                     f"{cfg.attention}: to_heads' {name} is not what the forward pass computes"
@@ -343,7 +371,8 @@ def check_redundant_biases(cfg: GPTConfig) -> None:
         return rank - int(torch.linalg.matrix_rank(J[others]))
 
     learned_b_O = rows["b_O"].stop > rows["b_O"].start and bool(J[rows["b_O"]].any())
-    own_params = {"b_K": own("b_K", cfg.rot), "b_V": own("b_V") if learned_b_O else 0}
+    # under a query/key norm b_K is inside the key's norm: no dim of it is redundant
+    own_params = {"b_K": 0 if cfg.qk_norm else own("b_K", cfg.rot), "b_V": own("b_V") if learned_b_O else 0}
     expected = {name for name, n in own_params.items() if n}
     try:
         said = ATTENTION_REGISTRY[cfg.attention].redundant_biases(cfg)
@@ -389,6 +418,9 @@ def check_redundant_biases_keep_the_function(cfg: GPTConfig) -> None:
             assert rel <= 1e-10, f"{cfg.attention}: redundant_biases names {name}, but moving it changes the " \
                                  f"logits (max rel. {rel:.3g})"
         b_K = model.attention_layers[0].to_heads().b_K
+        if cfg.qk_norm and b_K is not None and cfg.rot < cfg.d_head:
+            rel = max_rel(_moved_bias(model, "b_K", gen, slice(cfg.rot, None))(_x())[0], before)
+            assert rel > 1e-6, f"{cfg.attention}: moving b_K on its pass dims under a query/key norm keeps the logits"
         if cfg.rot and b_K is not None and bool(b_K.any()):
             rel = max_rel(_moved_bias(model, "b_K", gen, slice(0, cfg.rot))(_x())[0], before)
             assert rel > 1e-6, f"{cfg.attention}: moving b_K on its rotary dims keeps the logits (max rel. {rel:.3g})"
@@ -504,7 +536,10 @@ def unnamed_variants() -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", variant_names())
 def test_contract(name, family, check):
     configs = contract_configs(name, family)
-    assert configs, f"{name}: no {family} config of the contract's shapes is accepted"
+    # a variant with no form for any of the family's shapes (identity_q, identity_ko under a query/key norm) is
+    # refused on each (test_unsupported_shapes_are_refused_in_one_line)
+    refused = all(expected_refusal(name, kw) for kw in family_shapes(family))
+    assert configs or refused, f"{name}: no {family} config of the contract's shapes is accepted"
     for cfg in configs:
         check(cfg)
 
@@ -527,7 +562,8 @@ def test_unsupported_shapes_are_refused_in_one_line(name, family):
         assert "\n" not in str(err.value), str(err.value)
         tells(err, *why)
 
-    assert accepted, f"{name}: refuses every {family} shape"
+    assert accepted or all(expected_refusal(name, kw) for kw in family_shapes(family)), \
+        f"{name}: refuses every {family} shape"
 
 
 

@@ -159,9 +159,10 @@ def _folder(tmp_path, config: dict):
     return tmp_path
 
 
-@pytest.mark.parametrize("model_type,why", [("qwen3", "QK-norm"), ("gemma3_text", "QK-norm"),
+@pytest.mark.parametrize("model_type,why", [("gemma3", "QK-norm"), ("gemma3_text", "QK-norm"),
                                             ("phi3", "num_hidden_layers"), ("mamba", "converts gpt2, llama"),
-                                            ("gpt_neox", "num_hidden_layers")])
+                                            ("gpt_neox", "num_hidden_layers"), ("qwen3", "num_hidden_layers"),
+                                            ("olmo2", "num_hidden_layers")])
 def test_out_of_scope_models_are_refused_in_one_line(tmp_path, model_type, why):
     with pytest.raises(UserError, match=why) as e:
         load_any(_folder(tmp_path, {"model_type": model_type}))

@@ -12,12 +12,9 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "SmolLM3ForCausalLM"):
     pytest.skip("SmolLM3 needs a transformers with SmolLM3ForCausalLM", allow_module_level=True)
 
-from fixtures import folders_round_trip, hf_random  # noqa: E402
-from helpers import max_rel  # noqa: E402
-from iattention.cli.app import main  # noqa: E402
+from helpers import float32_round_trip, max_rel, streamed_round_trip  # noqa: E402
 from iattention.errors import UserError  # noqa: E402
 from iattention.interop.convert import convert  # noqa: E402
-from iattention.interop.folder import HFFolder  # noqa: E402
 from iattention.interop.hf import from_hf_model, to_hf  # noqa: E402
 from iattention.interop.load import load_any  # noqa: E402
 from iattention.symmetry.counts import param_count, removed_split, standard_param_count  # noqa: E402
@@ -26,13 +23,21 @@ from iattention.symmetry.transforms import random_gauge  # noqa: E402
 X = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
 
 
-def smollm3(folder=None, dtype=torch.float64, **kw):
-    """A tiny random SmolLM3 (4 layers, every 2nd without RoPE unless said), saved with save_pretrained where
-    `folder` is given."""
-    return hf_random("smollm3", folder, dtype, **{**dict(
+def smollm3(folder=None, dtype=torch.float64, seed=0, **kw):
+    """A tiny random SmolLM3 (4 layers, every 2nd without RoPE unless said), weights scaled up so attention shapes
+    the logits, saved with save_pretrained where `folder` is given."""
+    torch.manual_seed(seed)
+    cfg = transformers.SmolLM3Config(**{**dict(
         vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, no_rope_layer_interval=2, tie_word_embeddings=False,
         bos_token_id=None, eos_token_id=None, pad_token_id=None), **kw})
+    hf = transformers.SmolLM3ForCausalLM(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3)
+    if folder is not None:
+        hf.to(dtype).save_pretrained(str(folder))
+    return hf
 
 
 @pytest.mark.parametrize("kw", [{}, dict(no_rope_layer_interval=4, attention_bias=True, tie_word_embeddings=True),
@@ -62,27 +67,18 @@ def test_canonical_and_back_to_transformers_is_exact_in_float64(kw):
 
 
 def test_float32_folders_round_trip_within_1e_5_and_the_count_is_transformers(tmp_path):
-    hf = smollm3(tmp_path / "hf", dtype=torch.float32)
-    assert standard_param_count(HFFolder.at(tmp_path / "hf").shape) == hf.num_parameters()  # no weights read
-    assert folders_round_trip(tmp_path, "float32") <= 1e-5  # hf -> canon -> back
-    again = transformers.SmolLM3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
-    assert again.config.no_rope_layers == hf.config.no_rope_layers
-    with torch.no_grad():
-        assert max_rel(again(X).logits, hf(X).logits) <= 1e-5
+    hf = smollm3()
+    got = float32_round_trip(tmp_path, hf, X)
+    assert got["counted"] == hf.num_parameters()  # from config.json alone, no weights read
+    assert got["conversion"] <= 1e-5 and got["back"] <= 1e-5
+    assert got["again"].config.no_rope_layers == hf.config.no_rope_layers
 
 
 def test_the_streamed_conversion_both_ways_and_params_from_the_folder(tmp_path, capsys):
-    hf = smollm3(tmp_path / "hf")
-    for to, out in (("canonical", "c"), ("hf", "back")):
-        src = tmp_path / ("hf" if to == "canonical" else "c")
-        assert main(["convert", "--from", str(src), "--to", to, "--out", str(tmp_path / out)]) == 0
-    capsys.readouterr()
-    back = transformers.SmolLM3ForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float64).eval()
-    with torch.no_grad():
-        assert max_rel(back(X).logits, hf(X).logits) <= 1e-9
-    assert main(["params", "--from", str(tmp_path / "hf"), "--json"]) == 0
-    rows = {r["attention"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["standard"]["params"] == hf.num_parameters()
+    hf = smollm3()
+    got = streamed_round_trip(tmp_path, capsys, hf, X)
+    assert got["back"] <= 1e-9
+    assert got["params"]["standard"]["params"] == hf.num_parameters()
 
 
 def test_greedy_generation_equals_transformers():

@@ -141,6 +141,29 @@ def test_a_llama_s_cached_patterns_reproduce_each_layers_attention_output(kw, ca
     assert torch.equal(model.lm_head(cache["ln_final.hook_normalized"]), logits)
 
 
+@pytest.mark.parametrize("canonical", [False, True])
+@pytest.mark.parametrize("family", ["qwen3", "olmo2", "smollm3"])
+def test_patterns_through_a_query_key_norm_norms_after_the_sublayers_and_layers_without_rope(family, canonical):
+    """Qwen3's per-head and OLMo 2's whole-projection query/key norms, OLMo 2's norms after the sublayers, SmolLM3's
+    layers without RoPE: each cached pattern is what its layer attends with (it left the norm out, and rotated the
+    layers without RoPE; TransformerLens' patterns of a Qwen3 export differed from ours by 0.58)."""
+    from helpers import make_llama
+    from iattention.symmetry.transforms import canonicalize
+
+    model = make_llama(family=family, n_layer=2, **({"nope_every": 2} if family == "smollm3" else {}))
+    model = canonicalize(model, block="pivoted") if canonical else model
+    idx = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(0))
+    _, cache = run_with_cache(model, idx)
+    c = model.config
+    for layer, block in enumerate(model.transformer.h):
+        attn, x = block.attn, cache[f"blocks.{layer}.hook_resid_pre"]
+        x = x if c.norm_place == "post" else block.ln_1(x)  # the attention's input
+        _, _, v = attn.qkv(x)
+        v = v.reshape(2, 12, c.n_kv_head, c.d_head).transpose(1, 2).repeat_interleave(c.n_head // c.n_kv_head, 1)
+        y = (cache[f"blocks.{layer}.attn.hook_pattern"] @ v).transpose(1, 2).reshape(2, 12, -1)
+        assert (attn.project_out(y) - cache[f"blocks.{layer}.hook_attn_out"]).abs().max() < 1e-12
+
+
 @pytest.mark.parametrize("kw", LLAMA_SHAPES, ids=["gqa", "mqa-partial-interleaved-bias", "mha-wide"])
 def test_a_llama_canonical_model_s_view_is_its_expanded_model_s_products(kw):
     """One family: a canonical Llama-family model has a canonical view too (before, it was refused as

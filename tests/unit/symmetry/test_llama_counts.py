@@ -43,7 +43,8 @@ def _meta(name, attention="standard"):
         return GPT(_shape(name).replace(attention=attention))
 
 
-BIG = ("llama-3-8b", "smollm2-1.7b", "phi-3-mini-4k")  # canonical builds of 3-26 s even on "meta" (index bookkeeping)
+# their canonical builds take 3-26 s even on "meta" (the blocks' index bookkeeping)
+BIG = ("llama-3-8b", "smollm2-1.7b", "phi-3-mini-4k", "qwen3-0.6b")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n
@@ -57,11 +58,13 @@ def test_a_meta_device_model_has_the_closed_form_count_and_split(name):
     can = _meta(name, "canonical")
     split = removed_split(cfg)
     assert std.num_params() - can.num_params() == split["query_key"] + split["value_output"]
-    # The split read off the learned tensors: what the key map and the output map lost.
+    # The split read off the learned tensors: what the key side (the key map, and a query/key norm's key gain) and
+    # the output map lost.
     L, G, H, d, r = cfg.n_layer, cfg.n_kv_head, cfg.n_head, cfg.n_embd, cfg.d_head
-    key = sum(p.numel() for n, p in can.named_parameters() if ".W_K_" in n)
+    key_std = L * G * d * r + sum(p.numel() for n, p in std.named_parameters() if ".k_norm." in n)
+    key = sum(p.numel() for n, p in can.named_parameters() if ".W_K" in n or ".k_norm." in n)
     out = sum(p.numel() for n, p in can.named_parameters() if ".W_O_" in n)
-    assert L * G * d * r - key == split["query_key"]
+    assert key_std - key == split["query_key"]
     assert L * H * r * d - out == split["value_output"]
     # Cache per token: keys and values of every layer's key width (G r); K-only only where that width is d.
     G_, _, r_ = std.transformer.h[0].attn.to_heads().W_K.shape
