@@ -1,6 +1,6 @@
 """Do our Hugging Face exports load in other tools, and score as we do? (issues 49 and 50)
 
-For each model family (gpt2, llama, gpt_neox, phi3, qwen3, olmo2) and variant (standard, canonical), and a Llama at rope_theta 500000: a
+For each model family (gpt2, llama, gpt_neox, phi3, qwen3, olmo2, smollm3) and variant (standard, canonical), and a Llama at rope_theta 500000: a
 tiny run (the `tiny` preset, 20 steps, byte tokenizer, so the export gets the added end-of-text row) and its
 `iattn convert --to hf` export (`--only phi3`: only the runs whose names start so). Then,
 with whatever of these the running Python has installed:
@@ -45,12 +45,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-FAMILIES = ("gpt2", "llama", "gpt_neox", "phi3", "qwen3", "olmo2")
+FAMILIES = ("gpt2", "llama", "gpt_neox", "phi3", "qwen3", "olmo2", "smollm3")
 VARIANTS = ("standard", "canonical")
 # name -> overrides of the tiny preset: every family and variant, and a Llama at Llama 3's rope_theta (transformers
 # 4.x reads rope_theta, not transformers 5's rope_parameters: the export must say both)
 RUNS = {f"{fam}-{v}": [f"model.family={fam}", f"model.attention={v}"] for fam in FAMILIES for v in VARIANTS}
 RUNS["llama-theta500k"] = ["model.family=llama", "model.attention=canonical", "model.rope_theta=500000"]
+RUNS["smollm3-nope2"] = ["model.family=smollm3", "model.attention=canonical", "model.n_layer=2",
+                      "model.nope_every=2"]  # its second layer without RoPE
 PROBE = "The war began in 1914 and ended."  # 32 bytes: a whole window of the tiny preset
 # shorter than the block (32 byte tokens), so every tool scores them in one window; none starts with a space (lm-eval
 # moves a context's trailing spaces into the continuation, and an empty context fails its assertion)
