@@ -56,7 +56,7 @@ def keep_companions(src: str, out: str) -> None:
     import shutil
     from pathlib import Path
 
-    from iattention.interop.convert import companions
+    from iattention.interop.folder import companions
 
     for name in companions(Path(src)):
         if not (Path(out) / name).exists():
